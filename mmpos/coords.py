@@ -1,0 +1,314 @@
+"""Token coordinates shared by every encoder.
+
+A :class:`Coords` describes, for a batch of token sequences, where each token is:
+
+* ``pos``      float ``(B, N, A)`` -- position of token ``n`` along axis ``a``
+* ``axes``     names of the ``A`` axes, e.g. ``("h", "w")`` or ``("t", "h", "w")``
+* ``mask``     bool ``(B, N)`` -- ``True`` for real tokens, ``False`` for padding
+* ``prefix``   number of leading class/register tokens; they carry no position
+  (their ``pos`` rows are zero, so rotary encoders leave them unrotated)
+* ``grid_shape`` the token grid after the prefix, e.g. ``(14, 14)``; ``None`` when
+  the tokens do not form one regular grid
+* ``modality`` long ``(B, N)`` -- a :class:`Modality` code per token
+
+Coordinates are data: build them once (in a data loader, or from static shapes)
+and pass them through the model, so ``forward`` holds no data-dependent Python.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["Coords", "Modality"]
+
+
+class Modality(enum.IntEnum):
+    """Codes stored in :attr:`Coords.modality`."""
+
+    TEXT = 0
+    IMAGE = 1
+    VIDEO = 2
+    POINTS = 3
+    SPECIAL = 4  # prefix tokens: class / register tokens
+
+
+def _positive_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
+    out = tuple(sizes)
+    if not out or any(not isinstance(s, int) or isinstance(s, bool) or s <= 0 for s in out):
+        raise ValueError(f"{name} must be positive integers, got {sizes!r}")
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Coords:
+    """Positions of the tokens of a batch; see the module docstring for the fields."""
+
+    pos: Tensor
+    axes: tuple[str, ...]
+    mask: Tensor | None = None
+    prefix: int = 0
+    grid_shape: tuple[int, ...] | None = None
+    modality: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        pos = self.pos
+        if not isinstance(pos, Tensor) or pos.dim() != 3 or not pos.is_floating_point():
+            got = tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__
+            raise ValueError(f"pos must be a floating tensor of shape (B, N, A), got {got}")
+        object.__setattr__(self, "axes", tuple(self.axes))
+        if len(self.axes) != pos.shape[-1]:
+            raise ValueError(f"axes must name the {pos.shape[-1]} position axes, got {self.axes!r}")
+        b, n = pos.shape[:2]
+        if self.mask is not None and (self.mask.dtype != torch.bool or tuple(self.mask.shape) != (b, n)):
+            raise ValueError(
+                f"mask must be a bool tensor of shape (B, N) = {(b, n)}, got "
+                f"{self.mask.dtype} {tuple(self.mask.shape)}"
+            )
+        if self.modality is not None and tuple(self.modality.shape) != (b, n):
+            raise ValueError(f"modality must have shape (B, N) = {(b, n)}, got {tuple(self.modality.shape)}")
+        if not isinstance(self.prefix, int) or not 0 <= self.prefix <= n:
+            raise ValueError(f"prefix must be an int in [0, N={n}], got {self.prefix!r}")
+        if self.grid_shape is not None:
+            grid = _positive_sizes(self.grid_shape, "grid_shape")
+            object.__setattr__(self, "grid_shape", grid)
+            if math.prod(grid) + self.prefix != n:
+                raise ValueError(
+                    f"grid_shape {grid} with prefix={self.prefix} describes "
+                    f"{math.prod(grid) + self.prefix} tokens, but pos has N={n}"
+                )
+        if not torch.compiler.is_compiling() and pos.device.type != "meta":
+            if not bool(torch.isfinite(pos).all()):
+                raise ValueError("pos must be finite: found NaN or inf coordinates")
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def sequence(
+        cls,
+        n: int,
+        batch: int = 1,
+        start: float = 0,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> "Coords":
+        """1-D positions ``start, start+1, ...``: ``pos`` ``(batch, n, 1)``, axis ``"seq"``."""
+        (n, batch) = _positive_sizes((n, batch), "n and batch")
+        pos = torch.arange(n, dtype=dtype, device=device).add_(start)
+        pos = pos.view(1, n, 1).expand(batch, n, 1)
+        modality = torch.full((batch, n), int(Modality.TEXT), dtype=torch.long, device=device)
+        return cls(pos, ("seq",), modality=modality)
+
+    @classmethod
+    def grid(
+        cls,
+        *sizes: int,
+        prefix: int = 0,
+        axes: Sequence[str] | None = None,
+        batch: int = 1,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> "Coords":
+        """Row-major grid positions (integer indices) after ``prefix`` position-less tokens.
+
+        ``Coords.grid(h, w)`` gives axes ``("h", "w")``, ``Coords.grid(t, h, w)`` gives
+        ``("t", "h", "w")``; ``pos`` is ``(batch, prefix + prod(sizes), len(sizes))``.
+        """
+        sizes = _positive_sizes(sizes, "sizes")
+        if axes is None:
+            defaults = {1: ("seq",), 2: ("h", "w"), 3: ("t", "h", "w")}
+            if len(sizes) not in defaults:
+                raise ValueError(f"axes must be given for a {len(sizes)}-D grid")
+            axes = defaults[len(sizes)]
+        if len(axes) != len(sizes):
+            raise ValueError(f"axes must name the {len(sizes)} grid axes, got {tuple(axes)!r}")
+        if not isinstance(prefix, int) or prefix < 0:
+            raise ValueError(f"prefix must be a non-negative int, got {prefix!r}")
+        (batch,) = _positive_sizes((batch,), "batch")
+        ranges = [torch.arange(s, dtype=dtype, device=device) for s in sizes]
+        cells = torch.stack(torch.meshgrid(*ranges, indexing="ij"), dim=-1).reshape(-1, len(sizes))
+        pos = torch.cat([cells.new_zeros(prefix, len(sizes)), cells], dim=0)
+        n = pos.shape[0]
+        kind = Modality.VIDEO if len(sizes) == 3 and axes[0] == "t" else Modality.IMAGE
+        modality = torch.full((n,), int(kind), dtype=torch.long, device=device)
+        modality[:prefix] = int(Modality.SPECIAL)
+        return cls(
+            pos.unsqueeze(0).expand(batch, n, len(sizes)),
+            tuple(axes),
+            prefix=prefix,
+            grid_shape=sizes,
+            modality=modality.unsqueeze(0).expand(batch, n),
+        )
+
+    @classmethod
+    def points(
+        cls, xyz: Tensor, mask: Tensor | None = None, axes: Sequence[str] | None = None
+    ) -> "Coords":
+        """Free coordinates, e.g. a point cloud: ``xyz`` ``(B, N, A)`` or ``(N, A)``."""
+        if not isinstance(xyz, Tensor) or xyz.dim() not in (2, 3):
+            raise ValueError(f"xyz must be a tensor of shape (B, N, A) or (N, A), got {getattr(xyz, 'shape', xyz)}")
+        if xyz.dim() == 2:
+            xyz = xyz.unsqueeze(0)
+            mask = None if mask is None else mask.reshape(1, -1)
+        if not xyz.is_floating_point():
+            xyz = xyz.float()
+        if axes is None:
+            axes = ("x", "y", "z")[: xyz.shape[-1]] if xyz.shape[-1] <= 3 else None
+            if axes is None:
+                raise ValueError(f"axes must be given for {xyz.shape[-1]}-D points")
+        modality = torch.full(xyz.shape[:2], int(Modality.POINTS), dtype=torch.long, device=xyz.device)
+        return cls(xyz, tuple(axes), mask=mask, modality=modality)
+
+    @classmethod
+    def stack(cls, items: Sequence["Coords"], padding_side: str = "right") -> "Coords":
+        """Batch coordinates of different lengths; padding gets ``mask=False`` and ``pos=0``."""
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        if not items:
+            raise ValueError("items must hold at least one Coords")
+        axes = items[0].axes
+        for c in items:
+            if c.axes != axes:
+                raise ValueError(f"all items must share axes {axes}, got {c.axes}")
+            if c.prefix != items[0].prefix:
+                raise ValueError(f"all items must share prefix={items[0].prefix}, got {c.prefix}")
+        n = max(c.num_tokens for c in items)
+        pos, mask, modality = [], [], []
+        for c in items:
+            pad = n - c.num_tokens
+            where = (0, pad) if padding_side == "right" else (pad, 0)
+            pos.append(torch.nn.functional.pad(c.pos, (0, 0) + where))
+            mask.append(torch.nn.functional.pad(c.token_mask, where, value=False))
+            mod = c.modality if c.modality is not None else torch.zeros_like(c.token_mask, dtype=torch.long)
+            modality.append(torch.nn.functional.pad(mod, where, value=int(Modality.TEXT)))
+        grids = {c.grid_shape for c in items}
+        same = len(grids) == 1 and all(c.num_tokens == n for c in items)
+        return cls(
+            torch.cat(pos),
+            axes,
+            mask=torch.cat(mask),
+            prefix=items[0].prefix if same or padding_side == "right" else 0,
+            grid_shape=items[0].grid_shape if same else None,
+            modality=torch.cat(modality),
+        )
+
+    # ------------------------------------------------------------------ views
+    @property
+    def batch_size(self) -> int:
+        return self.pos.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.pos.shape[1]
+
+    @property
+    def num_axes(self) -> int:
+        return self.pos.shape[2]
+
+    @property
+    def token_mask(self) -> Tensor:
+        """``(B, N)`` bool, ``True`` for real tokens (all ``True`` when ``mask`` is ``None``)."""
+        if self.mask is None:
+            return torch.ones(self.pos.shape[:2], dtype=torch.bool, device=self.pos.device)
+        return self.mask
+
+    def axis(self, name: str) -> int:
+        """Index of axis ``name`` in ``pos``."""
+        if name not in self.axes:
+            raise ValueError(f"axis {name!r} is not one of {self.axes}")
+        return self.axes.index(name)
+
+    def select(self, *axes: str) -> "Coords":
+        """Keep only the named axes, in the given order."""
+        idx = [self.axis(a) for a in axes]
+        grid = None
+        if self.grid_shape is not None and len(self.grid_shape) == self.num_axes:
+            grid_ok = sorted(idx) == list(range(self.num_axes))
+            grid = tuple(self.grid_shape[i] for i in idx) if grid_ok else None
+        return replace(self, pos=self.pos[..., idx], axes=tuple(axes), grid_shape=grid)
+
+    def _per_axis(self, value: float | Sequence[float], name: str) -> Tensor:
+        v = torch.as_tensor(value, dtype=self.pos.dtype, device=self.pos.device)
+        if v.dim() == 1 and v.shape[0] != self.num_axes:
+            raise ValueError(f"{name} must be a scalar or hold one value per axis {self.axes}, got {tuple(value)}")
+        if v.dim() > 1:
+            raise ValueError(f"{name} must be a scalar or a 1-D sequence, got shape {tuple(v.shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return v
+
+    def positioned(self) -> Tensor:
+        """``(1, N, 1)`` float, 0 on prefix tokens and 1 elsewhere."""
+        keep = torch.ones(1, self.num_tokens, 1, dtype=self.pos.dtype, device=self.pos.device)
+        keep[:, : self.prefix] = 0
+        return keep
+
+    def flattened(self) -> "Coords":
+        """1-D raster positions ``0 .. N - prefix - 1`` of the grid tokens (axis ``"seq"``).
+
+        Lets a 1-D encoder (e.g. plain RoPE) read a 2-D / 3-D grid in flattened order.
+        """
+        if self.grid_shape is None:
+            raise ValueError("flattened() needs grid coordinates (grid_shape is None)")
+        n = self.num_tokens
+        index = torch.arange(n, dtype=self.pos.dtype, device=self.pos.device) - self.prefix
+        pos = (index.clamp(min=0).view(1, n, 1)).expand(self.batch_size, n, 1)
+        return replace(self, pos=pos, axes=("seq",), grid_shape=(n - self.prefix,))
+
+    def scaled(self, factor: float | Sequence[float]) -> "Coords":
+        """Positions multiplied by ``factor`` (a scalar or one value per axis)."""
+        return replace(self, pos=self.pos * self._per_axis(factor, "factor"))
+
+    def shifted(self, offset: float | Sequence[float]) -> "Coords":
+        """Positions plus ``offset`` (prefix tokens keep position 0)."""
+        return replace(self, pos=self.pos + self._per_axis(offset, "offset") * self.positioned())
+
+    def normalized(self) -> "Coords":
+        """Grid positions mapped to cell centres in [-1, 1]: ``(2 i + 1) / size - 1``.
+
+        This is the ``align_corners=False`` convention of ``F.grid_sample``.
+        """
+        if self.grid_shape is None or len(self.grid_shape) != self.num_axes:
+            raise ValueError(
+                f"normalized() needs a grid with one size per axis; grid_shape={self.grid_shape}, axes={self.axes}"
+            )
+        size = torch.tensor(self.grid_shape, dtype=self.pos.dtype, device=self.pos.device)
+        return replace(self, pos=((2 * self.pos + 1) / size - 1) * self.positioned())
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Coords":
+        """Move to ``device``; ``dtype`` (a floating type) applies to ``pos`` only."""
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating type, got {dtype}")
+        return replace(
+            self,
+            pos=self.pos.to(device=device, dtype=dtype),
+            mask=None if self.mask is None else self.mask.to(device),
+            modality=None if self.modality is None else self.modality.to(device),
+        )
+
+    def expand(self, batch: int) -> "Coords":
+        """The same coordinates for ``batch`` sequences (from a batch of 1, without a copy)."""
+        if self.batch_size == batch:
+            return self
+        if self.batch_size != 1:
+            raise ValueError(f"expand() needs batch size 1, got {self.batch_size} (target batch={batch})")
+        n, a = self.num_tokens, self.num_axes
+        return replace(
+            self,
+            pos=self.pos.expand(batch, n, a),
+            mask=None if self.mask is None else self.mask.expand(batch, n),
+            modality=None if self.modality is None else self.modality.expand(batch, n),
+        )
+
+    def check_tokens(self, batch: int, tokens: int, name: str = "x") -> None:
+        """Raise ``ValueError`` unless these coordinates describe ``tokens`` tokens for ``batch`` sequences."""
+        if self.num_tokens != tokens or self.batch_size not in (1, batch):
+            raise ValueError(
+                f"coords describe {self.batch_size} x {self.num_tokens} tokens but {name} has "
+                f"batch {batch} x {tokens} tokens (coords batch must be 1 or {batch})"
+            )

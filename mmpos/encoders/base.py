@@ -1,0 +1,116 @@
+"""Base classes, one per hook point of attention.
+
+=========  ===================================================  ==========================
+kind       contract                                             applied by
+=========  ===================================================  ==========================
+additive   ``embed(coords) -> (B, N, D)``, added to the tokens   :class:`mmpos.nn.Transformer`
+conv       ``forward(x, coords) -> x`` on ``(B, N, D)`` tokens   :class:`mmpos.nn.Transformer`
+rotary     ``rotate(q, k, coords) -> (q, k)``, ``(B, H, N, Dh)`` :func:`mmpos.nn.attention`
+bias       ``bias(q, k, coords) -> (B, H, N, N)`` logits term    :func:`mmpos.nn.attention`
+           and optionally ``output(attn, coords) -> (B, H, N, Dh)``
+=========  ===================================================  ==========================
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torch import Tensor, nn
+
+from ..coords import Coords
+from ..rotary import FrequencyPlan, coords_angles, rotate_qk
+
+__all__ = [
+    "resolve_head_dim",
+    "PositionEncoder", "AdditiveEncoder", "ConvEncoder", "RotaryEncoder", "BiasEncoder"]
+
+
+class PositionEncoder(nn.Module):
+    """Common base: ``kind`` names the hook point."""
+
+    kind: ClassVar[str] = ""
+
+
+class AdditiveEncoder(PositionEncoder):
+    """Adds ``embed(coords)`` ``(B or 1, N, D)`` to the tokens ``x`` ``(B, N, D)``."""
+
+    kind = "additive"
+
+    def embed(self, coords: Coords) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, coords: Coords) -> Tensor:
+        coords.check_tokens(x.shape[0], x.shape[1])
+        return x + self.embed(coords).to(x.dtype)
+
+
+class ConvEncoder(PositionEncoder):
+    """Mixes tokens on their grid: ``forward(x, coords) -> x``, ``x`` ``(B, N, D)``."""
+
+    kind = "conv"
+
+
+class RotaryEncoder(PositionEncoder):
+    """Rotates q and k by the angles of a :class:`FrequencyPlan` at the token coordinates.
+
+    The plan's weight is a non-persistent buffer (or a parameter when ``learnable``),
+    built once in ``__init__``.
+    """
+
+    kind = "rotary"
+
+    def __init__(self, plan: FrequencyPlan, learnable: bool = False) -> None:
+        super().__init__()
+        self.axes = plan.axes
+        self.head_dim = plan.head_dim
+        self.convention = plan.convention
+        if learnable:
+            self.weight = nn.Parameter(plan.weight.clone())
+        else:
+            self.register_buffer("weight", plan.weight.clone(), persistent=False)
+
+    def positions(self, coords: Coords) -> Coords:
+        """The coordinates the plan reads (override to adapt, e.g. flatten a grid)."""
+        return coords
+
+    def angles(self, coords: Coords) -> Tensor:
+        """``(B, N, P)`` (shared plan) or ``(B, H, N, P)`` (per-head plan), float32/64."""
+        return coords_angles(self.weight, self.axes, self.positions(coords))
+
+    def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
+        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
+            raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
+        coords.check_tokens(q.shape[0], q.shape[2], "q")
+        return rotate_qk(q, k, self.angles(coords), self.convention)
+
+    def extra_repr(self) -> str:
+        return f"axes={self.axes}, head_dim={self.head_dim}, pairs={self.weight.shape[-1]}, convention={self.convention!r}"
+
+
+class BiasEncoder(PositionEncoder):
+    """Adds ``bias(q, k, coords)`` to the attention logits (already in scaled units).
+
+    ``q``, ``k`` are ``(B, H, N, Dh)`` *unscaled*; the result is ``(B or 1, H or 1, N, N)``.
+    Encoders with ``has_output = True`` also add ``output(attn, coords)`` ``(B, H, N, Dh)``
+    to the attention output, given the post-softmax weights ``attn`` ``(B, H, N, N)``.
+    """
+
+    kind = "bias"
+    has_output: ClassVar[bool] = False
+
+    def bias(self, q: Tensor, k: Tensor, coords: Coords) -> Tensor:
+        raise NotImplementedError
+
+    def output(self, attn: Tensor, coords: Coords) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} has no output term")
+
+
+def resolve_head_dim(dim: int | None, num_heads: int | None, head_dim: int | None) -> int:
+    """``head_dim``, or ``dim // num_heads``; ``ValueError`` when neither is usable."""
+    if head_dim is not None:
+        return head_dim
+    if dim is None or num_heads is None:
+        raise ValueError("pass head_dim, or dim and num_heads")
+    if num_heads <= 0 or dim % num_heads:
+        raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+    return dim // num_heads

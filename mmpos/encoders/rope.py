@@ -1,0 +1,48 @@
+"""1-D rotary position embedding.
+
+Paper: Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+2021, https://arxiv.org/abs/2104.09864. Reference: Hugging Face transformers,
+``models/llama/modeling_llama.py`` (``LlamaRotaryEmbedding``, ``apply_rotary_pos_emb``);
+tests compare with it directly.
+
+Shapes: q, k ``(B, H, N, D)``; angles ``(B, N, rotary_dim / 2)``.
+"""
+
+from __future__ import annotations
+
+from ..coords import Coords
+from ..registry import register_encoder
+from ..rotary import FrequencyPlan
+from .base import RotaryEncoder, resolve_head_dim
+
+__all__ = ["Rope1d"]
+
+
+@register_encoder("rope", kind="rotary", paper="Su et al. 2021, RoFormer (arXiv:2104.09864)")
+class Rope1d(RotaryEncoder):
+    """1-D RoPE on axis ``"seq"``; a grid is read in raster order (:meth:`Coords.flattened`).
+
+    Args:
+        dim: model width (with ``num_heads`` gives ``head_dim``), or pass ``head_dim``.
+        num_heads: number of attention heads.
+        theta: base of the spectrum.
+        rotary_dim: rotate only the first ``rotary_dim`` channels of a head (partial rotary).
+        convention: ``"half"`` (Llama/HF) or ``"interleaved"`` (GPT-J).
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        theta: float = 10000.0,
+        rotary_dim: int | None = None,
+        convention: str = "half",
+    ) -> None:
+        super().__init__(FrequencyPlan.rope(resolve_head_dim(dim, num_heads, head_dim), theta, rotary_dim, "seq", convention))
+
+    def positions(self, coords: Coords) -> Coords:
+        if "seq" in coords.axes:
+            return coords
+        return coords.flattened()
+

@@ -1,0 +1,314 @@
+"""The rotary core: frequency plans, angles and the rotation of q / k.
+
+A head of dimension ``D`` holds ``D / 2`` rotary *pairs*; the first ``P`` of them
+(``P = rotary_dim / 2``) are rotated, the rest pass through (partial rotary).
+A :class:`FrequencyPlan` says, for every rotated pair, how its angle is made from
+the token coordinates::
+
+    angle[b, (h,) n, p] = sum_a pos[b, n, a] * weight[(h,) a, p]
+
+``weight`` is ``(A, P)`` (shared by all heads) or ``(H, A, P)`` (per head). A plan
+where pair ``p`` reads one axis ``a`` at frequency ``f`` has ``weight[a, p] = f`` and
+zeros elsewhere: 1-D RoPE, axial 2-D/3-D RoPE, M-RoPE (chunked and interleaved),
+MHRoPE, HoPE and VRoPE are all such plans; RoPE-Mixed learns a dense ``weight``.
+The sum is written as a product and a sum over the (few) axes, not as a matmul, so
+that a one-hot plan gives exactly ``pos * f`` even where TF32 matmuls are enabled.
+
+Two layouts of the pairs inside a head are supported:
+
+* ``"half"`` -- pair ``i`` is ``(x[i], x[i + P])`` (``rotate_half``; Llama, Qwen, HF)
+* ``"interleaved"`` -- pair ``i`` is ``(x[2i], x[2i + 1])`` (GPT-J, rope-vit)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from .coords import Coords
+
+__all__ = [
+    "FrequencyPlan",
+    "rope_frequencies",
+    "plan_angles",
+    "apply_rotary",
+    "rotate_qk",
+    "coords_angles",
+    "CONVENTIONS",
+]
+
+CONVENTIONS = ("half", "interleaved")
+
+
+def rope_frequencies(pairs: int, theta: float = 10000.0) -> Tensor:
+    """The 1-D RoPE spectrum ``theta ** (-2 i / (2 pairs))``, ``i < pairs``, float32 ``(pairs,)``.
+
+    Computed as Hugging Face transformers computes ``inv_freq`` (so values match bit for bit).
+    """
+    if pairs <= 0:
+        raise ValueError(f"pairs must be positive, got {pairs}")
+    if not theta > 0:
+        raise ValueError(f"theta must be positive, got {theta}")
+    dim = 2 * pairs
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def _check_head_dim(head_dim: int, rotary_dim: int | None) -> int:
+    if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"head_dim must be a positive even int, got {head_dim!r}")
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    if not isinstance(rotary_dim, int) or rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be a positive even int <= head_dim={head_dim}, got {rotary_dim!r}")
+    return rotary_dim // 2
+
+
+def _check_sections(sections: Sequence[int], total: int, what: str, name: str = "sections") -> tuple[int, ...]:
+    sections = tuple(int(s) for s in sections)
+    if any(s < 0 for s in sections) or sum(sections) != total:
+        raise ValueError(f"{name} must be non-negative and sum to the {total} {what}, got {list(sections)} (sum {sum(sections)})")
+    return sections
+
+
+@dataclass(frozen=True, eq=False)
+class FrequencyPlan:
+    """Which axis and frequency every rotary pair uses.
+
+    Attributes:
+        weight: ``(A, P)`` or ``(H, A, P)`` float32; see the module docstring.
+        axes: the ``A`` coordinate axes read (names in :attr:`Coords.axes`).
+        head_dim: ``D``; pairs ``P .. D/2`` are not rotated.
+        convention: ``"half"`` or ``"interleaved"``.
+    """
+
+    weight: Tensor
+    axes: tuple[str, ...]
+    head_dim: int
+    convention: str = "half"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", tuple(self.axes))
+        pairs = _check_head_dim(self.head_dim, None)
+        w = self.weight
+        if w.dim() not in (2, 3) or w.shape[-2] != len(self.axes):
+            raise ValueError(f"weight must be (A, P) or (H, A, P) with A={len(self.axes)} axes {self.axes}, got {tuple(w.shape)}")
+        if not 0 < w.shape[-1] <= pairs:
+            raise ValueError(f"weight must cover 1..{pairs} rotary pairs (head_dim={self.head_dim}), got {w.shape[-1]}")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {self.convention!r}")
+
+    @property
+    def pairs(self) -> int:
+        """Number of rotated pairs ``P``."""
+        return self.weight.shape[-1]
+
+    @property
+    def num_heads(self) -> int | None:
+        """``H`` for a per-head plan, ``None`` when all heads share the plan."""
+        return self.weight.shape[0] if self.weight.dim() == 3 else None
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def from_assignment(
+        cls,
+        axis_index: Tensor,
+        freq: Tensor,
+        axes: Sequence[str],
+        head_dim: int,
+        convention: str = "half",
+    ) -> "FrequencyPlan":
+        """Pair ``p`` reads axis ``axis_index[(h,) p]`` at frequency ``freq[(h,) p]``.
+
+        ``axis_index`` is ``(P,)`` or ``(H, P)`` long; ``-1`` leaves the pair unrotated.
+        ``freq`` broadcasts against it.
+        """
+        axis_index = torch.as_tensor(axis_index, dtype=torch.long)
+        freq = torch.as_tensor(freq, dtype=torch.float32).expand(axis_index.shape)
+        a = len(tuple(axes))
+        if axis_index.numel() and (axis_index.min() < -1 or axis_index.max() >= a):
+            raise ValueError(f"axis_index must lie in [-1, {a - 1}] for axes {tuple(axes)}")
+        onehot = axis_index.unsqueeze(-2) == torch.arange(a).view(a, 1)  # (..., A, P)
+        weight = torch.where(onehot, freq.unsqueeze(-2), torch.zeros(()))
+        return cls(weight, tuple(axes), head_dim, convention)
+
+    @classmethod
+    def rope(
+        cls,
+        head_dim: int,
+        theta: float = 10000.0,
+        rotary_dim: int | None = None,
+        axis: str = "seq",
+        convention: str = "half",
+    ) -> "FrequencyPlan":
+        """1-D RoPE (Su et al., 2021) on axis ``axis``; ``rotary_dim < head_dim`` for partial rotary."""
+        pairs = _check_head_dim(head_dim, rotary_dim)
+        freq = rope_frequencies(pairs, theta)
+        return cls.from_assignment(torch.zeros(pairs, dtype=torch.long), freq, (axis,), head_dim, convention)
+
+    @classmethod
+    def axial(
+        cls,
+        head_dim: int,
+        axes: Sequence[str] = ("h", "w"),
+        sections: Sequence[int] | None = None,
+        theta: float = 100.0,
+        rotary_dim: int | None = None,
+        convention: str = "half",
+    ) -> "FrequencyPlan":
+        """Axial N-D RoPE: consecutive ``sections`` of pairs read ``axes`` in order.
+
+        Each section ``s`` has its own 1-D spectrum ``theta ** (-k / s)``, ``k < s``
+        (rope-vit's ``100 ** (-4k / D)`` for two axes of ``D / 4`` pairs each).
+        """
+        pairs = _check_head_dim(head_dim, rotary_dim)
+        axes = tuple(axes)
+        if sections is None:
+            if pairs % len(axes):
+                raise ValueError(f"rotary pairs {pairs} do not split evenly over axes {axes}; pass sections")
+            sections = [pairs // len(axes)] * len(axes)
+        sections = _check_sections(sections, pairs, "rotary pairs")
+        if len(sections) != len(axes):
+            raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
+        index = torch.cat([torch.full((s,), i, dtype=torch.long) for i, s in enumerate(sections)])
+        freq = torch.cat([rope_frequencies(s, theta) for s in sections if s])
+        return cls.from_assignment(index, freq, axes, head_dim, convention)
+
+    @classmethod
+    def interleaved_axes(
+        cls,
+        head_dim: int,
+        sections: Sequence[int],
+        axes: Sequence[str] = ("t", "h", "w"),
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> "FrequencyPlan":
+        """Axes take turns over the shared 1-D spectrum (Qwen3-VL, MRoPE-I).
+
+        Pair ``p`` reads axis ``a = p mod A`` while ``p < A * sections[a]``; the pairs left
+        over read ``axes[0]``. Sections ``[24, 20, 20]`` of 64 pairs give ``THW`` x 20,
+        then ``TTTT``.
+        """
+        pairs = _check_head_dim(head_dim, None)
+        axes = tuple(axes)
+        sections = _check_sections(sections, pairs, "rotary pairs")
+        if len(sections) != len(axes):
+            raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
+        p = torch.arange(pairs)
+        index = torch.zeros(pairs, dtype=torch.long)
+        for a in range(1, len(axes)):
+            index[(p % len(axes) == a) & (p < len(axes) * sections[a])] = a
+        return cls.from_assignment(index, rope_frequencies(pairs, theta), axes, head_dim, convention)
+
+    @classmethod
+    def chunked_axes(
+        cls,
+        head_dim: int,
+        sections: Sequence[int],
+        axes: Sequence[str] = ("t", "h", "w"),
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> "FrequencyPlan":
+        """Consecutive sections of the *shared* 1-D spectrum per axis (M-RoPE, Qwen2/2.5-VL).
+
+        ``sections`` count rotary pairs, e.g. ``[16, 24, 24]`` for ``head_dim=128``: pairs
+        0-15 (highest frequencies) read ``t``, 16-39 ``h``, 40-63 ``w``.
+        """
+        pairs = _check_head_dim(head_dim, None)
+        axes = tuple(axes)
+        sections = _check_sections(sections, pairs, "rotary pairs")
+        if len(sections) != len(axes):
+            raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
+        index = torch.cat([torch.full((s,), i, dtype=torch.long) for i, s in enumerate(sections)])
+        return cls.from_assignment(index, rope_frequencies(pairs, theta), axes, head_dim, convention)
+
+    @classmethod
+    def per_head(
+        cls,
+        head_dim: int,
+        num_heads: int,
+        head_sections: Sequence[int],
+        axes: Sequence[str] = ("t", "h", "w"),
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> "FrequencyPlan":
+        """Each head reads one axis with the full spectrum (MHRoPE).
+
+        ``head_sections`` count heads per axis (e.g. ``[2, 3, 3]`` of 8 KV heads); heads
+        beyond their sum are not rotated. ``weight`` is ``(num_heads, A, P)``.
+        """
+        pairs = _check_head_dim(head_dim, None)
+        axes = tuple(axes)
+        head_sections = tuple(int(s) for s in head_sections)
+        if len(head_sections) != len(axes) or any(s < 0 for s in head_sections) or sum(head_sections) > num_heads:
+            raise ValueError(
+                f"head_sections must hold one non-negative head count per axis {axes} summing to at most "
+                f"num_heads={num_heads}, got {list(head_sections)}"
+            )
+        head_axis = torch.full((num_heads,), -1, dtype=torch.long)
+        head_axis[: sum(head_sections)] = torch.repeat_interleave(torch.arange(len(axes)), torch.tensor(head_sections))
+        index = head_axis.view(num_heads, 1).expand(num_heads, pairs)
+        return cls.from_assignment(index, rope_frequencies(pairs, theta), axes, head_dim, convention)
+
+
+# -------------------------------------------------------------------- functions
+def plan_angles(weight: Tensor, pos: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Angles from a plan ``weight`` and positions ``pos`` ``(B, N, A)``.
+
+    Returns ``(B, N, P)`` for an ``(A, P)`` weight and ``(B, H, N, P)`` for ``(H, A, P)``.
+    """
+    pos = pos.to(dtype)
+    w = weight.to(dtype)
+    if w.dim() == 2:
+        return (pos.unsqueeze(-1) * w).sum(-2)  # (B, N, A, 1) * (A, P) -> (B, N, P)
+    return (pos[:, None, :, :, None] * w[None, :, None]).sum(-2)  # (B, H, N, A, P) -> (B, H, N, P)
+
+
+def _expand_heads(t: Tensor, heads: int) -> Tensor:
+    """``(B, N, P)`` -> ``(B, 1, N, P)``; ``(B, Hc, N, P)`` -> ``(B, heads, N, P)`` for GQA."""
+    if t.dim() == 3:
+        return t.unsqueeze(1)
+    if t.shape[1] in (1, heads):
+        return t
+    if heads % t.shape[1]:
+        raise ValueError(f"per-head angles for {t.shape[1]} heads cannot serve {heads} heads")
+    return t.repeat_interleave(heads // t.shape[1], dim=1)  # query heads grouped per KV head
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half") -> Tensor:
+    """Rotate ``x`` ``(B, H, N, D)`` by angles whose ``cos``/``sin`` are ``(B, N, P)`` or ``(B, H', N, P)``.
+
+    The first ``2P`` channels are rotated (pairs laid out per ``convention``); the rest
+    pass through. ``cos``/``sin`` are used in ``x.dtype`` (as Hugging Face does).
+    """
+    p = cos.shape[-1]
+    cos = _expand_heads(cos, x.shape[1]).to(x.dtype)
+    sin = _expand_heads(sin, x.shape[1]).to(x.dtype)
+    rot, rest = x[..., : 2 * p], x[..., 2 * p :]
+    if convention == "half":
+        x1, x2 = rot[..., :p], rot[..., p:]
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    elif convention == "interleaved":
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    else:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
+
+
+def rotate_qk(q: Tensor, k: Tensor, angles: Tensor, convention: str = "half") -> tuple[Tensor, Tensor]:
+    """Rotate ``q`` ``(B, Hq, N, D)`` and ``k`` ``(B, Hk, N, D)`` by ``angles`` (float32/64)."""
+    cos, sin = angles.cos(), angles.sin()
+    return apply_rotary(q, cos, sin, convention), apply_rotary(k, cos, sin, convention)
+
+
+def coords_angles(plan_weight: Tensor, axes: tuple[str, ...], coords: Coords, dtype: torch.dtype | None = None) -> Tensor:
+    """Angles for ``coords``: reads ``axes`` from ``coords`` and applies :func:`plan_angles`.
+
+    Computed in float32, or float64 when the positions are float64.
+    """
+    pos = coords.pos if coords.axes == axes else coords.select(*axes).pos
+    if dtype is None:
+        dtype = torch.float64 if pos.dtype == torch.float64 else torch.float32
+    return plan_angles(plan_weight, pos, dtype)
