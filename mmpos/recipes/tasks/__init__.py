@@ -1,0 +1,112 @@
+"""The task contract of the recipe runner, and the task registry.
+
+A task module registers a builder ``build(cfg, encoder, seed, device) -> Task`` with
+:func:`register_task`. Every module of this package is imported on demand (the first
+time a name is not found), so a new file is all it takes to add tasks; a module outside
+the package is named by the recipe's ``task_module`` key. See ``docs/recipes.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Task", "TaskInfo", "register_task", "get_task", "list_tasks", "encoder_names"]
+
+
+@dataclass
+class Task:
+    """What a builder returns; the runner owns the optimizer, devices, DDP and files.
+
+    Attributes:
+        model: the model to train (the runner moves it to the device and wraps it for DDP).
+        train_batch: ``step -> batch``, the *global* batch of training step ``step``; a pure
+            function of the task's seed and ``step``. Tensors (possibly nested in tuples,
+            lists, dicts) with the batch as first dimension.
+        loss: ``(model, batch) -> loss`` or ``(loss, {name: float})``.
+        evaluate: ``model -> {metric: float}``; called in eval mode under ``no_grad``.
+        metric: the key of ``evaluate``'s dict that ranks runs and selects ``best.pt``.
+        higher_is_better: direction of ``metric``.
+        param_groups: optional ``model -> optimizer parameter groups``.
+    """
+
+    model: nn.Module
+    train_batch: Callable[[int], Any]
+    loss: Callable[[nn.Module, Any], Tensor | tuple[Tensor, dict[str, float]]]
+    evaluate: Callable[[nn.Module], dict[str, float]]
+    metric: str
+    higher_is_better: bool = True
+    param_groups: Callable[[nn.Module], list[dict[str, Any]]] | None = None
+
+
+Builder = Callable[[dict, str, int, torch.device], Task]
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A registered task: its builder and the config keys it owns (with defaults)."""
+
+    name: str
+    build: Builder
+    defaults: dict[str, Any]
+
+
+_TASKS: dict[str, TaskInfo] = {}
+_IMPORT_ERRORS: dict[str, str] = {}
+
+
+def register_task(name: str, defaults: dict[str, Any] | None = None) -> Callable[[Builder], Builder]:
+    """Decorator registering ``build(cfg, encoder, seed, device) -> Task`` under ``name``.
+
+    ``defaults`` holds the config keys the task owns (e.g. ``{"model": {...}, "data": {...}}``);
+    the config validator accepts them besides the runner's keys.
+    """
+
+    def wrap(build: Builder) -> Builder:
+        if name in _TASKS and _TASKS[name].build is not build:
+            raise ValueError(f"task name {name!r} is already registered")
+        _TASKS[name] = TaskInfo(name, build, dict(defaults or {}))
+        return build
+
+    return wrap
+
+
+def _import_all() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        try:
+            importlib.import_module(f"{__name__}.{info.name}")
+        except ImportError as e:  # e.g. an optional dependency; reported if the task stays unknown
+            _IMPORT_ERRORS[info.name] = f"{type(e).__name__}: {e}"
+
+
+def get_task(name: str, module: str | None = None) -> TaskInfo:
+    """The task ``name``, importing ``module`` first (if given) and the package's task modules."""
+    if module:
+        importlib.import_module(module)
+    if name not in _TASKS:
+        _import_all()
+    if name not in _TASKS:
+        failed = "".join(f"\n  could not import {m}: {err}" for m, err in sorted(_IMPORT_ERRORS.items()))
+        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(_TASKS)}{failed}")
+    return _TASKS[name]
+
+
+def list_tasks() -> list[str]:
+    """Names of every task the package's task modules register."""
+    _import_all()
+    return sorted(_TASKS)
+
+
+def encoder_names(encoder: str) -> list[str]:
+    """``"rope-axial+peg"`` -> ``["rope-axial", "peg"]``; ``"none"`` -> ``["none"]``."""
+    names = [n.strip() for n in encoder.split("+")]
+    if not all(names):
+        raise ValueError(f"encoder must be a name or names joined by '+', got {encoder!r}")
+    return names
