@@ -1,0 +1,107 @@
+import math
+
+import pytest
+import torch
+
+from mmpos import Coords, Modality
+
+
+def test_grid_2d_non_square_with_prefix():
+    c = Coords.grid(3, 5, prefix=2, batch=4)
+    assert c.pos.shape == (4, 2 + 15, 2)
+    assert c.axes == ("h", "w")
+    assert c.grid_shape == (3, 5) and c.prefix == 2
+    assert torch.equal(c.pos[0, :2], torch.zeros(2, 2))
+    # row-major: token 2 + r * 5 + col sits at (r, col)
+    assert c.pos[0, 2 + 2 * 5 + 3].tolist() == [2.0, 3.0]
+    assert (c.modality[:, :2] == Modality.SPECIAL).all() and (c.modality[:, 2:] == Modality.IMAGE).all()
+
+
+def test_grid_3d_axes_and_modality():
+    c = Coords.grid(2, 3, 4)
+    assert c.axes == ("t", "h", "w") and c.num_tokens == 24
+    assert c.pos[0, -1].tolist() == [1.0, 2.0, 3.0]
+    assert (c.modality == Modality.VIDEO).all()
+
+
+def test_sequence_start_and_batch():
+    c = Coords.sequence(5, batch=2, start=3)
+    assert c.pos.shape == (2, 5, 1) and c.pos[1, :, 0].tolist() == [3, 4, 5, 6, 7]
+
+
+def test_points_and_mask():
+    xyz = torch.randn(7, 3)
+    c = Coords.points(xyz, mask=torch.ones(7, dtype=torch.bool))
+    assert c.axes == ("x", "y", "z") and c.pos.shape == (1, 7, 3) and c.mask.shape == (1, 7)
+
+
+def test_stack_right_and_left_padding():
+    a, b = Coords.sequence(3), Coords.sequence(5)
+    right = Coords.stack([a, b])
+    assert right.mask.tolist() == [[True] * 3 + [False] * 2, [True] * 5]
+    left = Coords.stack([a, b], padding_side="left")
+    assert left.mask[0].tolist() == [False, False, True, True, True]
+    assert left.pos[0, :, 0].tolist() == [0, 0, 0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: Coords(torch.tensor([[[float("nan")]]]), ("seq",)), "finite"),
+        (lambda: Coords(torch.tensor([[[float("inf")]]]), ("seq",)), "finite"),
+        (lambda: Coords(torch.zeros(1, 3, 1), ("seq",), mask=torch.ones(1, 4, dtype=torch.bool)), "mask"),
+        (lambda: Coords(torch.zeros(1, 3, 2), ("h", "w"), grid_shape=(2, 2)), "grid_shape"),
+        (lambda: Coords(torch.zeros(1, 3, 2), ("h",)), "axes"),
+        (lambda: Coords.grid(0, 4), "sizes"),
+        (lambda: Coords.grid(2, -1), "sizes"),
+        (lambda: Coords.grid(2, 2, prefix=-1), "prefix"),
+        (lambda: Coords.stack([Coords.sequence(2)], padding_side="top"), "padding_side"),
+        (lambda: Coords.stack([Coords.sequence(2), Coords.grid(2, 2)]), "axes"),
+        (lambda: Coords.points(torch.zeros(5)), "xyz"),
+    ],
+)
+def test_bad_input_names_the_argument(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_scaled_shifted_keep_prefix_at_zero():
+    c = Coords.grid(2, 3, prefix=1)
+    s = c.shifted((10, 20)).scaled(2)
+    assert s.pos[0, 0].tolist() == [0, 0]
+    assert s.pos[0, 1].tolist() == [20, 40]
+    with pytest.raises(ValueError, match="offset"):
+        c.shifted((1, 2, 3))
+
+
+def test_normalized_cell_centres():
+    c = Coords.grid(2, 4, prefix=1).normalized()
+    assert c.pos[0, 0].tolist() == [0, 0]
+    h = c.pos[0, 1:, 0].unique().tolist()
+    w = c.pos[0, 1:, 1].unique().tolist()
+    assert h == pytest.approx([-0.5, 0.5]) and w == pytest.approx([-0.75, -0.25, 0.25, 0.75])
+    with pytest.raises(ValueError, match="grid"):
+        Coords.points(torch.randn(4, 3)).normalized()
+
+
+def test_select_flattened_to_expand():
+    c = Coords.grid(2, 3, 4, prefix=1)
+    hw = c.select("w", "h")
+    assert hw.axes == ("w", "h") and hw.grid_shape is None
+    assert torch.equal(hw.pos[..., 0], c.pos[..., 2])
+    flat = c.flattened()
+    assert flat.axes == ("seq",) and flat.pos[0, :, 0].tolist() == [0] + list(range(24))
+    assert c.to(dtype=torch.float64).pos.dtype == torch.float64
+    assert c.expand(3).pos.shape == (3, 25, 3)
+    with pytest.raises(ValueError, match="batch size 1"):
+        c.expand(3).expand(2)
+    with pytest.raises(ValueError, match="axis"):
+        c.select("x")
+
+
+def test_check_tokens():
+    c = Coords.grid(4, 4, prefix=1)
+    c.check_tokens(8, 17)
+    with pytest.raises(ValueError, match="17 tokens"):
+        c.check_tokens(8, 16)
+    assert math.prod(c.grid_shape) + c.prefix == 17

@@ -1,0 +1,145 @@
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+from mmpos import Coords, FrequencyPlan, create
+from mmpos.rotary import apply_rotary, plan_angles, rope_frequencies, rotate_qk
+
+
+def _llama(head_dim, heads=4, theta=10000.0, partial=1.0):
+    cfg = LlamaConfig(
+        hidden_size=head_dim * heads, num_attention_heads=heads, rope_theta=theta, partial_rotary_factor=partial
+    )
+    return LlamaRotaryEmbedding(cfg)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("start", [0, 1000])
+def test_rope_equals_transformers_llama(dtype, start):
+    torch.manual_seed(0)
+    b, h, n, d = 2, 4, 33, 32
+    q, k = torch.randn(b, h, n, d, dtype=dtype), torch.randn(b, h, n, d, dtype=dtype)
+    ids = torch.arange(start, start + n).expand(b, n)
+    cos, sin = _llama(d, h)(q, ids)
+    q_ref, k_ref = apply_rotary_pos_emb(q, k, cos, sin)
+    enc = create("rope", dim=d * h, num_heads=h)
+    q_out, k_out = enc.rotate(q, k, Coords.sequence(n, batch=b, start=start))
+    assert torch.equal(q_out, q_ref) and torch.equal(k_out, k_ref)
+
+
+def test_partial_rotary_equals_transformers():
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 9, 64), torch.randn(1, 2, 9, 64)
+    cos, sin = _llama(64, 2, partial=0.5)(q, torch.arange(9)[None])
+    rot = 32
+    q_ref = torch.cat(apply_rotary_pos_emb(q[..., :rot], k[..., :rot], cos, sin)[0:1] + (q[..., rot:],), -1)
+    enc = create("rope", head_dim=64, rotary_dim=rot)
+    q_out, _ = enc.rotate(q, k, Coords.sequence(9))
+    torch.testing.assert_close(q_out, q_ref, rtol=0, atol=0)
+
+
+def test_frequencies_match_inv_freq():
+    rot = _llama(64)
+    assert torch.equal(rope_frequencies(32, 10000.0), rot.inv_freq)
+
+
+def test_interleaved_convention_is_a_channel_permutation_of_half():
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 5, 8)
+    angles = torch.randn(1, 5, 4)
+    half = apply_rotary(x, angles.cos(), angles.sin(), "half")
+    perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])  # half layout -> interleaved layout
+    inter = apply_rotary(x[..., perm], angles.cos(), angles.sin(), "interleaved")
+    assert torch.allclose(inter, half[..., perm])
+
+
+def _scores(plan, q, k, pos_q, pos_k):
+    aq = plan_angles(plan.weight, pos_q, pos_q.dtype)
+    ak = plan_angles(plan.weight, pos_k, pos_k.dtype)
+    qr = apply_rotary(q, aq.cos(), aq.sin(), plan.convention)
+    kr = apply_rotary(k, ak.cos(), ak.sin(), plan.convention)
+    return (qr * kr).sum(-1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shift=st.lists(st.floats(-50, 50, allow_nan=False), min_size=3, max_size=3),
+    convention=st.sampled_from(["half", "interleaved"]),
+    kind=st.sampled_from(["rope", "axial", "chunked", "interleaved_axes", "per_head"]),
+)
+def test_relative_property(shift, convention, kind):
+    """Rotated q . k depends only on the difference of the positions."""
+    g = torch.Generator().manual_seed(1)
+    d = 24
+    plans = {
+        "rope": lambda: FrequencyPlan.rope(d, axis="t", convention=convention),
+        "axial": lambda: FrequencyPlan.axial(d, ("t", "h", "w"), theta=100.0, convention=convention),
+        "chunked": lambda: FrequencyPlan.chunked_axes(d, [4, 4, 4], convention=convention),
+        "interleaved_axes": lambda: FrequencyPlan.interleaved_axes(d, [4, 4, 4], convention=convention),
+        "per_head": lambda: FrequencyPlan.per_head(d, 3, [1, 1, 1], convention=convention),
+    }
+    plan = plans[kind]()
+    a = len(plan.axes)
+    q, k = torch.randn(1, 3, 6, d, generator=g, dtype=torch.float64), torch.randn(1, 3, 6, d, generator=g, dtype=torch.float64)
+    pq, pk = torch.randn(1, 6, a, generator=g, dtype=torch.float64) * 10, torch.randn(1, 6, a, generator=g, dtype=torch.float64) * 10
+    delta = torch.tensor(shift[:a], dtype=torch.float64)
+    plan = FrequencyPlan(plan.weight.double(), plan.axes, plan.head_dim, plan.convention)
+    s0 = _scores(plan, q, k, pq, pk)
+    s1 = _scores(plan, q, k, pq + delta, pk + delta)
+    torch.testing.assert_close(s0, s1, rtol=1e-9, atol=1e-9)
+
+
+def test_plans_assign_pairs_as_documented():
+    chunked = FrequencyPlan.chunked_axes(128, [16, 24, 24])
+    owner = chunked.weight.ne(0).float().argmax(0)
+    assert owner[:16].eq(0).all() and owner[16:40].eq(1).all() and owner[40:].eq(2).all()
+    inter = FrequencyPlan.interleaved_axes(128, [24, 20, 20])
+    owner = inter.weight.ne(0).float().argmax(0)
+    assert owner[:60].tolist() == [0, 1, 2] * 20 and owner[60:].eq(0).all()
+    head = FrequencyPlan.per_head(16, 8, [2, 3, 2])
+    owner = head.weight.ne(0).any(-1)  # (H, A)
+    assert owner.float().argmax(-1)[:7].tolist() == [0, 0, 1, 1, 1, 2, 2] and not owner[7].any()
+    axial = FrequencyPlan.axial(16, ("h", "w"))
+    assert torch.equal(axial.weight[0, :4], rope_frequencies(4, 100.0))
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: FrequencyPlan.chunked_axes(128, [16, 24, 20]), "sum to the 64"),
+        (lambda: FrequencyPlan.interleaved_axes(128, [24, 20, 20, 0]), "one count per axis"),
+        (lambda: FrequencyPlan.rope(15), "head_dim"),
+        (lambda: FrequencyPlan.rope(16, rotary_dim=20), "rotary_dim"),
+        (lambda: FrequencyPlan.axial(12, ("h", "w", "t", "x", "y")), "split evenly"),
+        (lambda: FrequencyPlan.per_head(16, 4, [2, 2, 2]), "head_sections"),
+        (lambda: FrequencyPlan.rope(16, theta=-1.0), "theta"),
+        (lambda: FrequencyPlan.rope(16, convention="complex"), "convention"),
+    ],
+)
+def test_bad_plans(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_rotate_qk_with_per_head_angles_groups_query_heads():
+    torch.manual_seed(0)
+    plan = FrequencyPlan.per_head(8, 2, [1, 1], axes=("h", "w"))
+    angles = plan_angles(plan.weight, torch.randn(1, 5, 2))  # (1, 2, 5, 4)
+    q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
+    qr, kr = rotate_qk(q, k, angles)
+    # query heads 0, 1 share KV head 0; 2, 3 share KV head 1
+    q_ref = apply_rotary(q, angles.repeat_interleave(2, 1).cos(), angles.repeat_interleave(2, 1).sin())
+    assert torch.equal(qr, q_ref)
+    with pytest.raises(ValueError, match="heads"):
+        rotate_qk(torch.randn(1, 3, 5, 8), k, angles)
+
+
+def test_prefix_tokens_are_not_rotated():
+    enc = create("rope", head_dim=8)
+    c = Coords.grid(2, 2, prefix=1)
+    q = torch.randn(1, 1, 5, 8)
+    qr, _ = enc.rotate(q, q, c)
+    assert torch.equal(qr[:, :, 0], q[:, :, 0])
