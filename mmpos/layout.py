@@ -33,7 +33,8 @@ Conventions shared with the rotary encoders (:mod:`mmpos.encoders.mrope`):
   ``i + j``, ``i + (W-1-j)``, ``(H-1-i) + j``, ``(H-1-i) + (W-1-j)`` (plus the frame offset).
 * ``coords.pos`` is float32, except ``v2pe`` (float64, so fractional steps such as
   ``1/256`` stay exact at ``10**6`` tokens).
-* ``rope_deltas`` ``(B, 1)``: next position minus ``L``; during decoding the token at
+* ``rope_deltas`` ``(B, 1)``: next position minus ``L`` (int64; float32 for ``hope``,
+  whose positions after a video may be fractional); during decoding the token at
   cache position ``c`` gets position ``c + rope_deltas`` on every axis
   (:func:`decode_position_ids`).
 """
@@ -56,6 +57,8 @@ __all__ = [
     "Layout",
     "SCHEMES",
     "SCHEME_AXES",
+    "HOPE_SCALES",
+    "V2PE_DELTAS",
     "build",
     "decode_position_ids",
 ]
@@ -73,6 +76,11 @@ SCHEME_AXES: dict[str, tuple[str, ...]] = {
     "flat": ("seq",),
 }
 SCHEMES = tuple(SCHEME_AXES)
+#: HoPE's training choices of the temporal scale ``s`` (hrlics/HoPE ``modeling_hope.py``)
+HOPE_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
+#: V2PE's training choices of the visual step ``delta = stride / 256`` (OpenGVLab/V2PE ``v2pe_rnd``)
+V2PE_DELTAS = tuple(2.0**-k for k in range(9))
+ADVANCES = ("max", "spatial")
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:
@@ -134,8 +142,7 @@ class Layout:
 
     Attributes:
         position_ids: ``(3, B, L)`` (``(4, B, L)`` for ``vrope``), HF layout; ``1`` on padding.
-        rope_deltas: ``(B, 1)`` next position minus ``L`` (int64; float64 for ``v2pe``,
-            float32 for ``hope``).
+        rope_deltas: ``(B, 1)`` next position minus ``L`` (int64; float32 for ``hope``).
         attention_mask: ``(B, L)`` int64, 1 on real tokens (as HF models expect).
         modality: ``(B, L)`` int64 :class:`~mmpos.coords.Modality` codes (padding: ``TEXT``).
         coords: the same positions as a :class:`~mmpos.coords.Coords` (``pos`` ``(B, L, A)``,
@@ -177,3 +184,279 @@ def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_n
     steps = torch.arange(num_new, device=rope_deltas.device)
     pos = rope_deltas + (start + steps).to(rope_deltas.dtype)  # (B, 1) + (num_new,) -> (B, num_new)
     return pos.unsqueeze(0).expand(rows, -1, -1)
+
+
+# --------------------------------------------------------------------------- the shared core
+@dataclass(frozen=True, eq=False)
+class VisionBlocks:
+    """One row per vision block of a batch (an image, a video, or a Qwen3-VL video frame).
+
+    Attributes:
+        grid: ``(K, 3)`` int64 ``(t, h, w)`` in tokens, i.e. *after* the spatial merge.
+        second_per_grid: ``(K,)`` float32 seconds per temporal patch (0 for images).
+        delta: ``(K,)`` float64 V2PE step of the block's tokens.
+        scale: ``(K,)`` float64 HoPE temporal scale of the block.
+    """
+
+    grid: Tensor
+    second_per_grid: Tensor
+    delta: Tensor
+    scale: Tensor
+
+
+def token_positions(
+    block: Tensor,
+    local: Tensor,
+    real: Tensor,
+    blocks: VisionBlocks,
+    scheme: str,
+    tokens_per_second: float = 2,
+    temporal_stride: int = 1,
+    advance: str = "max",
+) -> tuple[Tensor, Tensor]:
+    """Positions of every token of a padded batch under ``scheme``, vectorised over the batch.
+
+    Args:
+        block: ``(B, L)`` int64 row of ``blocks`` each vision token belongs to, ``-1`` for text
+            and padding.
+        local: ``(B, L)`` int64 index of a vision token inside its block (raster order t, h, w).
+        real: ``(B, L)`` bool, ``False`` on padding.
+        blocks: the vision blocks.
+        scheme: one of :data:`SCHEMES`.
+        tokens_per_second: Qwen2.5-VL temporal resolution (``qwen2.5-vl`` only).
+        temporal_stride: MRoPE-I temporal stride (``mrope-i`` only).
+        advance: ``"max"`` (text after a block continues at the block's maximum over all axes
+            + 1) or ``"spatial"`` (transformers >= 5.3: ``start + max(h, w)``, time ignored).
+
+    Returns:
+        ``pos`` ``(B, L, A)`` float64 (zero on padding) and ``next`` ``(B,)`` float64, the
+        position the token after each sample gets.
+
+    Every text token advances the position by 1 and every vision block by its *extent*;
+    a unit's start is the running sum of the extents before it (a cumsum along ``L``).
+    """
+    f64 = torch.float64
+    is_vision = block >= 0
+    if blocks.grid.shape[0]:
+        row = block.clamp(min=0)
+        t, h, w = blocks.grid[row].unbind(-1)  # (B, L) each
+    else:  # no vision block: any grid will do, every token is text
+        t = h = w = torch.ones_like(block)
+        row = None
+    ti, hi, wi = local // (h * w), (local // w) % h, local % w
+    use_start = torch.ones(len(SCHEME_AXES[scheme]), dtype=f64, device=block.device)
+    if scheme in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "mhrope", "mrope-i"):
+        if scheme == "qwen2.5-vl" and row is not None:
+            # multiply, then floor, in float32 as the Qwen2.5-VL reference does
+            spg = blocks.second_per_grid[row]
+            t_off = (ti.float() * spg * tokens_per_second).long()
+            t_max = ((t - 1).float() * spg * tokens_per_second).long()
+        else:
+            stride = temporal_stride if scheme == "mrope-i" else 1
+            t_off, t_max = ti * stride, (t - 1) * stride
+        offset = torch.stack([t_off, hi, wi], dim=-1).to(f64)
+        if advance == "max":
+            extent = torch.maximum(torch.maximum(t_max, h - 1), w - 1) + 1
+        else:
+            extent = torch.maximum(h, w)
+        extent = extent.to(f64)
+        if scheme == "mrope-i":
+            use_start[1:] = 0  # spatial reset: h and w start at 0 in every block
+    elif scheme == "hope":
+        scale = blocks.scale[row] if row is not None else torch.ones_like(block, dtype=f64)
+        t_off = ti.to(f64) * scale
+        h_off = (hi - (h - 1) // 2).to(f64) + t_off  # centred, then shifted by the scaled time
+        w_off = (wi - (w - 1) // 2).to(f64) + t_off
+        offset = torch.stack([t_off, h_off, w_off], dim=-1)
+        extent = (t - 1).to(f64) * scale + 1
+    elif scheme == "vrope":
+        frame = ti * (h + w - 1)
+        hi_flip, wi_flip = h - 1 - hi, w - 1 - wi
+        offset = torch.stack([hi + wi, hi + wi_flip, hi_flip + wi, hi_flip + wi_flip], dim=-1) + frame.unsqueeze(-1)
+        offset = offset.to(f64)
+        extent = (t * (h + w - 1)).to(f64)
+    elif scheme == "v2pe":
+        step = blocks.delta[row] if row is not None else torch.ones_like(block, dtype=f64)
+        offset = ((local + 1).to(f64) * step - 1).unsqueeze(-1)  # after the previous token by step, 2 step, ...
+        extent = torch.ceil((t * h * w).to(f64) * step)  # text resumes at ceil(last visual) + 1
+    elif scheme == "flat":
+        offset = local.to(f64).unsqueeze(-1)
+        extent = (t * h * w).to(f64)
+    else:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+
+    zero = torch.zeros((), dtype=f64, device=block.device)
+    one = torch.ones((), dtype=f64, device=block.device)
+    unit = torch.where(is_vision, extent, one)  # (B, L) extent of the unit holding the token
+    adv = torch.where(is_vision & (local != 0), zero, unit) * real  # counted once per unit
+    start = adv.cumsum(dim=1) - unit  # (B, L)
+    text_pos = start.unsqueeze(-1).expand(*start.shape, use_start.shape[0])
+    pos = torch.where(is_vision.unsqueeze(-1), start.unsqueeze(-1) * use_start + offset, text_pos)
+    pos = pos * real.unsqueeze(-1)
+    return pos, adv.sum(dim=1)
+
+
+# --------------------------------------------------------------------------- build
+def _check_scheme_options(
+    scheme: str, delta: float | None, temporal_scale: float | None, training: bool
+) -> tuple[float, float]:
+    """Returns ``(delta, temporal_scale)`` with the scheme's defaults filled in."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    if delta is not None and scheme != "v2pe":
+        raise ValueError(f"delta applies only to scheme='v2pe', got delta={delta!r} for scheme={scheme!r}")
+    if temporal_scale is not None and scheme not in ("hope", "mrope-i"):
+        raise ValueError(f"temporal_scale applies only to 'hope' and 'mrope-i', got it for scheme={scheme!r}")
+    if scheme == "v2pe":
+        if training and delta is not None:
+            raise ValueError("delta must be None when training=True (V2PE draws it per image)")
+        if not training and not (isinstance(delta, (int, float)) and not isinstance(delta, bool) and 0 < delta <= 1):
+            raise ValueError(f"delta must be a number in (0, 1] for scheme='v2pe' at evaluation, got {delta!r}")
+    if scheme == "hope":
+        if training and temporal_scale is not None:
+            raise ValueError("temporal_scale must be None when training=True (HoPE draws it per block)")
+        ok = isinstance(temporal_scale, (int, float)) and not isinstance(temporal_scale, bool)
+        if not training and not (ok and math.isfinite(temporal_scale) and temporal_scale > 0):
+            raise ValueError(
+                f"temporal_scale must be a positive number for scheme='hope' at evaluation "
+                f"(the reference makes the user choose it), got {temporal_scale!r}"
+            )
+    if scheme == "mrope-i" and temporal_scale is not None:
+        _check_int(temporal_scale, "temporal_scale (the MRoPE-I temporal stride)", 1)
+    default_scale = 1.0 if scheme != "hope" or training else float(temporal_scale)  # type: ignore[arg-type]
+    if scheme == "mrope-i" and temporal_scale is not None:
+        default_scale = temporal_scale
+    return (1.0 if delta is None else float(delta)), default_scale
+
+
+def build(
+    samples: Sequence[Sequence[Segment]],
+    scheme: str,
+    *,
+    spatial_merge_size: int = 2,
+    padding_side: str = "right",
+    tokens_per_second: float = 2,
+    delta: float | None = None,
+    temporal_scale: float | None = None,
+    training: bool = False,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> Layout:
+    """Positions of a batch of interleaved text / image / video samples.
+
+    Args:
+        samples: ``B`` samples, each a non-empty list of :class:`Text`, :class:`Image`,
+            :class:`Video` segments; a vision segment holds ``t * (h / m) * (w / m)`` tokens
+            (``m = spatial_merge_size``).
+        scheme: one of :data:`SCHEMES` (rules in ``docs/layouts.md``).
+        spatial_merge_size: patches merged per token along h and w (2 in Qwen-VL).
+        padding_side: ``"right"`` or ``"left"``.
+        tokens_per_second: ``qwen2.5-vl`` temporal resolution (2 in the released checkpoints).
+        delta: ``v2pe`` visual step in ``(0, 1]`` at evaluation (``stride / 256``).
+        temporal_scale: ``hope`` temporal scale ``s`` at evaluation (required), or the
+            ``mrope-i`` temporal stride (int, default 1).
+        training: ``v2pe`` draws ``delta`` per block from :data:`V2PE_DELTAS`, ``hope`` draws
+            ``s`` per block from :data:`HOPE_SCALES`; other schemes ignore it.
+        generator: random source for ``training``.
+        device: where the tensors are built.
+
+    Under ``qwen3-vl`` a :class:`Video` becomes ``t`` consecutive one-frame blocks; for the
+    exact Qwen3-VL token layout write each frame as ``Text(timestamp tokens), Video((1, h, w))``.
+    """
+    delta_value, scale_value = _check_scheme_options(scheme, delta, temporal_scale, training)
+    m = _check_int(spatial_merge_size, "spatial_merge_size", 1)
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    if isinstance(tokens_per_second, bool) or not isinstance(tokens_per_second, (int, float)) or not tokens_per_second > 0:
+        raise ValueError(f"tokens_per_second must be a positive number, got {tokens_per_second!r}")
+    if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or not samples:
+        raise ValueError("samples must be a non-empty list of samples (lists of segments)")
+
+    # one row per segment: sample, modality, tokens, t, h, w (merged); seconds per grid
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    seconds: list[float] = []
+    for i, sample in enumerate(samples):
+        if isinstance(sample, (str, bytes)) or not isinstance(sample, Sequence) or not sample:
+            raise ValueError(f"samples[{i}] must be a non-empty list of segments, got {sample!r}")
+        for j, seg in enumerate(sample):
+            if isinstance(seg, Text):
+                rows.append((i, int(Modality.TEXT), seg.n, 0, 0, 0))
+                seconds.append(0.0)
+                continue
+            if not isinstance(seg, (Image, Video)):
+                raise ValueError(f"samples[{i}][{j}] must be a Text, Image or Video segment, got {seg!r}")
+            t, h, w = seg.grid_thw
+            if h % m or w % m:
+                raise ValueError(
+                    f"samples[{i}][{j}].grid_thw={seg.grid_thw}: h and w must be divisible by "
+                    f"spatial_merge_size={m}"
+                )
+            h, w = h // m, w // m
+            if isinstance(seg, Image):
+                rows.append((i, int(Modality.IMAGE), t * h * w, t, h, w))
+                seconds.append(0.0)  # images get no temporal scaling
+            else:
+                frames = [(1, t)] * t if scheme == "qwen3-vl" else [(t, 1)]
+                for frame_t, _ in frames:
+                    rows.append((i, int(Modality.VIDEO), frame_t * h * w, frame_t, h, w))
+                    seconds.append(1.0 if seg.second_per_grid is None else float(seg.second_per_grid))
+
+    seg = torch.tensor(rows, dtype=torch.long, device=device)  # (S, 6)
+    seg_sample, seg_kind, seg_len = seg[:, 0], seg[:, 1], seg[:, 2]
+    batch = len(samples)
+    sample_len = torch.zeros(batch, dtype=torch.long, device=device).index_add_(0, seg_sample, seg_len)
+    length = int(sample_len.max())
+
+    # token level: segment of each token, index inside it, and its (row, column) in the batch
+    n = int(seg_len.sum())
+    tok_seg = torch.repeat_interleave(torch.arange(len(rows), device=device), seg_len)  # (N,)
+    tok_index = torch.arange(n, device=device)
+    local = tok_index - (seg_len.cumsum(0) - seg_len)[tok_seg]
+    tok_sample = seg_sample[tok_seg]
+    col = tok_index - (sample_len.cumsum(0) - sample_len)[tok_sample]
+    if padding_side == "left":
+        col = col + (length - sample_len)[tok_sample]
+
+    is_vision_seg = seg_kind != int(Modality.TEXT)
+    seg_block = torch.where(is_vision_seg, is_vision_seg.long().cumsum(0) - 1, -1)
+    shape = (batch, length)
+    block = torch.full(shape, -1, dtype=torch.long, device=device)
+    block[tok_sample, col] = seg_block[tok_seg]
+    local_bl = torch.zeros(shape, dtype=torch.long, device=device)
+    local_bl[tok_sample, col] = local
+    real = torch.zeros(shape, dtype=torch.bool, device=device)
+    real[tok_sample, col] = True
+    modality = torch.full(shape, int(Modality.TEXT), dtype=torch.long, device=device)
+    modality[tok_sample, col] = seg_kind[tok_seg]
+
+    k = int(is_vision_seg.sum())
+    if training and scheme == "v2pe":
+        delta_t = torch.tensor(V2PE_DELTAS, dtype=torch.float64)[torch.randint(len(V2PE_DELTAS), (k,), generator=generator)]
+    else:
+        delta_t = torch.full((k,), delta_value, dtype=torch.float64)
+    if training and scheme == "hope":
+        scale_t = torch.tensor(HOPE_SCALES, dtype=torch.float64)[torch.randint(len(HOPE_SCALES), (k,), generator=generator)]
+    else:
+        scale_t = torch.full((k,), scale_value, dtype=torch.float64)
+    blocks = VisionBlocks(
+        grid=seg[is_vision_seg, 3:6],
+        second_per_grid=torch.tensor(seconds, dtype=torch.float32, device=device)[is_vision_seg],
+        delta=delta_t.to(device),
+        scale=scale_t.to(device),
+    )
+    stride = int(scale_value) if scheme == "mrope-i" else 1
+    pos, nxt = token_positions(block, local_bl, real, blocks, scheme, tokens_per_second, stride)
+    return _layout(pos, nxt, real, modality, scheme)
+
+
+def _layout(pos: Tensor, nxt: Tensor, real: Tensor, modality: Tensor, scheme: str) -> Layout:
+    """Package float64 positions ``(B, L, A)`` into a :class:`Layout` with per-scheme dtypes."""
+    length = real.shape[1]
+    coord_dtype = torch.float64 if scheme == "v2pe" else torch.float32
+    id_dtype = {"v2pe": torch.float64, "hope": torch.float32}.get(scheme, torch.long)
+    ids = pos.permute(2, 0, 1).masked_fill(~real, 1).to(id_dtype)  # (A, B, L), 1 on padding
+    if ids.shape[0] == 1:
+        ids = ids.expand(3, -1, -1).contiguous()
+    deltas = (nxt - length).unsqueeze(1).to(torch.float32 if scheme == "hope" else torch.long)
+    coords = Coords(pos.to(coord_dtype), SCHEME_AXES[scheme], mask=real, modality=modality)
+    return Layout(ids, deltas, real.long(), modality, coords, scheme)
