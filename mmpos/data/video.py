@@ -1,0 +1,121 @@
+"""Video event clips, written to and read back from video files with OpenCV.
+
+A clip shows ``frames`` frames of a ``rows x cols`` cell scene with static coloured
+objects; at frame ``f`` a white square flashes in cell ``(r, c)`` for ``duration``
+frames. Questions (token ids, vocabulary of :mod:`mmpos.data.grounding` plus ``WHEN``
+and ``EVENT``):
+
+* ``WHEN`` -> ``[index f, EMPTY]`` -- when does the flash start;
+* ``EVENT`` -> ``[row r, column c]`` -- where is it.
+
+Clips go through a real codec (Motion-JPEG in an AVI container by default), so the
+frames the model sees carry compression artefacts like decoded video does.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import torch
+from torch import Tensor
+
+from .grounding import ANSWER, EMPTY, INDEX0, MAX_CELLS, VOCAB_SIZE
+from .scenes import random_scene, render_scene
+
+__all__ = ["EventClips", "make_event_clips", "write_video", "read_video", "WHEN", "EVENT", "VIDEO_VOCAB_SIZE"]
+
+WHEN, EVENT = VOCAB_SIZE, VOCAB_SIZE + 1
+VIDEO_VOCAB_SIZE = VOCAB_SIZE + 2
+
+
+def write_video(path: str, frames: np.ndarray, fps: float = 8.0, codec: str = "MJPG") -> None:
+    """Write float ``(T, 3, H, W)`` RGB frames in [0, 1] to ``path`` with OpenCV."""
+    if frames.ndim != 4 or frames.shape[1] != 3:
+        raise ValueError(f"frames must be (T, 3, H, W), got {frames.shape}")
+    t, _, h, w = frames.shape
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec), fps, (w, h))
+    if not writer.isOpened():
+        raise RuntimeError(f"OpenCV could not open a {codec} writer for {path}")
+    for frame in frames:
+        rgb = (frame.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)
+        writer.write(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    writer.release()
+
+
+def read_video(path: str) -> np.ndarray:
+    """Read a video file into float32 ``(T, 3, H, W)`` RGB frames in [0, 1]."""
+    cap = cv2.VideoCapture(path)
+    frames = []
+    while True:
+        ok, bgr = cap.read()
+        if not ok:
+            break
+        frames.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB).transpose(2, 0, 1))
+    cap.release()
+    if not frames:
+        raise RuntimeError(f"OpenCV read no frame from {path}")
+    return np.stack(frames).astype(np.float32) / 255.0
+
+
+@dataclass(frozen=True)
+class EventClips:
+    """``clips`` ``(B, T, 3, H, W)``; ``question`` ``(B, 2)`` = ``[kind, ANSWER]``; ``answer`` ``(B, 2)``;
+    ``event`` ``(B, 3)`` = ``(frame, row, col)``."""
+
+    clips: Tensor
+    question: Tensor
+    answer: Tensor
+    event: Tensor
+
+
+def make_event_clips(
+    n: int,
+    frames: int,
+    rows: int,
+    cols: int,
+    seed: int,
+    cell: int = 16,
+    duration: int = 2,
+    roundtrip: bool = True,
+    noise: float = 0.03,
+) -> EventClips:
+    """``n`` clips, half ``WHEN`` and half ``EVENT`` questions; ``roundtrip`` encodes through a file."""
+    if not 1 <= frames - duration + 1 <= MAX_CELLS or duration < 1:
+        raise ValueError(f"frames - duration + 1 must be in [1, {MAX_CELLS}], got frames={frames}, duration={duration}")
+    if not (1 <= rows <= MAX_CELLS and 1 <= cols <= MAX_CELLS):
+        raise ValueError(f"rows and cols must be in [1, {MAX_CELLS}], got {(rows, cols)}")
+    rng = np.random.default_rng(seed)
+    clips, questions, answers, events = [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n):
+            scene = random_scene(rows, cols, max(1, rows * cols // 3), rng)
+            base = render_scene(scene, cell, rng, noise=0.0)
+            f = int(rng.integers(frames - duration + 1))
+            r, c = int(rng.integers(rows)), int(rng.integers(cols))
+            clip = np.repeat(base[None], frames, axis=0)
+            m = max(cell // 6, 1)
+            clip[f : f + duration, :, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
+            if noise:
+                clip = np.clip(clip + rng.normal(0.0, noise, clip.shape).astype(np.float32), 0.0, 1.0)
+            if roundtrip:
+                path = os.path.join(tmp, f"clip{i}.avi")
+                write_video(path, clip)
+                clip = read_video(path)
+            clips.append(clip)
+            if i % 2 == 0:
+                questions.append([WHEN, ANSWER])
+                answers.append([INDEX0 + f, EMPTY])
+            else:
+                questions.append([EVENT, ANSWER])
+                answers.append([INDEX0 + r, INDEX0 + c])
+            events.append([f, r, c])
+    return EventClips(
+        torch.from_numpy(np.stack(clips)),
+        torch.tensor(questions, dtype=torch.long),
+        torch.tensor(answers, dtype=torch.long),
+        torch.tensor(events, dtype=torch.long),
+    )
