@@ -1,0 +1,385 @@
+"""The multimodal rotary family: M-RoPE (chunked, interleaved), MHRoPE, VRoPE, HoPE, V2PE.
+
+Every method here is a :class:`~mmpos.rotary.FrequencyPlan` -- which rotary pair reads
+which coordinate axis at which frequency, per head for MHRoPE -- applied by the shared
+rotary core; they differ only in the plan and in the positions their layout
+(:mod:`mmpos.layout`) gives the tokens. Pair ``p`` of ``P = head_dim / 2`` always has
+the 1-D RoPE frequency ``theta ** (-p / P)`` (pair 0 rotates fastest).
+
+==================  ======================  ===========================================
+encoder             axes read               pair ``p`` reads
+==================  ======================  ===========================================
+mrope               ``t, h, w``             ``t`` / ``h`` / ``w`` in consecutive chunks
+                                            of ``mrope_section`` pairs (``[16, 24, 24]``)
+mrope-interleaved   ``t, h, w``             axis ``p mod 3`` while ``p < 3 * section``,
+(mrope-i)                                   then ``t`` (``[24, 20, 20]``: THW x20, TTTT)
+mhrope              ``t, h, w``             KV head ``j`` reads one axis with all pairs
+                                            (``head_sections`` count KV heads, e.g.
+                                            ``[2, 3, 3]``); leftover heads unrotated
+vrope               ``c0, c1, c2, c3``      combination ``c{p mod 4}``
+hope                ``h, w``                pairs ``< P - section_t``: ``h`` (even ``p``),
+                                            ``w`` (odd ``p``); the last ``section_t``
+                                            (lowest-frequency) pairs: zero frequency
+v2pe                ``seq``                 ``seq`` (1-D RoPE at fractional positions)
+==================  ======================  ===========================================
+
+A 1-D coordinate set (axes ``("seq",)``) is read as text: the same position on every
+axis the plan reads, so ``mrope``, ``mrope-i``, ``vrope`` (and ``mhrope`` when its
+``head_sections`` use every KV head) equal 1-D RoPE on text-only input. ``hope``
+does not: its zero-frequency pairs are unrotated for every token, text included, as
+in the reference implementation.
+
+Shapes: q ``(B, Hq, N, D)``, k ``(B, Hkv, N, D)``; angles ``(B, N, D/2)`` or, for
+``mhrope``, ``(B, Hkv, N, D/2)`` (query heads use ``repeat_interleave`` of the KV-head
+angles, the grouping of grouped-query attention). Angles are float32, float64 when the
+positions are float64 (``v2pe`` at long contexts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import torch
+
+from ..coords import Coords
+from ..registry import register_encoder
+from ..rotary import FrequencyPlan, rope_frequencies
+from .base import RotaryEncoder, resolve_head_dim
+
+__all__ = [
+    "MRope",
+    "MRopeInterleaved",
+    "MHRope",
+    "VRope",
+    "HoPE",
+    "V2PE",
+    "default_mrope_section",
+    "mrope_plan",
+    "mhrope_plan",
+    "vrope_plan",
+    "hope_plan",
+]
+
+THW = ("t", "h", "w")
+VROPE_AXES = ("c0", "c1", "c2", "c3")
+
+
+def _pairs(head_dim: int) -> int:
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"head_dim must be a positive even int, got {head_dim!r}")
+    return head_dim // 2
+
+
+def default_mrope_section(head_dim: int, interleaved: bool = False) -> tuple[int, int, int]:
+    """Rotary pairs per ``(t, h, w)`` in the proportions of the Qwen configs.
+
+    Chunked (Qwen2/2.5-VL): ``t = P // 4``, ``h = (P - t) // 2``, ``w = P - t - h``
+    (``[16, 24, 24]`` for ``P = 64``). Interleaved (Qwen3-VL): ``h = w = 5 P // 16``,
+    ``t = P - 2 h`` (``[24, 20, 20]``).
+    """
+    p = _pairs(head_dim)
+    if interleaved:
+        h = 5 * p // 16
+        return (p - 2 * h, h, h)
+    t = p // 4
+    h = (p - t) // 2
+    return (t, h, p - t - h)
+
+
+def _check_section(section: Sequence[int], total: int, what: str, name: str = "mrope_section") -> tuple[int, ...]:
+    try:
+        out = tuple(int(s) for s in section)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a sequence of 3 ints (t, h, w), got {section!r}") from None
+    if len(out) != 3 or any(s < 0 for s in out) or sum(out) != total:
+        raise ValueError(f"{name} must hold 3 non-negative {what} (t, h, w) summing to {total}, got {list(out)}")
+    return out
+
+
+def mrope_plan(
+    head_dim: int,
+    mrope_section: Sequence[int] | None = None,
+    interleaved: bool = False,
+    theta: float = 10000.0,
+    convention: str = "half",
+) -> FrequencyPlan:
+    """M-RoPE plan: chunked (Qwen2/2.5-VL) or interleaved (Qwen3-VL, MRoPE-I).
+
+    ``mrope_section`` counts rotary pairs per ``(t, h, w)`` and sums to ``head_dim / 2``.
+    Interleaved sections must give every axis exactly its count under the rule of
+    Qwen3-VL's ``apply_interleaved_mrope`` (roughly ``3 * section[h or w] <= head_dim / 2``).
+    """
+    p = _pairs(head_dim)
+    section = default_mrope_section(head_dim, interleaved) if mrope_section is None else mrope_section
+    section = _check_section(section, p, "rotary pair counts")
+    if not interleaved:
+        return FrequencyPlan.chunked_axes(head_dim, section, THW, theta, convention)
+    plan = FrequencyPlan.interleaved_axes(head_dim, section, THW, theta, convention)
+    counts = tuple(int(c) for c in (plan.weight != 0).sum(-1))  # pairs per axis (pair 0 has freq 1)
+    if counts != section:
+        raise ValueError(
+            f"interleaved mrope_section {list(section)} gives (t, h, w) {list(counts)} pairs: h and w take every "
+            f"third pair below 3 * section, so 3 * section[h or w] must not exceed head_dim/2 = {p}"
+        )
+    return plan
+
+
+def mhrope_plan(
+    head_dim: int,
+    num_kv_heads: int,
+    head_sections: Sequence[int] | None = None,
+    theta: float = 10000.0,
+    convention: str = "half",
+) -> FrequencyPlan:
+    """MHRoPE plan ``(num_kv_heads, 3, P)``: KV heads ``[0, s_t)`` read ``t``, the next
+    ``s_h`` read ``h``, the next ``s_w`` read ``w``, each with the full spectrum; heads
+    beyond ``sum(head_sections)`` are not rotated. Default ``t = H // 4``,
+    ``h = w = (H - t) // 2`` (``[2, 3, 3]`` for 8 KV heads, as the reference)."""
+    _pairs(head_dim)
+    if not isinstance(num_kv_heads, int) or isinstance(num_kv_heads, bool) or num_kv_heads <= 0:
+        raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
+    if head_sections is None:
+        t = num_kv_heads // 4
+        head_sections = (t, (num_kv_heads - t) // 2, (num_kv_heads - t) // 2)
+    try:
+        sections = tuple(int(s) for s in head_sections)
+    except (TypeError, ValueError):
+        raise ValueError(f"head_sections must be a sequence of 3 ints (t, h, w), got {head_sections!r}") from None
+    if len(sections) != 3 or any(s < 0 for s in sections) or sum(sections) > num_kv_heads:
+        raise ValueError(
+            f"head_sections must hold 3 non-negative KV-head counts (t, h, w) summing to at most "
+            f"num_kv_heads={num_kv_heads}, got {list(sections)}"
+        )
+    return FrequencyPlan.per_head(head_dim, num_kv_heads, sections, THW, theta, convention)
+
+
+def vrope_plan(head_dim: int, theta: float = 10000.0, convention: str = "half") -> FrequencyPlan:
+    """VRoPE plan: pair ``p`` reads axis ``c{p mod 4}`` (no pair carries time)."""
+    p = _pairs(head_dim)
+    index = torch.arange(p) % len(VROPE_AXES)
+    return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), VROPE_AXES, head_dim, convention)
+
+
+def hope_plan(
+    head_dim: int, mrope_section: Sequence[int] | None = None, theta: float = 10000.0, convention: str = "half"
+) -> FrequencyPlan:
+    """HoPE hybrid frequency allocation on axes ``("h", "w")``.
+
+    With ``mrope_section = (s_t, s_h, s_w)``: pairs ``p < s_h + s_w`` read ``h`` (even
+    ``p``) and ``w`` (odd ``p``); the last ``s_t`` pairs, the lowest frequencies, get
+    frequency zero (temporal NoPE). ``[16, 24, 24]``: ``hwhw...`` x48, then 16 unrotated.
+    """
+    p = _pairs(head_dim)
+    section = default_mrope_section(head_dim) if mrope_section is None else mrope_section
+    s_t, _, _ = _check_section(section, p, "rotary pair counts")
+    spatial = torch.arange(p - s_t) % 2  # 0 -> h, 1 -> w
+    index = torch.cat([spatial, torch.full((s_t,), -1, dtype=torch.long)])
+    return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), ("h", "w"), head_dim, convention)
+
+
+class _MultimodalRotary(RotaryEncoder):
+    """Reads a 1-D ``("seq",)`` coordinate set as text (the same position on every axis)."""
+
+    def positions(self, coords: Coords) -> Coords:
+        if coords.axes == ("seq",) and self.axes != ("seq",):
+            b, n, _ = coords.pos.shape
+            return replace(coords, pos=coords.pos.expand(b, n, len(self.axes)), axes=self.axes)
+        missing = [a for a in self.axes if a not in coords.axes]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__} reads axes {self.axes} (or a 1-D ('seq',) text sequence); "
+                f"coords have axes {coords.axes}"
+            )
+        return coords
+
+
+@register_encoder("mrope", kind="rotary", paper="Wang et al. 2024, Qwen2-VL M-RoPE (arXiv:2409.12191)")
+class MRope(_MultimodalRotary):
+    """Multimodal RoPE with chunked sections (Qwen2-VL, Qwen2.5-VL).
+
+    Paper: Wang et al., "Qwen2-VL: Enhancing Vision-Language Model's Perception of the World
+    at Any Resolution", 2024, https://arxiv.org/abs/2409.12191. Reference: Hugging Face
+    transformers ``models/qwen2_vl/modeling_qwen2_vl.py`` (``Qwen2VLRotaryEmbedding``,
+    ``apply_multimodal_rotary_pos_emb``); tests compare with it directly.
+
+    Reads coordinates ``("t", "h", "w")`` (layouts ``qwen2-vl``, ``qwen2.5-vl``).
+
+    Args:
+        dim, num_heads, head_dim: the head size (``head_dim`` or ``dim // num_heads``).
+        mrope_section: rotary pairs per ``(t, h, w)``, summing to ``head_dim / 2``;
+            default :func:`default_mrope_section` (``[16, 24, 24]`` for ``head_dim=128``).
+        theta: base of the spectrum (Qwen2-VL checkpoints use ``1e6``).
+        convention: ``"half"`` (HF) or ``"interleaved"``.
+    """
+
+    interleaved = False
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        mrope_section: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> None:
+        head_dim = resolve_head_dim(dim, num_heads, head_dim)
+        super().__init__(mrope_plan(head_dim, mrope_section, self.interleaved, theta, convention))
+
+
+@register_encoder("mrope-i", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
+@register_encoder("mrope-interleaved", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
+class MRopeInterleaved(MRope):
+    """Multimodal RoPE with interleaved sections (Qwen3-VL, MRoPE-I).
+
+    Paper: Huang et al., "Revisiting Multimodal Positional Encoding in Vision-Language
+    Models", 2025, https://arxiv.org/abs/2510.23095. References: JJJYmmm/Multimodal-RoPEs
+    ``multimodal_ropes/freq_allocation/mrope_i.py``; Hugging Face transformers
+    ``models/qwen3_vl/modeling_qwen3_vl.py`` (``Qwen3VLTextRotaryEmbedding.apply_interleaved_mrope``),
+    which tests compare with directly.
+
+    Pair ``p`` reads axis ``p mod 3`` while ``p < 3 * mrope_section[p mod 3]``; the rest read
+    ``t``. Default sections ``[24, 20, 20]`` for ``head_dim=128``. Reads ``("t", "h", "w")``
+    (layouts ``qwen3-vl``, ``mrope-i`` with spatial reset). Arguments as :class:`MRope`.
+    """
+
+    interleaved = True
+
+
+@register_encoder("mhrope", kind="rotary", paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)")
+class MHRope(_MultimodalRotary):
+    """Multi-Head RoPE: each KV head rotates by one axis with the full 1-D spectrum.
+
+    Paper: Huang et al., "Revisiting Multimodal Positional Encoding in Vision-Language
+    Models", 2025, https://arxiv.org/abs/2510.23095. Reference: JJJYmmm/Multimodal-RoPEs
+    ``multimodal_ropes/freq_allocation/mhrope.py`` (``MHRopeEmbedding.apply_transformation``)
+    and the README's ``apply_multihead_rotary_pos_emb`` (query heads: ``repeat_interleave``).
+
+    Reads ``("t", "h", "w")`` (layout ``mhrope``). Angles are ``(B, Hkv, N, D/2)``.
+
+    Args:
+        dim, num_heads, head_dim: the head size.
+        num_kv_heads: KV heads (default ``num_heads``); query heads are grouped per KV head.
+        head_sections: KV heads per ``(t, h, w)`` (default ``[2, 3, 3]`` for 8 KV heads,
+            see :func:`mhrope_plan`); heads beyond their sum are not rotated.
+        theta, convention: as :class:`MRope`.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        num_kv_heads: int | None = None,
+        head_sections: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> None:
+        head_dim = resolve_head_dim(dim, num_heads, head_dim)
+        kv = num_kv_heads if num_kv_heads is not None else num_heads
+        if kv is None:
+            raise ValueError("pass num_kv_heads (or num_heads) to mhrope")
+        if num_heads is not None and (not isinstance(kv, int) or kv <= 0 or num_heads % kv):
+            raise ValueError(f"num_kv_heads must be a positive divisor of num_heads={num_heads}, got {kv!r}")
+        super().__init__(mhrope_plan(head_dim, kv, head_sections, theta, convention))
+        self.num_kv_heads = kv
+
+    def rotate(self, q, k, coords):
+        if k.shape[1] != self.num_kv_heads or q.shape[1] % self.num_kv_heads:
+            raise ValueError(
+                f"mhrope was built for {self.num_kv_heads} KV heads: k must have {self.num_kv_heads} heads and q a "
+                f"multiple of it, got q {q.shape[1]} and k {k.shape[1]} heads"
+            )
+        return super().rotate(q, k, coords)
+
+
+@register_encoder("vrope", kind="rotary", paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)")
+class VRope(_MultimodalRotary):
+    """VRoPE: per-pair positions, the four symmetric combinations of a frame's ``(i, j)``.
+
+    Paper: Liu et al., "VRoPE: Rotary Position Embedding for Video Large Language Models",
+    EMNLP 2025, https://arxiv.org/abs/2502.11664. Reference: johncaged/VRoPE ``vrope.py``
+    (``VRoPE.generate_nd_positions``: pair ``k`` takes combination ``k mod 4``;
+    ``half_time_dim`` is forced to 0, so no pair carries a separate time channel).
+
+    Reads ``("c0", "c1", "c2", "c3")`` (layout ``vrope``: ``i + j``, ``i + (W-1-j)``,
+    ``(H-1-i) + j``, ``(H-1-i) + (W-1-j)`` plus the frame offset).
+
+    Args:
+        dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRope`.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> None:
+        super().__init__(vrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention))
+
+
+@register_encoder("hope", kind="rotary", paper="Li et al. 2025, HoPE (arXiv:2505.20444)")
+class HoPE(_MultimodalRotary):
+    """HoPE: hybrid frequency allocation, spatial ``h``/``w`` alternating on the high
+    frequencies and zero frequency (temporal NoPE) on the lowest ``mrope_section[0]`` pairs.
+
+    Paper: Li et al., "HoPE: Hybrid of Position Embedding for Length Generalization in
+    Vision-Language Models", 2025, https://arxiv.org/abs/2505.20444. Reference: hrlics/HoPE
+    ``modeling_hope.py`` (``apply_hybrid_multimodal_rotary_pos_emb``: sections
+    ``[16, 24, 24]`` -> 48 spatial pairs ``h, w, h, w, ...`` then 16 pairs with cos 1, sin 0).
+
+    Reads ``("h", "w")`` of the ``hope`` layout (whose ``h``, ``w`` already carry the scaled
+    temporal index); ``t`` is not read.
+
+    Args:
+        dim, num_heads, head_dim: the head size.
+        mrope_section: ``(t, h, w)`` pair counts; ``t`` pairs are unrotated (default
+            ``[16, 24, 24]`` for ``head_dim=128``).
+        theta, convention: as :class:`MRope`.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        mrope_section: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> None:
+        super().__init__(hope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention))
+
+
+@register_encoder("v2pe", kind="rotary", paper="Ge et al. 2024, V2PE (arXiv:2412.09616)")
+class V2PE(RotaryEncoder):
+    """V2PE: 1-D RoPE at the fractional positions of the ``v2pe`` layout.
+
+    Paper: Ge et al., "V2PE: Improving Multimodal Long-Context Capability of Vision-Language
+    Models with Variable Visual Position Encoding", 2024, https://arxiv.org/abs/2412.09616.
+    Reference: OpenGVLab/V2PE ``internvl/model/internlm2/modeling_internlm2.py`` (class
+    ``V2PE``: ``outer(pos_id, inv_freq)`` at float positions, ``rotate_half`` layout).
+
+    Reads ``("seq",)``. Positions in float64 (as the layout builds them) give float64 angles,
+    so steps of ``1/256`` stay distinct at ``10**6`` tokens (float32 spacing there is 1/16).
+
+    Args:
+        dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRope`.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+    ) -> None:
+        super().__init__(FrequencyPlan.rope(resolve_head_dim(dim, num_heads, head_dim), theta, None, "seq", convention))
+
+    def positions(self, coords: Coords) -> Coords:
+        if coords.axes != ("seq",):
+            raise ValueError(f"v2pe reads 1-D ('seq',) coordinates (the v2pe layout), got axes {coords.axes}")
+        return coords
