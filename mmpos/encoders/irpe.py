@@ -1,0 +1,327 @@
+"""``irpe``: image relative position encoding (iRPE), bias and contextual, on q, k and v.
+
+Paper: Wu et al., "Rethinking and Improving Relative Position Encoding for Vision
+Transformer", ICCV 2021, https://arxiv.org/abs/2107.14222. Reference: microsoft/Cream,
+``iRPE/DeiT-with-iRPE/irpe.py`` (``piecewise_index``, ``_rp_2d_*``, ``get_bucket_ids_2d``,
+``iRPE``, ``iRPE_Cross``, ``get_rpe_config``), ``rpe_vision_transformer.py``
+(``RPEAttention``: how the terms enter attention) and ``rpe_models.py`` (the presets).
+
+Every (query, key) pair of a 2-D token grid gets a bucket id from the offset
+``pos_query - pos_key`` (row, column); a table holds one entry per bucket:
+
+* ``bias`` mode: a scalar per bucket (and head), added to the logits;
+* ``contextual`` mode on keys: ``s * q_i . r_k[b(i, j)]``; on queries:
+  ``s * k_j . r_q[b(j, i)]``; on values: ``out_i += sum_j attn_ij r_v[b(i, j)]``,
+  with ``s = head_dim ** -0.5`` as in the reference (it scales q before the lookup).
+
+Contextual q/k terms are computed as ``z = x @ table`` ``(B, H, N, buckets)`` and a
+gather, never an ``(N, N, D)`` tensor; the value term accumulates the attention weights
+per bucket ``(B, H, N, buckets)`` (``scatter_add``) and multiplies with the table, never
+an ``(H, N, N, D)`` tensor.
+
+Shapes: q, k ``(B, H, N, D)``; tables ``(H', buckets)`` (bias), ``(H', D, buckets)``
+(contextual q/k), ``(H', buckets, D)`` (v), ``H'`` = 1 when ``shared_head``; bucket ids
+``(N, N)`` long (``(2, N, N)`` for ``cross``); ``bias`` -> ``(B or 1, H or 1, N, N)``;
+``output`` -> ``(B, H, N, D)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..coords import Coords
+from ..registry import register_encoder
+from .base import BiasEncoder, resolve_head_dim
+
+__all__ = ["IRPE", "PRESETS", "METHODS", "piecewise_index", "bucket_ids", "num_buckets"]
+
+METHODS = ("euc", "quant", "cross", "product")
+_MODES = {"bias": "bias", "ctx": "contextual", "contextual": "contextual"}
+_PAPER = "Wu et al. 2021, iRPE (arXiv:2107.14222)"
+
+# Presets of the reference (rpe_models.py, all shared_head=True, skip=1); the number in
+# the reference names counts the buckets used on a 14 x 14 grid plus the class bucket.
+PRESETS: dict[str, dict] = {
+    "product-ctx-k": dict(method="product", mode="ctx", ratio=1.9, rpe_on="k"),  # ctx_product_50_shared_k
+    "product-ctx-qk": dict(method="product", mode="ctx", ratio=1.9, rpe_on="qk"),  # ctx_product_50_shared_qk
+    "product-ctx-qkv": dict(method="product", mode="ctx", ratio=1.9, rpe_on="qkv"),  # ctx_product_50_shared_qkv
+    "euc-ctx-k": dict(method="euc", mode="ctx", ratio=20, rpe_on="k"),  # ctx_euc_20_shared_k
+    "quant-ctx-k": dict(method="quant", mode="ctx", ratio=33, rpe_on="k"),  # ctx_quant_51_shared_k
+    "cross-ctx-k": dict(method="cross", mode="ctx", ratio=20, rpe_on="k"),  # ctx_cross_56_shared_k
+}
+
+
+def _coefficients(ratio: float) -> tuple[float, float, float]:
+    """``alpha, beta, gamma = ratio, 2 ratio, 8 ratio`` (reference ``get_single_rpe_config``)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
+        raise ValueError(f"ratio must be a positive finite number, got {ratio!r}")
+    return 1 * ratio, 2 * ratio, 8 * ratio
+
+
+def _check_method(method: str) -> str:
+    if not isinstance(method, str) or method.lower() not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return method.lower()
+
+
+def piecewise_index(offset: Tensor, alpha: float, beta: float, gamma: float) -> Tensor:
+    """Eq. (18): ``round(x)`` for ``|x| <= alpha``, log-spaced up to ``beta`` beyond.
+
+    Computed as the reference does: the far branch in float32, rounded half to even,
+    clipped at ``beta`` and truncated to an integer, so ids lie in ``[-int(beta), int(beta)]``.
+
+    Args:
+        offset: relative positions (long, or float), any shape.
+
+    Returns:
+        long tensor of the same shape.
+    """
+    magnitude = offset.abs()
+    ramp = alpha + torch.log(magnitude.float() / alpha) / math.log(gamma / alpha) * (beta - alpha)
+    far = (torch.sign(offset) * ramp.round().clip(max=beta)).long()
+    near = offset.round().long() if offset.is_floating_point() else offset.long()
+    return torch.where(magnitude > alpha, far, near)
+
+
+def num_buckets(method: str, ratio: float, prefix: int = 0) -> int:
+    """Table size: ``(2 int(beta) + 1) ** 2`` for ``product``, ``2 int(beta) + 1`` otherwise
+    (per direction for ``cross``), plus one shared bucket when ``prefix > 0``."""
+    method = _check_method(method)
+    side = 2 * int(_coefficients(ratio)[1]) + 1
+    return (side**2 if method == "product" else side) + (1 if prefix > 0 else 0)
+
+
+def bucket_ids(
+    grid_shape: Sequence[int], method: str, ratio: float, prefix: int = 0
+) -> tuple[Tensor, int]:
+    """Bucket id of every (query, key) pair of ``prefix`` tokens followed by a row-major grid.
+
+    Args:
+        grid_shape: ``(H, W)`` of the token grid.
+        method: ``"euc"`` (rounded Euclidean distance), ``"quant"`` (squared distance, as
+            the reference code buckets it), ``"product"`` (row and column offsets, joint
+            id) or ``"cross"`` (row and column offsets, separate tables).
+        ratio: ``alpha = ratio``, ``beta = 2 ratio``, ``gamma = 8 ratio``.
+        prefix: leading class/register tokens; all pairs touching one share the extra
+            bucket id ``num_buckets - 1``.
+
+    Returns:
+        ``(ids, num_buckets)``: ids long ``(N, N)`` (``(2, N, N)`` rows then columns for
+        ``cross``, each indexing its own table) in ``[0, num_buckets)``, ``N = prefix + H W``.
+    """
+    method = _check_method(method)
+    alpha, beta, gamma = _coefficients(ratio)
+    grid = tuple(grid_shape)
+    if len(grid) != 2 or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in grid):
+        raise ValueError(f"grid_shape must be two positive ints (H, W), got {grid_shape!r}")
+    if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
+        raise ValueError(f"prefix must be a non-negative int, got {prefix!r}")
+    height, width = grid
+    rows = torch.arange(height).repeat_interleave(width)  # (L,) row of each grid token
+    cols = torch.arange(width).repeat(height)
+    d_row = rows[:, None] - rows[None, :]  # (L, L) query minus key
+    d_col = cols[:, None] - cols[None, :]
+    shift = int(beta)  # ids in [-shift, shift] move to [0, 2 shift]
+    if method == "euc":
+        ids = piecewise_index((d_row**2 + d_col**2).float().sqrt().round(), alpha, beta, gamma) + shift
+    elif method == "quant":
+        ids = piecewise_index(d_row**2 + d_col**2, alpha, beta, gamma) + shift
+    elif method == "product":
+        row_ids = piecewise_index(d_row, alpha, beta, gamma) + shift
+        ids = row_ids * (2 * shift + 1) + piecewise_index(d_col, alpha, beta, gamma) + shift
+    else:  # cross
+        ids = torch.stack([piecewise_index(d, alpha, beta, gamma) + shift for d in (d_row, d_col)])
+    size = num_buckets(method, ratio)
+    if prefix:
+        n = prefix + height * width
+        full = ids.new_full((*ids.shape[:-2], n, n), size)  # the shared prefix bucket
+        full[..., prefix:, prefix:] = ids
+        ids, size = full, size + 1
+    return ids, size
+
+
+@register_encoder("irpe", kind="bias", paper=_PAPER)
+class IRPE(BiasEncoder):
+    """Image relative position encoding on queries, keys and/or values.
+
+    Args:
+        dim: model width (with ``num_heads`` gives ``head_dim``), or pass ``head_dim``.
+        num_heads: attention heads (needed for per-head tables).
+        head_dim: channels per head ``D``.
+        method: ``"product"`` (default), ``"euc"``, ``"quant"`` or ``"cross"``.
+        mode: ``"ctx"`` / ``"contextual"`` (default) or ``"bias"``.
+        ratio: bucket ratio (reference default 1.9: 7 x 7 product buckets).
+        rpe_on: any of ``"q"``, ``"k"``, ``"v"`` (e.g. ``"qkv"``); ``v`` needs contextual mode.
+        shared_head: one table for all heads (reference default) or one per head.
+        skip: prefix (class) tokens expected; ``> 0`` adds the one bucket all pairs
+            touching a prefix token share. Any ``coords.prefix`` works with it; without it,
+            coords with prefix tokens are refused.
+        grid_size: the training grid ``(H, W)``, whose bucket ids (with ``skip`` prefix
+            tokens) are built once here; other grids reuse the same tables (offsets
+            saturate) with ids built on first use.
+
+    Tables start at zero, as in the reference.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        method: str = "product",
+        mode: str = "ctx",
+        ratio: float = 1.9,
+        rpe_on: str = "k",
+        shared_head: bool = True,
+        skip: int = 1,
+        grid_size: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.head_dim = resolve_head_dim(dim, num_heads, head_dim)
+        self.method = _check_method(method)
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {tuple(_MODES)}, got {mode!r}")
+        self.mode = _MODES[mode]
+        _coefficients(ratio)
+        self.ratio = ratio
+        if not isinstance(rpe_on, str) or not rpe_on or set(rpe_on) - set("qkv") or len(set(rpe_on)) != len(rpe_on):
+            raise ValueError(f"rpe_on must name some of 'q', 'k', 'v' once each (e.g. 'k', 'qkv'), got {rpe_on!r}")
+        if "v" in rpe_on and self.mode == "bias":
+            raise ValueError("rpe_on with 'v' needs mode='ctx': the reference has no bias mode on values")
+        self.rpe_on = "".join(t for t in "qkv" if t in rpe_on)
+        if not shared_head and num_heads is None:
+            raise ValueError("num_heads must be given when shared_head=False")
+        self.shared_head = shared_head
+        self.num_heads = num_heads
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise ValueError(f"skip must be a non-negative int, got {skip!r}")
+        self.skip = skip
+        self.has_output = "v" in self.rpe_on
+        # buckets per table; cross keeps a row table and a column table side by side
+        self.num_buckets = num_buckets(self.method, ratio, skip)
+        self.num_maps = 2 if self.method == "cross" else 1
+        width = self.num_maps * self.num_buckets
+        heads = 1 if shared_head else num_heads
+        shapes = {
+            "q": (heads, width) if self.mode == "bias" else (heads, self.head_dim, width),
+            "k": (heads, width) if self.mode == "bias" else (heads, self.head_dim, width),
+            "v": (heads, width, self.head_dim),
+        }
+        for target in "qkv":
+            table = nn.Parameter(torch.zeros(shapes[target])) if target in self.rpe_on else None
+            self.register_parameter(f"{target}_table", table)
+        self.grid_size = None if grid_size is None else tuple(int(s) for s in grid_size)
+        train_ids = None if grid_size is None else self.table_ids(self.grid_size, skip)
+        self.register_buffer("train_ids", train_ids, persistent=False)
+        self._ids_cache: dict[tuple, Tensor] = {}
+
+    # ------------------------------------------------------------------ bucket ids
+    def table_ids(self, grid_shape: tuple[int, ...], prefix: int) -> Tensor:
+        """``(maps, N, N)`` ids into the table's last bucket axis (columns offset for cross)."""
+        ids, size = bucket_ids(grid_shape, self.method, self.ratio, prefix)
+        if size > self.num_buckets:
+            raise ValueError(
+                f"coords have prefix={prefix} tokens but this encoder was built with skip=0 "
+                "(no prefix bucket): pass skip >= 1"
+            )
+        if self.method != "cross":
+            return ids.unsqueeze(0)
+        return ids + torch.tensor([0, self.num_buckets]).view(2, 1, 1)
+
+    def _ids(self, coords: Coords, device: torch.device) -> Tensor:
+        grid = coords.grid_shape
+        if grid is None or len(grid) != 2:
+            raise ValueError(f"irpe needs 2-D grid coordinates (Coords.grid(h, w)); got grid_shape={grid}")
+        if self.train_ids is not None and grid == self.grid_size and coords.prefix == self.skip:
+            return self.train_ids
+        if torch.compiler.is_compiling():  # pure function of static ints, traced into the graph
+            return self.table_ids(grid, coords.prefix).to(device)
+        key = (grid, coords.prefix, device)
+        if key not in self._ids_cache:
+            if len(self._ids_cache) >= 8:
+                self._ids_cache.pop(next(iter(self._ids_cache)))
+            self._ids_cache[key] = self.table_ids(grid, coords.prefix).to(device)
+        return self._ids_cache[key]
+
+    # ------------------------------------------------------------------ hooks
+    def _check(self, x: Tensor, coords: Coords, name: str) -> None:
+        if x.dim() != 4 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"{name} must be (B, H, N, head_dim={self.head_dim}), got {tuple(x.shape)}")
+        if not self.shared_head and x.shape[1] != self.num_heads:
+            raise ValueError(f"{name} must have num_heads={self.num_heads} heads (per-head tables), got {x.shape[1]}")
+        coords.check_tokens(x.shape[0], x.shape[2], name)
+
+    def _contextual(self, x: Tensor, table: Tensor, ids: Tensor) -> Tensor:
+        """``s * x_i . table[:, ids[i, j]]`` as ``(B, H, N, N)`` through ``(B, H, N, buckets)``."""
+        b, h, n, _ = x.shape
+        z = (x @ table.to(x.dtype)) * self.head_dim**-0.5  # (B, H, N, buckets)
+        out = z.gather(-1, ids[0].expand(b, h, n, n))
+        for extra in ids[1:]:  # cross: the column map
+            out = out + z.gather(-1, extra.expand(b, h, n, n))
+        return out
+
+    def bias(self, q: Tensor, k: Tensor, coords: Coords) -> Tensor:
+        """Logits term ``(B or 1, H or 1, N, N)`` in scaled units; ``q``, ``k`` unscaled."""
+        self._check(q, coords, "q")
+        self._check(k, coords, "k")
+        ids = self._ids(coords, q.device)  # (maps, N, N)
+        terms = []
+        if self.mode == "bias":
+            for ids_map in ids:
+                if self.k_table is not None:
+                    terms.append(self.k_table[:, ids_map].unsqueeze(0))  # (1, H', N, N)
+                if self.q_table is not None:
+                    terms.append(self.q_table[:, ids_map.T].unsqueeze(0))  # query bucket b(j, i)
+        else:
+            if self.k_table is not None:
+                terms.append(self._contextual(q, self.k_table, ids))
+            if self.q_table is not None:
+                terms.append(self._contextual(k, self.q_table, ids).transpose(-2, -1))
+        if not terms:  # value term only
+            return q.new_zeros(1, 1, q.shape[2], q.shape[2])
+        return sum(terms[1:], terms[0]).to(q.dtype)
+
+    def output(self, attn: Tensor, coords: Coords) -> Tensor:
+        """``sum_j attn_ij v_table[b(i, j)]`` ``(B, H, N, D)`` from ``attn`` ``(B, H, N, N)``."""
+        if self.v_table is None:
+            raise ValueError(f"this irpe encoder has no value term (rpe_on={self.rpe_on!r})")
+        b, h, n, _ = attn.shape
+        coords.check_tokens(b, n, "attn")
+        ids = self._ids(coords, attn.device)
+        per_bucket = attn.new_zeros(b, h, n, self.v_table.shape[1])  # attention mass per bucket
+        for ids_map in ids:
+            per_bucket = per_bucket.scatter_add(-1, ids_map.expand(b, h, n, n), attn)
+        return per_bucket @ self.v_table.to(attn.dtype)  # (B, H, N, buckets) @ (H', buckets, D)
+
+    def extra_repr(self) -> str:
+        return (
+            f"method={self.method!r}, mode={self.mode!r}, ratio={self.ratio}, rpe_on={self.rpe_on!r}, "
+            f"head_dim={self.head_dim}, shared_head={self.shared_head}, skip={self.skip}, "
+            f"num_buckets={self.num_buckets}, grid_size={self.grid_size}"
+        )
+
+
+def _preset(name: str):
+    config = PRESETS[name]
+
+    def factory(
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        shared_head: bool = True,
+        skip: int = 1,
+        grid_size: Sequence[int] | None = None,
+    ) -> IRPE:
+        return IRPE(dim, num_heads, head_dim, shared_head=shared_head, skip=skip, grid_size=grid_size, **config)
+
+    factory.__name__ = f"irpe_{name.replace('-', '_')}"
+    factory.__doc__ = f"iRPE preset ``{name}``: {config}, shared head, one prefix bucket."
+    return factory
+
+
+for _name in PRESETS:
+    register_encoder(f"irpe-{_name}", kind="bias", paper=_PAPER)(_preset(_name))
