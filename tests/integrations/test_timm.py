@@ -1,0 +1,293 @@
+import copy
+
+import pytest
+import torch
+import timm
+from timm.models.vision_transformer import VisionTransformer
+
+from mmpos import registry
+from mmpos.coords import Coords
+from mmpos.encoders.base import BiasEncoder
+from mmpos.encoders.sincos import sincos_embed
+from mmpos.integrations import timm as mt
+
+TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+
+
+def _vit(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    return VisionTransformer(**{**TINY, **kwargs}).eval()
+
+
+def _images(h=32, w=32, b=2, seed=1):
+    return torch.randn(b, 3, h, w, generator=torch.Generator().manual_seed(seed))
+
+
+def _registered(name):
+    return name in {e.name for e in registry.list_encoders()}
+
+
+class SpyBias(BiasEncoder):
+    """A zero bias that records the coordinates and the context it was built with."""
+
+    def __init__(self, dim, num_heads, head_dim, depth, grid_size, layer, axes):
+        super().__init__()
+        self.context = dict(dim=dim, num_heads=num_heads, head_dim=head_dim, depth=depth, grid_size=grid_size,
+                            layer=layer, axes=axes)
+        self.seen = []
+
+    def bias(self, q, k, coords):
+        self.seen.append(coords)
+        return q.new_zeros(1, 1, q.shape[2], k.shape[2])
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    info = registry.EncoderInfo("spy", "bias", "test", SpyBias)
+    registry._load()
+    monkeypatch.setitem(registry._REGISTRY, "spy", info)
+    return "spy"
+
+
+# ---------------------------------------------------------------- faithfulness
+CONFIGS = [
+    dict(),
+    dict(reg_tokens=2, dynamic_img_size=True),
+    dict(no_embed_class=True, reg_tokens=1, dynamic_img_size=True, qk_norm=True, init_values=0.1),
+    dict(class_token=False, global_pool="avg", dynamic_img_size=True),
+]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS)
+def test_no_change_equals_timm(kwargs):
+    ref = _vit(**kwargs)
+    model = mt.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
+    assert isinstance(model, mt.PositionalVisionTransformer)
+    assert all(isinstance(b, mt.PositionalBlock) for b in model.blocks)
+    assert model.state_dict().keys() == ref.state_dict().keys()
+    sizes = [(32, 32), (24, 40)] if kwargs.get("dynamic_img_size") else [(32, 32)]
+    for h, w in sizes:
+        x = _images(h, w)
+        with torch.no_grad():
+            assert torch.equal(model(x), ref(x))
+    # gradients too, in training mode
+    model.train(), ref.train()
+    x = _images()
+    model(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert torch.equal(p.grad, q.grad), name
+
+
+def test_forward_intermediates_equal_timm():
+    ref = _vit(reg_tokens=2, dynamic_img_size=True)
+    model = mt.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
+    x = _images(24, 40)
+    with torch.no_grad():
+        for kw in [dict(indices=2), dict(indices=[0], norm=True, output_fmt="NLC", return_prefix_tokens=True),
+                   dict(indices=1, stop_early=True, output_dict=True, return_prefix_tokens=True)]:
+            got, want = model.forward_intermediates(x, **kw), ref.forward_intermediates(x, **kw)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert [t.shape for t in model.get_intermediate_layers(x, 2, reshape=True)] == [(2, 32, 3, 5)] * 2
+
+
+def test_learned_from_timm_checkpoint_equals_timm():
+    """timm's pos_embed moves into the ``learned`` encoder (and back) and gives the same outputs."""
+    ref = _vit(reg_tokens=1, dynamic_img_size=True)
+    model = mt.convert(_vit(seed=5, reg_tokens=1, dynamic_img_size=True), pos="learned")
+    assert model.pos_embed is None
+    report = mt.load_state_dict_report(model, ref.state_dict())
+    assert report.renamed == (("pos_embed", "pos_encoders.learned.pos_embed"),)
+    assert report.new == () and report.dropped == () and report.mismatched == ()
+    for h, w in [(32, 32), (24, 40), (48, 56)]:  # the learned table is resampled like timm's
+        x = _images(h, w)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), ref(x), rtol=0, atol=0)
+    back = _vit(seed=7, reg_tokens=1, dynamic_img_size=True)
+    assert mt.load_state_dict_report(back, model.state_dict()).renamed == (
+        ("pos_encoders.learned.pos_embed", "pos_embed"),)
+    assert torch.equal(back.pos_embed, ref.pos_embed)
+
+
+# ---------------------------------------------------------------- wiring
+def test_encoders_get_context_and_coords(spy):
+    model = mt.convert(_vit(reg_tokens=2, dynamic_img_size=True, depth=3), pos=spy)
+    assert model.pos_embed is not None  # bias-only: the absolute embedding is kept by default
+    encoders = [b.attn.pos_encoders["spy"] for b in model.blocks]
+    assert [e.context["layer"] for e in encoders] == [0, 1, 2]
+    assert encoders[0].context == dict(dim=32, num_heads=4, head_dim=8, depth=3, grid_size=(4, 4), layer=0,
+                                       axes=("h", "w"))
+    with torch.no_grad():
+        model(_images(24, 40))
+    coords = encoders[2].seen[-1]
+    assert coords.grid_shape == (3, 5) and coords.prefix == 3 and coords.axes == ("h", "w")
+    expected = Coords.grid(3, 5, prefix=3)
+    assert torch.equal(coords.pos, expected.pos)
+    assert all(len(e.seen) == 1 for e in encoders)
+
+
+def test_rope_changes_outputs_and_removes_abs_pos():
+    ref = _vit(dynamic_img_size=True)
+    model = mt.convert(copy.deepcopy(ref), pos="rope")
+    assert model.pos_embed is None and "pos_embed" not in model.state_dict()
+    x = _images(32, 32)
+    with torch.no_grad():
+        assert not torch.allclose(model(x), ref(x))
+        out = model(_images(40, 24))  # non-square, other resolution
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+    kept = mt.convert(copy.deepcopy(ref), pos="rope", keep_abs_pos=True)
+    assert torch.equal(kept.pos_embed, ref.pos_embed)
+
+
+def test_rope_is_applied_in_attention():
+    """One converted attention layer equals SDPA on q, k rotated by the encoder at the token grid."""
+    model = mt.convert(_vit(dynamic_img_size=True), pos="rope")
+    attn = model.blocks[0].attn
+    x = torch.randn(2, 1 + 12, 32)
+    coords = Coords.grid(3, 4, prefix=1)
+    q, k, v = attn.qkv(x).reshape(2, 13, 3, 4, 8).permute(2, 0, 3, 1, 4)
+    q, k = attn.pos_encoders["rope"].rotate(q, k, coords)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 13, 32)
+    torch.testing.assert_close(attn(x, coords), attn.proj(expected))
+    # the class token carries no position: position 0 leaves q / k unchanged
+    q0, k0, _ = attn.qkv(x).reshape(2, 13, 3, 4, 8).permute(2, 0, 3, 1, 4)
+    assert torch.equal(q[:, :, 0], q0[:, :, 0]) and torch.equal(k[:, :, 0], k0[:, :, 0])
+
+
+def test_sincos_added_at_embedding_stage():
+    model = mt.convert(_vit(reg_tokens=1, dynamic_img_size=True), pos="sincos")
+    x = _images(16, 24)
+    tokens, coords = model._tokens(x)
+    patches = model.patch_embed(x).reshape(2, 6, 32)
+    rows, cols = torch.meshgrid(torch.arange(2.0), torch.arange(3.0), indexing="ij")
+    grid = torch.stack([rows, cols], -1).reshape(1, 6, 2)  # row-major (h, w)
+    torch.testing.assert_close(tokens[:, 2:], patches + sincos_embed(grid, 32))
+    assert torch.equal(tokens[:, 0], model.cls_token[:, 0].expand(2, -1))  # prefix tokens: no position
+    assert torch.equal(tokens[:, 1], model.reg_token[:, 0].expand(2, -1))
+
+
+def test_create_vit_and_direct_class():
+    model = mt.create_vit("vit_tiny_patch16_224", pos=["rope", "sincos"], img_size=32, depth=1, num_classes=3,
+                          dynamic_img_size=True)
+    assert set(model.blocks[0].attn.pos_encoders) == {"rope"} and set(model.pos_encoders) == {"sincos"}
+    assert model(_images(48, 32)).shape == (2, 3)
+    direct = mt.PositionalVisionTransformer(pos="rope", **TINY)
+    assert set(direct.blocks[1].attn.pos_encoders) == {"rope"} and direct.pos_embed is None
+
+
+def test_reconvert_replaces_encoders(spy):
+    model = mt.convert(_vit(dynamic_img_size=True), pos="rope")
+    mt.convert(model, pos=spy)
+    assert set(model.blocks[0].attn.pos_encoders) == {"spy"}
+    with torch.no_grad():
+        model(_images())
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_checkpoint_transfer_between_encoders():
+    source = mt.convert(_vit(seed=1), pos="learned")
+    target = mt.convert(_vit(seed=2, num_classes=7), pos="rope")
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    report = mt.load_state_dict_report(target, source.state_dict())
+    assert report.dropped == ("pos_encoders.learned.pos_embed",)
+    assert set(report.mismatched) == {"head.weight", "head.bias"}
+    assert report.new == ()
+    state = target.state_dict()
+    for key in report.kept:
+        assert torch.equal(state[key], source.state_dict()[key]), key
+    for key in report.mismatched:
+        assert torch.equal(state[key], before[key]), key
+    # and back: the learned table is new, so it keeps its initialisation
+    back = mt.convert(_vit(seed=3), pos="learned")
+    table = back.pos_encoders["learned"].pos_embed.detach().clone()
+    report = mt.load_state_dict_report(back, target.state_dict())
+    assert report.new == ("pos_encoders.learned.pos_embed",)
+    assert torch.equal(back.pos_encoders["learned"].pos_embed, table)
+    assert "1 new" in str(report) and "new: pos_encoders.learned.pos_embed" in str(report)
+
+
+# ---------------------------------------------------------------- training paths
+def test_compile_and_checkpointing():
+    model = mt.convert(_vit(dynamic_img_size=True, reg_tokens=1, depth=1), pos=["rope", "sincos"])
+    x = _images(24, 32)
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model, backend="eager", fullgraph=False)(x)
+    torch.testing.assert_close(compiled, eager)
+    model.train()
+    model(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.set_grad_checkpointing(True)
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(p.grad, g)
+
+
+def test_no_weight_decay_names_encoder_tables():
+    model = mt.convert(_vit(), pos="learned")
+    assert "pos_encoders.learned.pos_embed" in model.no_weight_decay()
+
+
+# ---------------------------------------------------------------- errors
+def test_bad_input():
+    with pytest.raises(ValueError, match="unknown encoder"):
+        mt.convert(_vit(), pos="no-such-encoder")
+    with pytest.raises(ValueError, match="pos_kwargs"):
+        mt.convert(_vit(), pos="rope", pos_kwargs={"sincos": {}})
+    with pytest.raises(ValueError, match="conv_after"):
+        mt.convert(_vit(), pos="rope", conv_after=(2,))
+    with pytest.raises(ValueError, match="keep_abs_pos"):
+        mt.convert(_vit(), pos="rope", keep_abs_pos="yes")
+    with pytest.raises(ValueError, match="model must be a timm VisionTransformer"):
+        mt.convert(torch.nn.Linear(2, 2), pos="rope")
+    with pytest.raises(ValueError, match="patch_drop_rate"):
+        mt.convert(_vit(patch_drop_rate=0.5), pos="rope")
+    with pytest.raises(ValueError, match="not a timm VisionTransformer"):
+        mt.create_vit("vit_relpos_small_patch16_224", pos="rope", img_size=32, depth=1)
+    model = _vit()
+    with pytest.raises(ValueError, match="repeat"):
+        mt.convert(model, pos=["rope", "rope"])
+    assert type(model) is VisionTransformer  # a failed conversion leaves the model alone
+
+
+# ---------------------------------------------------------------- encoders written by others
+@pytest.mark.parametrize("name, kwargs", [
+    ("irpe-product-ctx-k", {}),
+    ("irpe-product-ctx-qkv", {}),
+    ("peg", {}),
+    ("fuzzy", {}),
+    ("rope-axial", {}),
+    ("rope-mixed", {}),
+    ("fourier", {}),
+])
+def test_vision_encoders_in_timm(name, kwargs):
+    if not _registered(name):
+        pytest.skip(f"encoder {name!r} is not registered yet")
+    ref = _vit(reg_tokens=1, dynamic_img_size=True)
+    model = mt.convert(copy.deepcopy(ref), pos=name, pos_kwargs={name: kwargs} if kwargs else None)
+    kind = registry.encoder_info(name).kind
+    assert (model.pos_embed is not None) == (kind == "bias")
+    x = _images(24, 40)
+    model.train()
+    out = model(x)
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+    out.square().sum().backward()
+    params = [p for n, p in model.named_parameters() if "pos_encoders" in n or "pos_convs" in n]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+    model.eval()
+    with torch.no_grad():
+        assert not torch.allclose(model(x), mt.convert(copy.deepcopy(ref), pos="none")(x))
+
+
+@pytest.mark.skipif(not _registered("peg"), reason="peg is not registered yet")
+def test_peg_after_listed_blocks():
+    model = mt.convert(_vit(depth=3, dynamic_img_size=True), pos="peg", conv_after=(0, 2))
+    assert set(model.pos_convs) == {"0", "2"}
+    assert "pos_convs.2.peg.proj.weight" in model.no_weight_decay()
+    calls = []
+    for i in ("0", "2"):
+        model.pos_convs[i]["peg"].register_forward_hook(lambda m, a, o, i=i: calls.append((i, a[1].grid_shape)))
+    with torch.no_grad():
+        model(_images(16, 40))
+    assert calls == [("0", (2, 5)), ("2", (2, 5))]
