@@ -61,6 +61,8 @@ __all__ = [
     "V2PE_DELTAS",
     "build",
     "decode_position_ids",
+    "VisionBlocks",
+    "token_positions",
 ]
 
 #: the coordinate axes each scheme produces (see the module docstring)
@@ -235,6 +237,8 @@ def token_positions(
     Every text token advances the position by 1 and every vision block by its *extent*;
     a unit's start is the running sum of the extents before it (a cumsum along ``L``).
     """
+    if advance not in ADVANCES:
+        raise ValueError(f"advance must be one of {ADVANCES}, got {advance!r}")
     f64 = torch.float64
     is_vision = block >= 0
     if blocks.grid.shape[0]:

@@ -1,0 +1,179 @@
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL ``get_rope_index``, vectorised over the batch.
+
+Reference: Hugging Face transformers 4.57.1, ``Qwen2VLModel.get_rope_index``
+(``models/qwen2_vl/modeling_qwen2_vl.py``), ``Qwen2_5_VLModel.get_rope_index``
+(``models/qwen2_5_vl/modeling_qwen2_5_vl.py``) and ``Qwen3VLModel.get_rope_index``
+(``models/qwen3_vl/modeling_qwen3_vl.py``); tests compare against them directly.
+Papers: Wang et al., "Qwen2-VL", https://arxiv.org/abs/2409.12191; Bai et al.,
+"Qwen2.5-VL Technical Report", https://arxiv.org/abs/2502.13923.
+
+The reference walks every sample and every vision block in Python (``.tolist()``,
+``.item()``, ``list.index``). Here the vision tokens of the whole batch are assigned to
+their blocks with one ``cumsum`` + ``searchsorted`` and the positions come from
+:func:`mmpos.layout.token_positions` (one ``cumsum`` along the sequence), so the work is
+a handful of tensor operations whatever the batch holds.
+
+Two deliberate differences from transformers, both documented in ``docs/layouts.md``:
+
+* ``advance``: ``"max"`` (default) continues the text after a vision block at the block's
+  maximum over t, h and w plus one -- the rule the Qwen checkpoints were trained with and
+  transformers <= 5.2 implements. transformers >= 5.3 moves the text after a block by
+  ``max(h, w)`` only (for a video the temporal extent is ignored; huggingface/transformers
+  #45381); ``advance="spatial"`` reproduces that.
+* Qwen2.5-VL time index: ``floor(t * second_per_grid * tokens_per_second)``, multiplied
+  first. transformers 4.57.1 casts ``second_per_grid_ts`` to an integer *before* the
+  product (0.5 s becomes 0; fixed by huggingface/transformers #48669); the results agree
+  whenever ``second_per_grid_ts`` holds whole seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..layout import ADVANCES, VisionBlocks, token_positions
+
+__all__ = ["get_rope_index", "scheme_for_config"]
+
+_SCHEMES = {
+    "qwen2_vl": "qwen2-vl",
+    "qwen2_5_vl": "qwen2.5-vl",
+    "qwen3_vl": "qwen3-vl",
+    "qwen3_vl_moe": "qwen3-vl",
+}
+
+
+def scheme_for_config(config: Any) -> str:
+    """The :mod:`mmpos.layout` scheme of a Qwen-VL config (by ``config.model_type``)."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _SCHEMES:
+        raise ValueError(f"config.model_type must be one of {tuple(_SCHEMES)}, got {model_type!r}")
+    return _SCHEMES[model_type]
+
+
+def _check_grid(grid: Tensor | None, name: str) -> Tensor:
+    if grid is None:
+        return torch.zeros(0, 3, dtype=torch.long)
+    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
+        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
+    if grid.numel() and bool((grid <= 0).any()):
+        raise ValueError(f"{name} must hold positive sizes")
+    return grid.long()
+
+
+def _assign_blocks(is_token: Tensor, block_tokens: Tensor, first_block: int, name: str) -> tuple[Tensor, Tensor]:
+    """Give the marked tokens of a ``(B, L)`` batch, in row-major order, to consecutive blocks.
+
+    Returns ``block`` (``-1`` where not marked, else ``first_block + k``) and ``local``
+    (index inside the block), both ``(B, L)`` int64.
+    """
+    flat = is_token.reshape(-1)
+    total = int(block_tokens.sum())
+    found = int(flat.sum())
+    if found != total:
+        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {found} such tokens")
+    rank = flat.long().cumsum(0) - 1  # order of each marked token over the whole batch
+    ends = block_tokens.to(flat.device).cumsum(0)
+    if total == 0:
+        empty = torch.full_like(rank, -1).view_as(is_token)
+        return empty, torch.zeros_like(empty)
+    k = torch.searchsorted(ends, rank.clamp(min=0), right=True).clamp(max=ends.shape[0] - 1)
+    local = rank - (ends - block_tokens.to(flat.device))[k]
+    block = torch.where(flat, k + first_block, torch.full_like(k, -1))
+    return block.view_as(is_token), torch.where(flat, local, 0).view_as(is_token)
+
+
+def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The reference's branch without vision grids (padding gets position 1)."""
+    b, length = input_ids.shape
+    if attention_mask is None:
+        ids = torch.arange(length, device=input_ids.device).view(1, 1, -1).expand(3, b, -1)
+        return ids, torch.zeros(b, 1, dtype=input_ids.dtype, device=input_ids.device)
+    ids = attention_mask.long().cumsum(-1) - 1
+    ids = ids.masked_fill(attention_mask == 0, 1).unsqueeze(0).expand(3, -1, -1)
+    return ids, ids[0].max(-1, keepdim=True).values + 1 - length
+
+
+def get_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    second_per_grid_ts: Tensor | None = None,
+    mm_token_type_ids: Tensor | None = None,
+    advance: str = "max",
+) -> tuple[Tensor, Tensor]:
+    """3-D position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` of a Qwen-VL batch.
+
+    Args:
+        config: a ``Qwen2VLConfig``, ``Qwen2_5_VLConfig`` or ``Qwen3VLConfig`` (read:
+            ``model_type``, ``image_token_id``, ``video_token_id``,
+            ``vision_config.spatial_merge_size``, ``vision_config.tokens_per_second``).
+        input_ids: ``(B, L)`` token ids; every image / video has ``t * h * w / merge**2``
+            consecutive placeholder tokens (for Qwen3-VL: per frame).
+        image_grid_thw: ``(num_images, 3)`` patch grids, in order of appearance.
+        video_grid_thw: ``(num_videos, 3)`` patch grids.
+        attention_mask: ``(B, L)``, 1 on real tokens; left or right padding.
+        second_per_grid_ts: ``(num_videos,)`` seconds per temporal patch (Qwen2.5-VL; default 1).
+        mm_token_type_ids: ``(B, L)`` 0 text, 1 image, 2 video (transformers >= 5.3 input);
+            when given it locates the vision tokens instead of the token ids.
+        advance: ``"max"`` or ``"spatial"`` (see the module docstring).
+
+    Returns:
+        ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``; 1 on padding) and
+        ``rope_deltas`` ``(B, 1)`` int64, equal to the model's own ``get_rope_index``.
+    """
+    scheme = scheme_for_config(config)
+    if advance not in ADVANCES:
+        raise ValueError(f"advance must be one of {ADVANCES}, got {advance!r}")
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+    for name, t in (("attention_mask", attention_mask), ("mm_token_type_ids", mm_token_type_ids)):
+        if t is not None and tuple(t.shape) != tuple(input_ids.shape):
+            raise ValueError(f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(t.shape)}")
+    if image_grid_thw is None and video_grid_thw is None:
+        return _text_only(input_ids, attention_mask)
+
+    device = input_ids.device
+    merge = int(config.vision_config.spatial_merge_size)
+    images = _check_grid(image_grid_thw, "image_grid_thw").to(device)
+    videos = _check_grid(video_grid_thw, "video_grid_thw").to(device)
+    if second_per_grid_ts is None:
+        seconds = torch.ones(videos.shape[0], dtype=torch.float32, device=device)
+    else:
+        seconds = torch.as_tensor(second_per_grid_ts, device=device).reshape(-1).float()
+        if seconds.shape[0] != videos.shape[0]:
+            raise ValueError(f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}")
+    if scheme == "qwen3-vl":  # one block per frame (timestamps between frames are text)
+        seconds = torch.repeat_interleave(seconds, videos[:, 0])
+        videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
+        videos[:, 0] = 1
+    grid = torch.cat([images, videos]) // torch.tensor([1, merge, merge], device=device)  # (K, 3) merged
+    tokens = grid.prod(-1)
+
+    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
+    if mm_token_type_ids is not None:
+        is_image, is_video = (mm_token_type_ids == 1) & real, (mm_token_type_ids == 2) & real
+    else:
+        is_image = (input_ids == config.image_token_id) & real
+        is_video = (input_ids == config.video_token_id) & real
+    k_img = images.shape[0]
+    img_block, img_local = _assign_blocks(is_image, tokens[:k_img], 0, "image_grid_thw")
+    vid_block, vid_local = _assign_blocks(is_video, tokens[k_img:], k_img, "video_grid_thw")
+    block = torch.maximum(img_block, vid_block)
+    local = img_local + vid_local
+
+    blocks = VisionBlocks(
+        grid=grid,
+        second_per_grid=torch.cat([torch.zeros(k_img, device=device), seconds]),  # images: no time scaling
+        delta=torch.ones(grid.shape[0], dtype=torch.float64, device=device),
+        scale=torch.ones(grid.shape[0], dtype=torch.float64, device=device),
+    )
+    tokens_per_second = getattr(config.vision_config, "tokens_per_second", 1)
+    pos, nxt = token_positions(block, local, real, blocks, scheme, tokens_per_second, advance=advance)
+    position_ids = pos.permute(2, 0, 1).to(input_ids.dtype).masked_fill(~real, 1)
+    rope_deltas = (nxt.long() - input_ids.shape[1]).unsqueeze(1)
+    return position_ids, rope_deltas
