@@ -42,7 +42,7 @@ class LearnableFourierFeatures(AdditiveEncoder):
             ``("h", "w")`` for image grids, ``("t", "h", "w")`` for video).
         groups: ``G``; ``len(axes)`` must be a multiple of it.
         fourier_dim: ``F`` (even), the number of Fourier features (default ``dim``).
-        hidden_dim: ``H``, the MLP's hidden width (32 in the paper's Algorithm 1 examples).
+        hidden_dim: ``H``, the MLP's hidden width (a hyperparameter in the paper).
         gamma: ``W_r`` starts as ``N(0, gamma ** -2)``: the features' dot product approximates
             a Gaussian kernel of width ``gamma`` in coordinate units.
     """
