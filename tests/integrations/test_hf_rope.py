@@ -1,0 +1,195 @@
+import pytest
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+)
+
+from mmpos.integrations.hf_rope import HFRotaryEmbedding, current_rope, use_rope
+
+IMG, VID, VSTART, VEND, PAD = 120, 121, 122, 123, 0
+TEXT = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, rope_theta=10000.0, max_position_embeddings=512)
+TOKENS = dict(image_token_id=IMG, video_token_id=VID, vision_start_token_id=VSTART, vision_end_token_id=VEND)
+QWEN2_VISION = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=2,
+                    spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+
+
+def _qwen2_vl():
+    cfg = Qwen2VLConfig(text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+                        vision_config=QWEN2_VISION, **TOKENS)
+    return Qwen2VLForConditionalGeneration(cfg)
+
+
+def _qwen2_5_vl():
+    vision = dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=2,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=8, fullatt_block_indexes=[0],
+                  tokens_per_second=2)
+    cfg = Qwen2_5_VLConfig(text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+                           vision_config=vision, **TOKENS)
+    return Qwen2_5_VLForConditionalGeneration(cfg)
+
+
+def _qwen3_vl():
+    text = dict(TEXT, head_dim=16, rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True})
+    vision = dict(depth=2, hidden_size=32, out_hidden_size=64, num_heads=2, intermediate_size=64, patch_size=2,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
+                  deepstack_visual_indexes=[0])
+    return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **TOKENS))
+
+
+FAMILIES = {"qwen2-vl": _qwen2_vl, "qwen2.5-vl": _qwen2_5_vl, "qwen3-vl": _qwen3_vl}
+SWAPS = [("mrope-i", {}), ("mhrope", {}), ("vrope", {}), ("v2pe", {"delta": 0.25}), ("hope", {"temporal_scale": 0.75}),
+         ("flat", {})]
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request):
+    torch.manual_seed(0)
+    return request.param, FAMILIES[request.param]().eval()
+
+
+def _batch(family_name):
+    """Two left-padded prompts: text, a 4x6-patch image, text, a 2-frame video, text; and
+    text, a 4x4-patch image, text. Qwen3-VL writes each video frame as its own block
+    (``<start> frame <end>``) after timestamp text."""
+    g = torch.Generator().manual_seed(1)
+    if family_name == "qwen3-vl":
+        video = [VSTART] + [VID] * 3 + [VEND, 31, VSTART] + [VID] * 3 + [VEND]
+    else:
+        video = [VSTART] + [VID] * 6 + [VEND]
+    first = [5, 6, VSTART] + [IMG] * 6 + [VEND, 7, 30] + video + [9, 10]
+    second = [11, VSTART] + [IMG] * 4 + [VEND, 12, 13]
+    length = len(first)
+    ids = torch.tensor([first, [PAD] * (length - len(second)) + second])
+    mask = (torch.arange(length) >= torch.tensor([[0], [length - len(second)]])).long()
+    return dict(
+        input_ids=ids,
+        attention_mask=mask,
+        pixel_values=torch.randn(24 + 16, 24, generator=g),
+        image_grid_thw=torch.tensor([[1, 4, 6], [1, 4, 4]]),
+        pixel_values_videos=torch.randn(2 * 2 * 6, 24, generator=g),
+        video_grid_thw=torch.tensor([[2, 2, 6]]),
+    )
+
+
+def _text_batch():
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [PAD, PAD, 3, 4, 5, 6, 7]])
+    return dict(input_ids=ids, attention_mask=(ids != PAD).long())
+
+
+def _generate(model, inputs, steps=3):
+    out = model.generate(**inputs, max_new_tokens=steps, do_sample=False, output_logits=True,
+                         return_dict_in_generate=True, pad_token_id=PAD)
+    return out.sequences, torch.stack(out.logits, 1)  # (B, L + steps), (B, steps, V)
+
+
+@torch.no_grad()
+def test_own_scheme_through_mmpos_leaves_logits_unchanged(family):
+    name, model = family
+    inputs = _batch(name)
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    ref_ids, ref_rope = model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"],
+                                                   attention_mask=inputs["attention_mask"])
+    ref_seq, ref_steps = _generate(model, inputs)
+    use_rope(model, name)
+    assert current_rope(model) == name and isinstance(model.model.language_model.rotary_emb, HFRotaryEmbedding)
+    ids, rope = model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"],
+                                           attention_mask=inputs["attention_mask"])
+    assert torch.equal(ids, ref_ids) and torch.equal(rope, ref_rope)
+    assert torch.equal(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
+    use_rope(model, "own")
+    assert current_rope(model) == "own" and torch.equal(model(**inputs).logits, ref)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
+def test_swapped_scheme_forward_and_generate(family, scheme, options):
+    """Forward and generate run; the cached decode agrees with a fresh forward over the
+    generated sequence (so prompt positions, rope_deltas and decode positions fit together)."""
+    name, model = family
+    inputs = _batch(name)
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    use_rope(model, scheme, **options)
+    logits = model(**inputs).logits
+    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
+    seq, steps = _generate(model, inputs)
+    full = model(**dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"],
+                                                                          torch.ones(2, 3, dtype=torch.long)], 1)))
+    torch.testing.assert_close(full.logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    use_rope(model, "own")
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("scheme, options", [("mrope-i", {}), ("mhrope", {"head_sections": [0, 1, 1]}), ("vrope", {}),
+                                             ("v2pe", {"delta": 0.5}), ("flat", {})], ids=["mrope-i", "mhrope", "vrope", "v2pe", "flat"])
+def test_text_only_prompts_keep_the_model_logits(family, scheme, options):
+    """On text every scheme is 1-D RoPE (MHRoPE when its sections use every KV head), so the
+    model's logits are unchanged bit for bit; this also checks MHRoPE's attention forward."""
+    _, model = family
+    inputs = _text_batch()
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    use_rope(model, scheme, **options)
+    assert torch.equal(model(**inputs).logits, ref)
+    use_rope(model, "own")
+
+
+@torch.no_grad()
+def test_hope_on_text_differs_only_by_its_unrotated_pairs():
+    torch.manual_seed(0)
+    model = _qwen2_vl().eval()
+    inputs = _text_batch()
+    ref = model(**inputs).logits
+    use_rope(model, "hope", temporal_scale=1.0)
+    assert not torch.allclose(model(**inputs).logits, ref)  # its lowest pairs are NoPE even on text
+    use_rope(model, "hope", temporal_scale=1.0, mrope_section=[0, 4, 4])  # no temporal pairs: plain RoPE
+    assert torch.equal(model(**inputs).logits, ref)
+
+
+def test_state_dict_and_restore():
+    torch.manual_seed(0)
+    model = _qwen2_vl()
+    keys = set(model.state_dict())
+    own_rotary = model.model.language_model.rotary_emb
+    use_rope(model, "mhrope")
+    assert set(model.state_dict()) == keys  # checkpoints load either way
+    assert "forward" in model.model.language_model.layers[0].self_attn.__dict__
+    use_rope(model, "vrope")  # switching restores first: attention forward is the class's again
+    assert "forward" not in model.model.language_model.layers[0].self_attn.__dict__
+    use_rope(model, "own")
+    assert model.model.language_model.rotary_emb is own_rotary
+    assert "get_rope_index" not in model.model.__dict__ and model.model.rope_deltas is None
+    other = _qwen2_vl()
+    assert type(other.model.language_model.rotary_emb) is type(own_rotary)  # nothing patched globally
+
+
+def test_errors():
+    model = _qwen2_vl()
+    with pytest.raises(ValueError, match="scheme must be"):
+        use_rope(model, "rope-2d")
+    with pytest.raises(ValueError, match="delta"):
+        use_rope(model, "v2pe")
+    with pytest.raises(ValueError, match="temporal_scale"):
+        use_rope(model, "hope")
+    with pytest.raises(ValueError, match="head_sections"):
+        use_rope(model, "mhrope", head_sections=[1, 1, 1])  # 2 KV heads
+    with pytest.raises(ValueError, match="mrope_section"):
+        use_rope(model, "mrope-i", mrope_section=[2, 2, 2])
+    with pytest.raises(ValueError, match="advance"):
+        use_rope(model, "vrope", advance="time")
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2))
+    with pytest.raises(ValueError, match="Qwen2-VL"):
+        use_rope(llama, "vrope")
+    assert current_rope(model) == "own"
