@@ -274,6 +274,18 @@ def test_registered_factories():
     assert isinstance(mixed, MixedRope) and mixed.weight.shape == (4, 3, 8)
 
 
+@pytest.mark.parametrize("name", ["rope-axial", "rope-mixed"])
+def test_video_transformer_with_3d_rope(name):
+    torch.manual_seed(0)
+    model = Transformer(48, depth=2, num_heads=2, pos=name, pos_kwargs={name: {"axes": ("t", "h", "w")}})
+    coords = Coords.grid(2, 3, 4, prefix=1)
+    x = torch.randn(2, 25, 48)
+    out = model(x, coords)
+    assert out.shape == (2, 25, 48)
+    frames_swapped = torch.cat([x[:, :1], x[:, 13:], x[:, 1:13]], dim=1)  # same tokens, frames exchanged
+    assert not torch.allclose(model(frames_swapped, coords)[:, 0], out[:, 0], atol=1e-5)  # time is encoded
+
+
 def test_errors():
     with pytest.raises(ValueError, match="at least 2 axes"):
         MixedRope(head_dim=16, num_heads=2, axes=("seq",))
