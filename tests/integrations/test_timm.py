@@ -75,8 +75,9 @@ def test_no_change_equals_timm(kwargs):
     x = _images()
     model(x).square().sum().backward()
     ref(x).square().sum().backward()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        assert torch.equal(p.grad, q.grad), name
+    reference = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        assert torch.equal(p.grad, reference[name].grad), name
 
 
 def test_forward_intermediates_equal_timm():
@@ -216,12 +217,12 @@ def test_compile_and_checkpointing():
     torch.testing.assert_close(compiled, eager)
     model.train()
     model(x).sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     model.set_grad_checkpointing(True)
     model(x).sum().backward()
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(p.grad, g)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name], msg=name)
 
 
 def test_no_weight_decay_names_encoder_tables():

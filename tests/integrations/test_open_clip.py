@@ -1,0 +1,204 @@
+import copy
+
+import open_clip
+import pytest
+import torch
+
+from mmpos import registry
+from mmpos.coords import Coords
+from mmpos.encoders.base import BiasEncoder
+from mmpos.integrations import open_clip as mo
+from mmpos.integrations import timm as mt
+
+TEXT = {"context_length": 16, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1}
+
+
+def _vision(**kwargs):
+    return {"image_size": 32, "patch_size": 8, "width": 64, "layers": 2, "head_width": 16, **kwargs}
+
+
+def _clip(seed=0, **vision):
+    torch.manual_seed(seed)
+    return open_clip.create_model("ViT-B-32", embed_dim=32, vision_cfg=_vision(**vision), text_cfg=TEXT).eval()
+
+
+def _images(h=32, w=32, b=2, seed=1):
+    return torch.randn(b, 3, h, w, generator=torch.Generator().manual_seed(seed))
+
+
+def _registered(name):
+    return name in {e.name for e in registry.list_encoders()}
+
+
+class SpyBias(BiasEncoder):
+    def __init__(self, dim, head_dim, grid_size, layer):
+        super().__init__()
+        self.context = dict(dim=dim, head_dim=head_dim, grid_size=grid_size, layer=layer)
+        self.seen = []
+
+    def bias(self, q, k, coords):
+        self.seen.append(coords)
+        return q.new_zeros(1, 1, q.shape[2], k.shape[2])
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    registry._load()
+    monkeypatch.setitem(registry._REGISTRY, "spy", registry.EncoderInfo("spy", "bias", "test", SpyBias))
+    return "spy"
+
+
+# ---------------------------------------------------------------- faithfulness
+@pytest.mark.parametrize("vision", [
+    {},
+    {"ls_init_value": 0.1, "pool_type": "avg", "output_tokens": True},
+    {"qk_norm": True, "scale_heads": True, "scale_attn_inner": True, "scale_attn": True, "scale_fc": True},
+])
+def test_no_change_equals_open_clip(vision):
+    ref = _clip(**vision)
+    model = mo.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
+    assert isinstance(model.visual, mo.PositionalCLIPVisionTransformer)
+    assert model.state_dict().keys() == ref.state_dict().keys()
+    x = _images()
+    # with autograd on, nn.MultiheadAttention runs the same SDPA path: bit-identical
+    torch.testing.assert_close(model.visual(x), ref.visual(x), rtol=0, atol=0)
+    # torch's inference fast path of nn.MultiheadAttention rounds differently
+    with torch.no_grad():
+        torch.testing.assert_close(model.visual(x), ref.visual(x), rtol=1e-5, atol=1e-6)
+    model.train(), ref.train()
+    for m in (model, ref):
+        out = m.visual(x)
+        sum(t.square().sum() for t in (out if isinstance(out, tuple) else (out,))).backward()
+    reference = dict(ref.visual.named_parameters())
+    for name, p in model.visual.named_parameters():
+        # nn.MultiheadAttention's backward projects a transposed layout: float rounding only
+        torch.testing.assert_close(p.grad, reference[name].grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_forward_intermediates_equal_open_clip():
+    ref = _clip()
+    model = mo.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
+    x = _images()
+    for kw in [dict(indices=2), dict(indices=[0], normalize_intermediates=True, output_fmt="NLC",
+                                     output_extra_tokens=True), dict(indices=1, stop_early=True, intermediates_only=True)]:
+        torch.testing.assert_close(model.visual.forward_intermediates(x, **kw),
+                                   ref.visual.forward_intermediates(x, **kw), rtol=0, atol=0)
+
+
+def test_learned_from_open_clip_checkpoint_equals_open_clip():
+    ref = _clip()
+    model = mo.convert(_clip(seed=3), pos="learned")
+    assert model.visual.positional_embedding is None
+    report = mo.load_state_dict_report(model, ref.state_dict())
+    assert report.renamed == (("visual.positional_embedding", "visual.pos_encoders.learned.pos_embed"),)
+    assert report.new == () and report.dropped == () and report.mismatched == ()
+    x = _images()
+    torch.testing.assert_close(model.visual(x), ref.visual(x), rtol=0, atol=0)
+    back = _clip(seed=4)
+    mo.load_state_dict_report(back, model.state_dict())
+    assert torch.equal(back.visual.positional_embedding, ref.visual.positional_embedding)
+
+
+# ---------------------------------------------------------------- wiring
+def test_encoders_get_context_and_coords(spy):
+    model = mo.convert(_clip(), pos=spy)
+    visual = model.visual
+    assert visual.positional_embedding is not None  # bias only: kept by default
+    encoders = [b.attn.pos_encoders["spy"] for b in visual.transformer.resblocks]
+    assert encoders[1].context == dict(dim=64, head_dim=16, grid_size=(4, 4), layer=1)
+    visual(_images(24, 40))  # the kept table is resampled to the 3 x 5 grid
+    coords = encoders[0].seen[-1]
+    assert coords.grid_shape == (3, 5) and coords.prefix == 1
+    assert torch.equal(coords.pos, Coords.grid(3, 5, prefix=1).pos)
+
+
+def test_rope_tower_any_resolution():
+    ref = _clip()
+    model = mo.convert(copy.deepcopy(ref), pos="rope")
+    assert model.visual.positional_embedding is None
+    x = _images()
+    with torch.no_grad():
+        assert not torch.allclose(model.encode_image(x), ref.encode_image(x))
+        out = model.encode_image(_images(24, 48))  # non-square, another resolution
+    assert out.shape == (2, 32) and torch.isfinite(out).all()
+
+
+def test_kept_table_is_resampled_like_timm():
+    from timm.layers import resample_abs_pos_embed
+
+    model = mo.convert(_clip(), pos="none", keep_abs_pos=True).visual
+    table = model.positional_embedding
+    got = model._abs_pos_embed((3, 5))
+    want = resample_abs_pos_embed(table[None], [3, 5], [4, 4], num_prefix_tokens=1)[0]
+    assert got.shape == (16, 64) and torch.equal(got, want) and torch.equal(got[0], table[0])
+    assert model._abs_pos_embed((4, 4)) is table
+
+
+def test_checkpoint_transfer_between_encoders():
+    source = mo.convert(_clip(seed=1), pos="learned")
+    target = mo.convert(_clip(seed=2), pos="sincos")
+    report = mo.load_state_dict_report(target, source.state_dict())
+    assert report.dropped == ("visual.pos_encoders.learned.pos_embed",)
+    assert report.new == () and report.mismatched == ()
+    assert torch.equal(target.visual.conv1.weight, source.visual.conv1.weight)
+    assert torch.equal(target.positional_embedding, source.positional_embedding)  # the text tower's
+
+
+def test_contrastive_training_reduces_loss():
+    torch.manual_seed(0)
+    model = mo.create_model("ViT-B-32", pos="rope", embed_dim=32, vision_cfg=_vision(), text_cfg=TEXT,
+                            output_dict=True)
+    model.train()
+    images = _images(b=8)
+    text = torch.randint(0, 100, (8, 16), generator=torch.Generator().manual_seed(2))
+    loss_fn = open_clip.ClipLoss()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(6):
+        out = model(images, text)
+        loss = loss_fn(out["image_features"], out["text_features"], out["logit_scale"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.1, losses
+
+
+def test_timm_tower_is_converted_by_the_timm_integration():
+    torch.manual_seed(0)
+    vision = {"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False, "timm_pool": "token",
+              "timm_proj": "linear", "image_size": 224}
+    model = mo.create_model("ViT-B-32", pos="rope", embed_dim=32, vision_cfg=vision, text_cfg=TEXT)
+    assert isinstance(model.visual.trunk, mt.PositionalVisionTransformer)
+    assert set(model.visual.trunk.blocks[0].attn.pos_encoders) == {"rope"}
+    with torch.no_grad():
+        assert model.encode_image(_images(224, 224, b=1)).shape == (1, 32)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="scaled cosine"):
+        mo.convert(_clip(scaled_cosine_attn=True), pos="rope")
+    with pytest.raises(ValueError, match="patch_dropout"):
+        mo.convert(_clip(patch_dropout=0.5), pos="rope")
+    with pytest.raises(ValueError, match="visual tower"):
+        mo.convert(torch.nn.Linear(2, 2), pos="rope")
+    with pytest.raises(ValueError, match="conv_after"):
+        mo.convert(_clip(), pos="rope", conv_after=(5,))
+
+
+# ---------------------------------------------------------------- encoders written by others
+@pytest.mark.parametrize("name", ["irpe-product-ctx-k", "peg", "fuzzy", "rope-axial", "rope-mixed", "fourier"])
+def test_vision_encoders_in_open_clip(name):
+    if not _registered(name):
+        pytest.skip(f"encoder {name!r} is not registered yet")
+    ref = _clip()
+    model = mo.convert(copy.deepcopy(ref), pos=name).train()
+    out = model.encode_image(_images(24, 40))
+    assert out.shape == (2, 32) and torch.isfinite(out).all()
+    out.square().sum().backward()
+    params = [p for n, p in model.named_parameters() if "pos_encoders" in n or "pos_convs" in n]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+    model.eval()
+    with torch.no_grad():
+        x = _images()
+        assert not torch.allclose(model.encode_image(x), mo.convert(copy.deepcopy(ref), pos="none").encode_image(x))
