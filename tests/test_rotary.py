@@ -143,3 +143,12 @@ def test_prefix_tokens_are_not_rotated():
     q = torch.randn(1, 1, 5, 8)
     qr, _ = enc.rotate(q, q, c)
     assert torch.equal(qr[:, :, 0], q[:, :, 0])
+
+
+def test_fixed_plan_keeps_float32_under_module_casts():
+    enc = create("rope", head_dim=64, theta=1e6)
+    exact = enc.weight.clone()
+    enc.to(torch.bfloat16)
+    assert enc.weight.dtype == torch.float32 and torch.equal(enc.weight, exact)
+    enc.half().float()
+    assert torch.equal(enc.weight, exact)

@@ -69,6 +69,15 @@ class RotaryEncoder(PositionEncoder):
         else:
             self.register_buffer("weight", plan.weight.clone(), persistent=False)
 
+    def _apply(self, fn, recurse=True):
+        # Keep a fixed plan in its own precision: ``model.to(torch.bfloat16)`` moves it but
+        # must not round the frequencies (large positions would get wrong angles).
+        fixed = self._buffers.get("weight")
+        super()._apply(fn, recurse)
+        if fixed is not None and self._buffers["weight"].dtype != fixed.dtype:
+            self._buffers["weight"] = fixed.to(self._buffers["weight"].device)
+        return self
+
     def positions(self, coords: Coords) -> Coords:
         """The coordinates the plan reads (override to adapt, e.g. flatten a grid)."""
         return coords
