@@ -213,7 +213,7 @@ def test_compile_and_checkpointing():
     x = _images(24, 32)
     with torch.no_grad():
         eager = model(x)
-        compiled = torch.compile(model, backend="eager", fullgraph=False)(x)
+        compiled = torch.compile(model, backend="eager", fullgraph=True)(x)
     torch.testing.assert_close(compiled, eager)
     model.train()
     model(x).sum().backward()
@@ -292,3 +292,16 @@ def test_peg_after_listed_blocks():
     with torch.no_grad():
         model(_images(16, 40))
     assert calls == [("0", (2, 5)), ("2", (2, 5))]
+
+
+@pytest.mark.skipif(not _registered("irpe-product-ctx-k"), reason="irpe is not registered yet")
+def test_learned_checkpoint_into_irpe_starts_from_the_same_function():
+    """iRPE keeps the absolute embedding and its tables start at zero (as the reference)."""
+    source = mt.convert(_vit(seed=1, dynamic_img_size=True), pos="learned")
+    target = mt.convert(_vit(seed=2, dynamic_img_size=True), pos="irpe-product-ctx-k")
+    report = mt.load_state_dict_report(target, source.state_dict())
+    assert report.renamed == (("pos_encoders.learned.pos_embed", "pos_embed"),)
+    assert report.dropped == () and len(report.new) == 2  # one table per layer
+    x = _images(24, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(target(x), source(x))
