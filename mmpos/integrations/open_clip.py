@@ -65,8 +65,9 @@ __all__ = [
     "OPEN_CLIP_ALIASES",
 ]
 
-#: open_clip's ``positional_embedding`` ``(N, D)`` and the ``learned`` encoder's table ``(1, N, D)``.
-OPEN_CLIP_ALIASES = (("positional_embedding", "pos_encoders.learned.pos_embed"),)
+#: open_clip's ``positional_embedding`` ``(N, D)`` and the ``learned`` encoder's table ``(1, N, D)``;
+#: timm's aliases serve towers with a timm trunk.
+OPEN_CLIP_ALIASES = (("positional_embedding", "pos_encoders.learned.pos_embed"),) + mmpos_timm.TIMM_ALIASES
 
 
 class PositionalCLIPAttention(nn.Module):
@@ -167,9 +168,9 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
         return resample_abs_pos_embed(table.unsqueeze(0), list(grid), list(self.grid_size), num_prefix_tokens=1)[0]
 
     def _tokens(self, images: Tensor) -> tuple[Tensor, Coords]:
+        coords = self.token_coords(images.shape[-2:], images.device)
         x = self.conv1(images)  # (B, C, h, w)
         b, c, h, w = x.shape
-        coords = Coords.grid(h, w, prefix=1, device=x.device)
         x = x.reshape(b, c, h * w).permute(0, 2, 1)  # (B, h * w, C)
         x = torch.cat([self.class_embedding.view(1, 1, c).expand(b, -1, -1).to(x.dtype), x], dim=1)
         if self.positional_embedding is not None:
@@ -331,6 +332,7 @@ def create_model(
 def load_state_dict_report(model: nn.Module, state_dict: Mapping[str, Tensor]) -> TransferReport:
     """Load what fits of ``state_dict`` into ``model`` and report it (see
     :func:`mmpos.integrations.checkpoint.load_state_dict_report`); ``positional_embedding``
-    and the ``learned`` encoder's table map onto each other (:data:`OPEN_CLIP_ALIASES`).
+    and the ``learned`` encoder's table map onto each other, and so do timm's ``pos_embed``
+    and the table of a timm trunk (:data:`OPEN_CLIP_ALIASES`).
     """
     return _load_report(model, state_dict, OPEN_CLIP_ALIASES)

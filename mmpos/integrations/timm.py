@@ -137,7 +137,7 @@ class PositionalVisionTransformer(VisionTransformer):
     def __init__(
         self,
         *args: Any,
-        pos: str | Sequence[str] | None = "none",
+        pos: str | Sequence[str] | None,
         pos_kwargs: dict[str, dict[str, Any]] | None = None,
         keep_abs_pos: bool | None = None,
         conv_after: Sequence[int] = (0,),

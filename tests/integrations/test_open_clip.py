@@ -168,11 +168,18 @@ def test_timm_tower_is_converted_by_the_timm_integration():
     torch.manual_seed(0)
     vision = {"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False, "timm_pool": "token",
               "timm_proj": "linear", "image_size": 224}
-    model = mo.create_model("ViT-B-32", pos="rope", embed_dim=32, vision_cfg=vision, text_cfg=TEXT)
+    plain = open_clip.create_model("ViT-B-32", embed_dim=32, vision_cfg=vision, text_cfg=TEXT).eval()
+    model = mo.convert(copy.deepcopy(plain), pos="rope")
     assert isinstance(model.visual.trunk, mt.PositionalVisionTransformer)
     assert set(model.visual.trunk.blocks[0].attn.pos_encoders) == {"rope"}
+    x = _images(224, 224, b=1)
     with torch.no_grad():
-        assert model.encode_image(_images(224, 224, b=1)).shape == (1, 32)
+        assert model.encode_image(x).shape == (1, 32)
+    learned = mo.convert(copy.deepcopy(plain), pos="learned")
+    report = mo.load_state_dict_report(learned, plain.state_dict())
+    assert report.renamed == (("visual.trunk.pos_embed", "visual.trunk.pos_encoders.learned.pos_embed"),)
+    with torch.no_grad():
+        torch.testing.assert_close(learned.encode_image(x), plain.encode_image(x), rtol=0, atol=0)
 
 
 def test_bad_input():

@@ -253,20 +253,14 @@ def test_bad_input():
 
 
 # ---------------------------------------------------------------- encoders written by others
-@pytest.mark.parametrize("name, kwargs", [
-    ("irpe-product-ctx-k", {}),
-    ("irpe-product-ctx-qkv", {}),
-    ("peg", {}),
-    ("fuzzy", {}),
-    ("rope-axial", {}),
-    ("rope-mixed", {}),
-    ("fourier", {}),
-])
-def test_vision_encoders_in_timm(name, kwargs):
+@pytest.mark.parametrize(
+    "name", ["irpe-product-ctx-k", "irpe-product-ctx-qkv", "peg", "fuzzy", "rope-axial", "rope-mixed", "fourier"]
+)
+def test_vision_encoders_in_timm(name):
     if not _registered(name):
         pytest.skip(f"encoder {name!r} is not registered yet")
     ref = _vit(reg_tokens=1, dynamic_img_size=True)
-    model = mt.convert(copy.deepcopy(ref), pos=name, pos_kwargs={name: kwargs} if kwargs else None)
+    model = mt.convert(copy.deepcopy(ref), pos=name)
     kind = registry.encoder_info(name).kind
     assert (model.pos_embed is not None) == (kind == "bias")
     x = _images(24, 40)
