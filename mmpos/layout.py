@@ -191,24 +191,82 @@ def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_n
 # --------------------------------------------------------------------------- the shared core
 @dataclass(frozen=True, eq=False)
 class VisionBlocks:
-    """One row per vision block of a batch (an image, a video, or a Qwen3-VL video frame).
+    """The vision blocks of a batch (an image, a video, or a Qwen3-VL video frame) and their tokens.
 
     Attributes:
         grid: ``(K, 3)`` int64 ``(t, h, w)`` in tokens, i.e. *after* the spatial merge.
         second_per_grid: ``(K,)`` float32 seconds per temporal patch (0 for images).
         delta: ``(K,)`` float64 V2PE step of the block's tokens.
         scale: ``(K,)`` float64 HoPE temporal scale of the block.
+        token_index: ``(Nv,)`` int64 flat index ``b * L + l`` into the padded ``(B, L)`` batch
+            of every vision token: block after block, each block's ``t * h * w`` tokens in
+            raster order (t, h, w).
     """
 
     grid: Tensor
     second_per_grid: Tensor
     delta: Tensor
     scale: Tensor
+    token_index: Tensor
+
+    def __post_init__(self) -> None:
+        k = self.grid.shape[0]
+        for name in ("second_per_grid", "delta", "scale"):
+            if tuple(getattr(self, name).shape) != (k,):
+                raise ValueError(f"{name} must have shape ({k},), one value per block")
+        total = int(self.grid.prod(-1).sum())
+        if tuple(self.token_index.shape) != (total,):
+            raise ValueError(f"token_index must list the {total} vision tokens of the blocks, got {tuple(self.token_index.shape)}")
+
+
+def _block_offsets(blocks: VisionBlocks, scheme: str, tokens_per_second: float, temporal_stride: int, advance: str):
+    """Per-token offsets from the block start ``(Nv, A)``, per-block extents ``(K,)`` (float64),
+    and which axes add the block start ``(A,)``."""
+    f64 = torch.float64
+    t, h, w = blocks.grid.unbind(-1)  # (K,) each
+    counts = t * h * w
+    nv = blocks.token_index.shape[0]
+    k = torch.repeat_interleave(torch.arange(counts.shape[0], device=t.device), counts, output_size=nv)  # block of each token
+    local = torch.arange(nv, device=t.device) - (counts.cumsum(0) - counts)[k]  # index inside the block
+    hk, wk = h[k], w[k]  # (Nv,) each
+    ti, hi, wi = local // (hk * wk), (local // wk) % hk, local % wk
+    use_start = torch.ones(len(SCHEME_AXES[scheme]), dtype=f64, device=t.device)
+    if scheme in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "mhrope", "mrope-i"):
+        if scheme == "qwen2.5-vl":  # multiply, then floor, in float32 as the Qwen2.5-VL reference does
+            spg = blocks.second_per_grid
+            t_off = (ti.float() * spg[k] * tokens_per_second).long()
+            t_max = ((t - 1).float() * spg * tokens_per_second).long()
+        else:
+            stride = temporal_stride if scheme == "mrope-i" else 1
+            t_off, t_max = ti * stride, (t - 1) * stride
+        offset = torch.stack([t_off, hi, wi], dim=-1)
+        extent = torch.maximum(torch.maximum(t_max, h - 1), w - 1) + 1 if advance == "max" else torch.maximum(h, w)
+        if scheme == "mrope-i":
+            use_start[1:] = 0  # spatial reset: h and w start at 0 in every block
+    elif scheme == "hope":
+        scale = blocks.scale
+        t_off = ti.to(f64) * scale[k]
+        h_off = (hi - (hk - 1) // 2).to(f64) + t_off  # centred, then shifted by the scaled time
+        w_off = (wi - (wk - 1) // 2).to(f64) + t_off
+        offset = torch.stack([t_off, h_off, w_off], dim=-1)
+        extent = (t - 1).to(f64) * scale + 1  # the text continues at the last t + 1
+    elif scheme == "vrope":
+        hi_flip, wi_flip = hk - 1 - hi, wk - 1 - wi
+        offset = torch.stack([hi + wi, hi + wi_flip, hi_flip + wi, hi_flip + wi_flip], dim=-1)
+        offset = offset + (ti * (hk + wk - 1)).unsqueeze(-1)  # frame f at f (H + W - 1)
+        extent = t * (h + w - 1)
+    elif scheme == "v2pe":
+        offset = ((local + 1).to(f64) * blocks.delta[k] - 1).unsqueeze(-1)  # previous token + step, + 2 step, ...
+        extent = torch.ceil((t * h * w).to(f64) * blocks.delta)  # text resumes at ceil(last visual) + 1
+    elif scheme == "flat":
+        offset = local.unsqueeze(-1)
+        extent = t * h * w
+    else:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    return offset.to(f64), extent.to(f64), use_start
 
 
 def token_positions(
-    block: Tensor,
-    local: Tensor,
     real: Tensor,
     blocks: VisionBlocks,
     scheme: str,
@@ -219,11 +277,8 @@ def token_positions(
     """Positions of every token of a padded batch under ``scheme``, vectorised over the batch.
 
     Args:
-        block: ``(B, L)`` int64 row of ``blocks`` each vision token belongs to, ``-1`` for text
-            and padding.
-        local: ``(B, L)`` int64 index of a vision token inside its block (raster order t, h, w).
         real: ``(B, L)`` bool, ``False`` on padding.
-        blocks: the vision blocks.
+        blocks: the vision blocks and their tokens; every other real token is text.
         scheme: one of :data:`SCHEMES`.
         tokens_per_second: Qwen2.5-VL temporal resolution (``qwen2.5-vl`` only).
         temporal_stride: MRoPE-I temporal stride (``mrope-i`` only).
@@ -231,73 +286,32 @@ def token_positions(
             + 1) or ``"spatial"`` (transformers >= 5.3: ``start + max(h, w)``, time ignored).
 
     Returns:
-        ``pos`` ``(B, L, A)`` float64 (zero on padding) and ``next`` ``(B,)`` float64, the
+        ``pos`` ``(A, B, L)`` float64 (zero on padding) and ``next`` ``(B,)`` float64, the
         position the token after each sample gets.
 
-    Every text token advances the position by 1 and every vision block by its *extent*;
-    a unit's start is the running sum of the extents before it (a cumsum along ``L``).
+    A text token advances the position by 1 and a vision block by its *extent*; a unit
+    starts at the running sum of what came before it (one ``cumsum`` along ``L``).
     """
     if advance not in ADVANCES:
         raise ValueError(f"advance must be one of {ADVANCES}, got {advance!r}")
-    f64 = torch.float64
-    is_vision = block >= 0
-    if blocks.grid.shape[0]:
-        row = block.clamp(min=0)
-        t, h, w = blocks.grid[row].unbind(-1)  # (B, L) each
-    else:  # no vision block: any grid will do, every token is text
-        t = h = w = torch.ones_like(block)
-        row = None
-    ti, hi, wi = local // (h * w), (local // w) % h, local % w
-    use_start = torch.ones(len(SCHEME_AXES[scheme]), dtype=f64, device=block.device)
-    if scheme in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "mhrope", "mrope-i"):
-        if scheme == "qwen2.5-vl" and row is not None:
-            # multiply, then floor, in float32 as the Qwen2.5-VL reference does
-            spg = blocks.second_per_grid[row]
-            t_off = (ti.float() * spg * tokens_per_second).long()
-            t_max = ((t - 1).float() * spg * tokens_per_second).long()
-        else:
-            stride = temporal_stride if scheme == "mrope-i" else 1
-            t_off, t_max = ti * stride, (t - 1) * stride
-        offset = torch.stack([t_off, hi, wi], dim=-1).to(f64)
-        if advance == "max":
-            extent = torch.maximum(torch.maximum(t_max, h - 1), w - 1) + 1
-        else:
-            extent = torch.maximum(h, w)
-        extent = extent.to(f64)
-        if scheme == "mrope-i":
-            use_start[1:] = 0  # spatial reset: h and w start at 0 in every block
-    elif scheme == "hope":
-        scale = blocks.scale[row] if row is not None else torch.ones_like(block, dtype=f64)
-        t_off = ti.to(f64) * scale
-        h_off = (hi - (h - 1) // 2).to(f64) + t_off  # centred, then shifted by the scaled time
-        w_off = (wi - (w - 1) // 2).to(f64) + t_off
-        offset = torch.stack([t_off, h_off, w_off], dim=-1)
-        extent = (t - 1).to(f64) * scale + 1
-    elif scheme == "vrope":
-        frame = ti * (h + w - 1)
-        hi_flip, wi_flip = h - 1 - hi, w - 1 - wi
-        offset = torch.stack([hi + wi, hi + wi_flip, hi_flip + wi, hi_flip + wi_flip], dim=-1) + frame.unsqueeze(-1)
-        offset = offset.to(f64)
-        extent = (t * (h + w - 1)).to(f64)
-    elif scheme == "v2pe":
-        step = blocks.delta[row] if row is not None else torch.ones_like(block, dtype=f64)
-        offset = ((local + 1).to(f64) * step - 1).unsqueeze(-1)  # after the previous token by step, 2 step, ...
-        extent = torch.ceil((t * h * w).to(f64) * step)  # text resumes at ceil(last visual) + 1
-    elif scheme == "flat":
-        offset = local.to(f64).unsqueeze(-1)
-        extent = (t * h * w).to(f64)
-    else:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    offset, extent, use_start = _block_offsets(blocks, scheme, tokens_per_second, temporal_stride, advance)
+    b, length = real.shape
+    counts = blocks.grid.prod(-1)
+    block_first = blocks.token_index[counts.cumsum(0) - counts]  # flat index of each block's first token
 
-    zero = torch.zeros((), dtype=f64, device=block.device)
-    one = torch.ones((), dtype=f64, device=block.device)
-    unit = torch.where(is_vision, extent, one)  # (B, L) extent of the unit holding the token
-    adv = torch.where(is_vision & (local != 0), zero, unit) * real  # counted once per unit
-    start = adv.cumsum(dim=1) - unit  # (B, L)
-    text_pos = start.unsqueeze(-1).expand(*start.shape, use_start.shape[0])
-    pos = torch.where(is_vision.unsqueeze(-1), start.unsqueeze(-1) * use_start + offset, text_pos)
-    pos = pos * real.unsqueeze(-1)
-    return pos, adv.sum(dim=1)
+    is_real = real.reshape(-1).to(torch.float64)  # (B * L,) 1 on real tokens, 0 on padding
+    adv = is_real.clone()  # 1 per text token ...
+    adv[blocks.token_index] = 0  # ... vision tokens count through their block:
+    adv[block_first] = extent  # the block's extent, once
+    cum = adv.view(b, length).cumsum(dim=1).view(-1)  # (B * L,)
+    block_start = cum[block_first] - extent  # (K,)
+
+    text = (cum - 1) * is_real  # text positions, 0 on padding
+    pos = text.unsqueeze(0).repeat(use_start.shape[0], 1)  # (A, B * L): all axes equal
+    token_start = torch.repeat_interleave(block_start, counts, output_size=blocks.token_index.shape[0])
+    vision = token_start.unsqueeze(-1) * use_start + offset  # (Nv, A)
+    pos[:, blocks.token_index] = vision.T
+    return pos.view(-1, b, length), cum.view(b, length)[:, -1]
 
 
 # --------------------------------------------------------------------------- build
@@ -411,27 +425,25 @@ def build(
     sample_len = torch.zeros(batch, dtype=torch.long, device=device).index_add_(0, seg_sample, seg_len)
     length = int(sample_len.max())
 
-    # token level: segment of each token, index inside it, and its (row, column) in the batch
-    n = int(seg_len.sum())
-    tok_seg = torch.repeat_interleave(torch.arange(len(rows), device=device), seg_len)  # (N,)
-    tok_index = torch.arange(n, device=device)
-    local = tok_index - (seg_len.cumsum(0) - seg_len)[tok_seg]
-    tok_sample = seg_sample[tok_seg]
-    col = tok_index - (sample_len.cumsum(0) - sample_len)[tok_sample]
-    if padding_side == "left":
-        col = col + (length - sample_len)[tok_sample]
+    # where each segment starts in the padded (B, L) batch, as a flat index b * L + l
+    seg_offset = seg_len.cumsum(0) - seg_len  # tokens before the segment, over the whole batch
+    row_offset = (sample_len.cumsum(0) - sample_len)[seg_sample]  # ... before its sample
+    pad = (length - sample_len)[seg_sample] if padding_side == "left" else 0
+    seg_flat = seg_sample * length + pad + seg_offset - row_offset
+    cols = torch.arange(length, device=device)
+    if padding_side == "right":
+        real = cols < sample_len.unsqueeze(1)
+    else:
+        real = cols >= (length - sample_len).unsqueeze(1)
 
+    # vision tokens, block after block: flat index = segment start + index inside it
     is_vision_seg = seg_kind != int(Modality.TEXT)
-    seg_block = torch.where(is_vision_seg, is_vision_seg.long().cumsum(0) - 1, -1)
-    shape = (batch, length)
-    block = torch.full(shape, -1, dtype=torch.long, device=device)
-    block[tok_sample, col] = seg_block[tok_seg]
-    local_bl = torch.zeros(shape, dtype=torch.long, device=device)
-    local_bl[tok_sample, col] = local
-    real = torch.zeros(shape, dtype=torch.bool, device=device)
-    real[tok_sample, col] = True
-    modality = torch.full(shape, int(Modality.TEXT), dtype=torch.long, device=device)
-    modality[tok_sample, col] = seg_kind[tok_seg]
+    counts = seg_len[is_vision_seg]
+    nv = int(counts.sum())
+    first = counts.cumsum(0) - counts
+    token_index = torch.arange(nv, device=device) + torch.repeat_interleave(seg_flat[is_vision_seg] - first, counts, output_size=nv)
+    modality = torch.full((batch * length,), int(Modality.TEXT), dtype=torch.long, device=device)
+    modality[token_index] = torch.repeat_interleave(seg_kind[is_vision_seg], counts, output_size=nv)
 
     k = int(is_vision_seg.sum())
     if training and scheme == "v2pe":
@@ -447,20 +459,21 @@ def build(
         second_per_grid=torch.tensor(seconds, dtype=torch.float32, device=device)[is_vision_seg],
         delta=delta_t.to(device),
         scale=scale_t.to(device),
+        token_index=token_index,
     )
     stride = int(scale_value) if scheme == "mrope-i" else 1
-    pos, nxt = token_positions(block, local_bl, real, blocks, scheme, tokens_per_second, stride)
-    return _layout(pos, nxt, real, modality, scheme)
+    pos, nxt = token_positions(real, blocks, scheme, tokens_per_second, stride)
+    return _layout(pos, nxt, real, modality.view(batch, length), scheme)
 
 
 def _layout(pos: Tensor, nxt: Tensor, real: Tensor, modality: Tensor, scheme: str) -> Layout:
-    """Package float64 positions ``(B, L, A)`` into a :class:`Layout` with per-scheme dtypes."""
+    """Package float64 positions ``(A, B, L)`` into a :class:`Layout` with per-scheme dtypes."""
     length = real.shape[1]
     coord_dtype = torch.float64 if scheme == "v2pe" else torch.float32
     id_dtype = {"v2pe": torch.float64, "hope": torch.float32}.get(scheme, torch.long)
-    ids = pos.permute(2, 0, 1).masked_fill(~real, 1).to(id_dtype)  # (A, B, L), 1 on padding
+    ids = pos.masked_fill(~real, 1).to(id_dtype)  # (A, B, L), 1 on padding
     if ids.shape[0] == 1:
         ids = ids.expand(3, -1, -1).contiguous()
     deltas = (nxt - length).unsqueeze(1).to(torch.float32 if scheme == "hope" else torch.long)
-    coords = Coords(pos.to(coord_dtype), SCHEME_AXES[scheme], mask=real, modality=modality)
+    coords = Coords(pos.permute(1, 2, 0).to(coord_dtype).contiguous(), SCHEME_AXES[scheme], mask=real, modality=modality)
     return Layout(ids, deltas, real.long(), modality, coords, scheme)

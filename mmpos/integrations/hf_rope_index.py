@@ -9,7 +9,7 @@ Papers: Wang et al., "Qwen2-VL", https://arxiv.org/abs/2409.12191; Bai et al.,
 
 The reference walks every sample and every vision block in Python (``.tolist()``,
 ``.item()``, ``list.index``). Here the vision tokens of the whole batch are assigned to
-their blocks with one ``cumsum`` + ``searchsorted`` and the positions come from
+their blocks with one ``nonzero`` per modality and the positions come from
 :func:`mmpos.layout.token_positions` (one ``cumsum`` along the sequence), so the work is
 a handful of tensor operations whatever the batch holds.
 
@@ -63,26 +63,14 @@ def _check_grid(grid: Tensor | None, name: str) -> Tensor:
     return grid.long()
 
 
-def _assign_blocks(is_token: Tensor, block_tokens: Tensor, first_block: int, name: str) -> tuple[Tensor, Tensor]:
-    """Give the marked tokens of a ``(B, L)`` batch, in row-major order, to consecutive blocks.
-
-    Returns ``block`` (``-1`` where not marked, else ``first_block + k``) and ``local``
-    (index inside the block), both ``(B, L)`` int64.
-    """
-    flat = is_token.reshape(-1)
+def _token_index(is_token: Tensor, block_tokens: Tensor, name: str) -> Tensor:
+    """Flat indices of the marked tokens of a ``(B, L)`` batch in reading order; they fill
+    the blocks one after the other (as the reference consumes its grids)."""
+    index = is_token.reshape(-1).nonzero().squeeze(1)  # row-major: sample by sample, in order
     total = int(block_tokens.sum())
-    found = int(flat.sum())
-    if found != total:
-        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {found} such tokens")
-    rank = flat.long().cumsum(0) - 1  # order of each marked token over the whole batch
-    ends = block_tokens.to(flat.device).cumsum(0)
-    if total == 0:
-        empty = torch.full_like(rank, -1).view_as(is_token)
-        return empty, torch.zeros_like(empty)
-    k = torch.searchsorted(ends, rank.clamp(min=0), right=True).clamp(max=ends.shape[0] - 1)
-    local = rank - (ends - block_tokens.to(flat.device))[k]
-    block = torch.where(flat, k + first_block, torch.full_like(k, -1))
-    return block.view_as(is_token), torch.where(flat, local, 0).view_as(is_token)
+    if index.shape[0] != total:
+        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
+    return index
 
 
 def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -161,19 +149,19 @@ def get_rope_index(
         is_image = (input_ids == config.image_token_id) & real
         is_video = (input_ids == config.video_token_id) & real
     k_img = images.shape[0]
-    img_block, img_local = _assign_blocks(is_image, tokens[:k_img], 0, "image_grid_thw")
-    vid_block, vid_local = _assign_blocks(is_video, tokens[k_img:], k_img, "video_grid_thw")
-    block = torch.maximum(img_block, vid_block)
-    local = img_local + vid_local
-
+    token_index = torch.cat([
+        _token_index(is_image, tokens[:k_img], "image_grid_thw"),
+        _token_index(is_video, tokens[k_img:], "video_grid_thw"),
+    ])
     blocks = VisionBlocks(
         grid=grid,
         second_per_grid=torch.cat([torch.zeros(k_img, device=device), seconds]),  # images: no time scaling
         delta=torch.ones(grid.shape[0], dtype=torch.float64, device=device),
         scale=torch.ones(grid.shape[0], dtype=torch.float64, device=device),
+        token_index=token_index,
     )
     tokens_per_second = getattr(config.vision_config, "tokens_per_second", 1)
-    pos, nxt = token_positions(block, local, real, blocks, scheme, tokens_per_second, advance=advance)
-    position_ids = pos.permute(2, 0, 1).to(input_ids.dtype).masked_fill(~real, 1)
+    pos, nxt = token_positions(real, blocks, scheme, tokens_per_second, advance=advance)
+    position_ids = pos.to(input_ids.dtype).masked_fill(~real, 1)
     rope_deltas = (nxt.long() - input_ids.shape[1]).unsqueeze(1)
     return position_ids, rope_deltas

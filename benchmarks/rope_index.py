@@ -1,0 +1,119 @@
+"""Position ids of a Qwen2-VL batch: mmpos against transformers' ``get_rope_index``.
+
+64 samples x 8 images with text between them (left padding), one run, three timings:
+
+* transformers ``Qwen2VLModel.get_rope_index`` (4.57.1; a Python loop over samples and blocks),
+* :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the same token ids (vectorised),
+* :func:`mmpos.layout.build` from the segment lists (what a data loader would call).
+
+The outputs are checked equal before timing. Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/rope_index.py [--device cuda] [--samples 64] [--images 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import time
+from types import SimpleNamespace
+
+import torch
+import transformers
+from transformers import Qwen2VLConfig
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+from mmpos.integrations.hf_rope_index import get_rope_index
+from mmpos.layout import Image, Text, build
+
+
+def make_batch(samples: int, images: int, seed: int = 0):
+    """Token ids, mask and grids of a batch, and the same batch as segment lists."""
+    config = Qwen2VLConfig()
+    rng = random.Random(seed)
+    rows, segments, grids = [], [], []
+    for _ in range(samples):
+        ids, segs = [], []
+        for _ in range(images):
+            n_text = rng.randint(5, 40)
+            ids += [rng.randrange(10, 1000) for _ in range(n_text - 1)] + [config.vision_start_token_id]
+            h, w = 2 * rng.randint(4, 16), 2 * rng.randint(4, 16)  # up to 32 x 32 patches
+            ids += [config.image_token_id] * (h * w // 4)
+            segs += [Text(n_text), Image((1, h, w))]
+            grids.append((1, h, w))
+        n_text = rng.randint(5, 40)
+        ids += [rng.randrange(10, 1000) for _ in range(n_text)]
+        segs.append(Text(n_text))
+        rows.append(ids)
+        segments.append(segs)
+    length = max(map(len, rows))
+    input_ids = torch.zeros(samples, length, dtype=torch.long)
+    mask = torch.zeros(samples, length, dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, length - len(r) :] = torch.tensor(r)
+        mask[i, length - len(r) :] = 1
+    return config, input_ids, mask, torch.tensor(grids), segments
+
+
+def best_times(fns: dict, repeats: int, sync) -> dict:
+    """Best-of-``repeats`` seconds per function, the functions taking turns in every round so
+    that all of them see the same load (the CPU is shared)."""
+    for fn in fns.values():
+        fn()  # warm-up
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--images", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    config, input_ids, mask, grids, segments = make_batch(args.samples, args.images)
+    input_ids, mask, grids = input_ids.to(device), mask.to(device), grids.to(device)
+    holder = SimpleNamespace(config=config)
+
+    ref = Qwen2VLModel.get_rope_index(holder, input_ids, grids, None, mask)
+    ours = get_rope_index(config, input_ids, grids, attention_mask=mask)
+    lay = build(segments, "qwen2-vl", padding_side="left", device=device)
+    assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1].to(device))
+    assert torch.equal(lay.position_ids, ref[0]) and torch.equal(lay.rope_deltas, ref[1].to(device))
+
+    times = best_times(
+        {
+            "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, input_ids, grids, None, mask),
+            "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
+                config, input_ids, grids, attention_mask=mask
+            ),
+            "mmpos `layout.build` (segments)": lambda: build(segments, "qwen2-vl", padding_side="left", device=device),
+        },
+        args.repeats,
+        sync,
+    )
+    t_hf = next(iter(times.values()))
+
+    b, length = input_ids.shape
+    print(f"batch {b} x {length} tokens, {grids.shape[0]} images; device {device}, torch threads "
+          f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"{platform.processor() or platform.machine()}")
+    print("| method | time (ms) | speed-up vs transformers |")
+    print("|---|---:|---:|")
+    for name, t in times.items():
+        print(f"| {name} | {t * 1e3:.2f} | {t_hf / t:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
