@@ -79,8 +79,12 @@ def test_forward_intermediates_equal_open_clip():
     ref = _clip()
     model = mo.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
     x = _images()
-    for kw in [dict(indices=2), dict(indices=[0], normalize_intermediates=True, output_fmt="NLC",
-                                     output_extra_tokens=True), dict(indices=1, stop_early=True, intermediates_only=True)]:
+    calls = [
+        dict(indices=2),
+        dict(indices=[0], normalize_intermediates=True, output_fmt="NLC", output_extra_tokens=True),
+        dict(indices=1, stop_early=True, intermediates_only=True),
+    ]
+    for kw in calls:
         torch.testing.assert_close(model.visual.forward_intermediates(x, **kw),
                                    ref.visual.forward_intermediates(x, **kw), rtol=0, atol=0)
 

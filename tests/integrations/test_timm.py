@@ -2,7 +2,6 @@ import copy
 
 import pytest
 import torch
-import timm
 from timm.models.vision_transformer import VisionTransformer
 
 from mmpos import registry
