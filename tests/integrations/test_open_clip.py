@@ -168,6 +168,18 @@ def test_contrastive_training_reduces_loss():
     assert losses[-1] < losses[0] - 0.1, losses
 
 
+def test_grad_checkpointing_gives_the_same_gradients():
+    model = mo.convert(_clip(), pos=["rope", "sincos"]).train()
+    x = _images()
+    model.encode_image(x).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.visual.named_parameters()}
+    model.zero_grad()
+    model.set_grad_checkpointing(True)
+    model.encode_image(x).sum().backward()
+    for name, p in model.visual.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name], msg=name)
+
+
 def test_timm_tower_is_converted_by_the_timm_integration():
     torch.manual_seed(0)
     vision = {"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False, "timm_pool": "token",
