@@ -60,6 +60,8 @@ class Transformer(nn.Module):
         pos: encoder name or list of names (see ``mmpos.list_encoders()``).
         pos_kwargs: keyword arguments per encoder name, e.g. ``{"rope": {"theta": 100}}``.
         grid_size: the training token grid, handed to encoders that learn a grid.
+        axes: the coordinate axes the model's tokens carry (e.g. ``("h", "w")``), handed
+            to encoders that read named axes.
         conv_after: block indices after which conv encoders run.
         drop_path: stochastic depth, linearly increasing to this rate.
 
@@ -75,6 +77,7 @@ class Transformer(nn.Module):
         pos_kwargs: dict[str, dict[str, Any]] | None = None,
         grid_size: Sequence[int] | None = None,
         mlp_ratio: float = 4.0,
+        axes: Sequence[str] | None = None,
         num_kv_heads: int | None = None,
         causal: bool = False,
         qkv_bias: bool = True,
@@ -98,6 +101,8 @@ class Transformer(nn.Module):
         }
         if grid_size is not None:
             context["grid_size"] = tuple(grid_size)
+        if axes is not None:
+            context["axes"] = tuple(axes)
         kinds = {name: encoder_info(name).kind for name in names}
 
         def build(name: str, **extra: Any) -> nn.Module | None:

@@ -65,7 +65,16 @@ class VisionTransformer(nn.Module):
         elif "learned" in ([pos] if isinstance(pos, str) else list(pos or [])):
             pos_kwargs = {**(pos_kwargs or {}), "learned": {"num_prefix_tokens": self.num_prefix_tokens}}
         self.transformer = Transformer(
-            dim, depth, num_heads, pos, pos_kwargs, grid, mlp_ratio, conv_after=conv_after, drop_path=drop_path
+            dim,
+            depth,
+            num_heads,
+            pos,
+            pos_kwargs,
+            grid,
+            mlp_ratio,
+            axes=("h", "w"),
+            conv_after=conv_after,
+            drop_path=drop_path,
         )
         self.global_pool = global_pool
         self.head = nn.Linear(dim, num_classes)
