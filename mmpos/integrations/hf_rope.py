@@ -42,7 +42,6 @@ from ..encoders.mrope import default_mrope_section
 from ..layout import ADVANCES, HOPE_SCALES, V2PE_DELTAS, VisionBlocks, token_positions
 from ..registry import create
 from ..rotary import apply_rotary, plan_angles
-from .hf_rope_index import _assign_blocks, _check_grid, _text_only
 
 __all__ = ["SCHEMES", "use_rope", "current_rope", "HFRotaryEmbedding", "per_head_attention_forward", "scheme_rope_index"]
 
@@ -87,7 +86,17 @@ class HFRotaryEmbedding(nn.Module):
             raise ValueError(f"layout must be 'qwen2', 'qwen3' or 'per_head', got {layout!r}")
         self.encoder = encoder
         self.layout = layout
-        self.register_buffer("rows_to_axes", torch.tensor(_ROWS_TO_AXES[encoder.axes]), persistent=False)  # (A, 3)
+        self.register_buffer("rows_to_axes", torch.tensor(_ROWS_TO_AXES[encoder.axes], dtype=torch.float32), persistent=False)  # (A, 3)
+        self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
+
+    def _apply(self, fn, recurse=True):
+        """Follow ``model.to(device)`` but keep the plan float32 under ``model.to(bfloat16)``
+        or ``.half()`` (frequencies rounded to 8 bits would move every angle)."""
+        super()._apply(fn, recurse)
+        device = self.rows_to_axes.device
+        self.encoder.weight = self._float32[0].to(device)
+        self.rows_to_axes = self._float32[1].to(device)
+        return self
 
     @torch.no_grad()
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -167,6 +176,22 @@ class _IndexOptions:
     advance: str
 
 
+def _grid(grid: Tensor | None, name: str, device: torch.device) -> Tensor:
+    if grid is None:
+        return torch.zeros(0, 3, dtype=torch.long, device=device)
+    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
+        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
+    return grid.long().to(device)
+
+
+def _flat_index(is_token: Tensor, tokens: Tensor, name: str) -> Tensor:
+    """Flat indices ``b * L + l`` of the marked tokens, in reading order (they fill the blocks in turn)."""
+    index = is_token.reshape(-1).nonzero().squeeze(1)
+    if index.shape[0] != int(tokens.sum()):
+        raise ValueError(f"{name} describes {int(tokens.sum())} tokens, but input_ids holds {index.shape[0]} such tokens")
+    return index
+
+
 def scheme_rope_index(
     options: _IndexOptions,
     input_ids: Tensor,
@@ -176,14 +201,13 @@ def scheme_rope_index(
     second_per_grid_ts: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """HF-shaped ``(position_ids (3, B, L), rope_deltas (B, 1))`` of a Qwen-VL prompt under
-    ``options.scheme`` (1 on padding). Vision tokens are found by their placeholder ids; for
-    the Qwen3-VL family (and the ``qwen3-vl`` scheme) every video frame is its own block."""
-    if image_grid_thw is None and video_grid_thw is None:
-        ids, deltas = _text_only(input_ids, attention_mask)
-        return ids, deltas
+    ``options.scheme`` (1 on padding), from :func:`mmpos.layout.token_positions`. Vision tokens
+    are found by their placeholder ids; for the Qwen3-VL family (and the ``qwen3-vl`` scheme)
+    every video frame is its own block."""
     device = input_ids.device
-    images = _check_grid(image_grid_thw, "image_grid_thw").to(device)
-    videos = _check_grid(video_grid_thw, "video_grid_thw").to(device)
+    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
+    images = _grid(image_grid_thw, "image_grid_thw", device)
+    videos = _grid(video_grid_thw, "video_grid_thw", device)
     if second_per_grid_ts is None:
         seconds = torch.ones(videos.shape[0], dtype=torch.float32, device=device)
     else:
@@ -192,32 +216,29 @@ def scheme_rope_index(
         seconds = torch.repeat_interleave(seconds, videos[:, 0])
         videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
         videos[:, 0] = 1
-    grid = torch.cat([images, videos]) // torch.tensor([1, options.merge, options.merge], device=device)
+    grid = torch.cat([images, videos]) // torch.tensor([1, options.merge, options.merge], device=device)  # merged
     tokens = grid.prod(-1)
-    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
-    k_img = images.shape[0]
-    img_block, img_local = _assign_blocks((input_ids == options.image_token_id) & real, tokens[:k_img], 0, "image_grid_thw")
-    vid_block, vid_local = _assign_blocks((input_ids == options.video_token_id) & real, tokens[k_img:], k_img, "video_grid_thw")
-
-    k = grid.shape[0]
-    delta = torch.full((k,), 1.0 if options.delta is None else options.delta, dtype=torch.float64, device=device)
-    scale = torch.full((k,), 1.0 if options.temporal_scale is None else float(options.temporal_scale), dtype=torch.float64, device=device)
+    k_img, k = images.shape[0], grid.shape[0]
+    token_index = torch.cat([
+        _flat_index((input_ids == options.image_token_id) & real, tokens[:k_img], "image_grid_thw"),
+        _flat_index((input_ids == options.video_token_id) & real, tokens[k_img:], "video_grid_thw"),
+    ])
+    f64 = dict(dtype=torch.float64, device=device)
+    delta = torch.full((k,), 1.0 if options.delta is None else float(options.delta), **f64)
+    scale = torch.full((k,), 1.0 if options.temporal_scale is None else float(options.temporal_scale), **f64)
     if options.training and options.scheme == "v2pe":
-        delta = torch.tensor(V2PE_DELTAS, dtype=torch.float64)[torch.randint(len(V2PE_DELTAS), (k,))].to(device)
+        delta = torch.tensor(V2PE_DELTAS, **f64)[torch.randint(len(V2PE_DELTAS), (k,), device=device)]
     if options.training and options.scheme == "hope":
-        scale = torch.tensor(HOPE_SCALES, dtype=torch.float64)[torch.randint(len(HOPE_SCALES), (k,))].to(device)
-    blocks = VisionBlocks(grid, torch.cat([torch.zeros(k_img, device=device), seconds]), delta, scale)
+        scale = torch.tensor(HOPE_SCALES, **f64)[torch.randint(len(HOPE_SCALES), (k,), device=device)]
+    blocks = VisionBlocks(grid, torch.cat([torch.zeros(k_img, device=device), seconds]), delta, scale, token_index)
     stride = int(options.temporal_scale) if options.scheme == "mrope-i" and options.temporal_scale else 1
-    pos, nxt = token_positions(
-        torch.maximum(img_block, vid_block), img_local + vid_local, real, blocks, options.scheme,
-        options.tokens_per_second, stride, options.advance,
-    )  # (B, L, A) float64, (B,)
-    rows = pos.permute(2, 0, 1)[:3]  # VRoPE: c0, c1, c2 (c3 is rebuilt from them)
-    rows = rows.expand(3, -1, -1) if rows.shape[0] == 1 else rows
-    id_dtype = {"v2pe": torch.float64, "hope": torch.float32}.get(options.scheme, input_ids.dtype)
+    pos, nxt = token_positions(real, blocks, options.scheme, options.tokens_per_second, stride, options.advance)
+    rows = pos[:3].expand(3, -1, -1)  # (A, B, L) -> (3, B, L); VRoPE: c0, c1, c2 (c3 is rebuilt)
+    fractional = k > 0 and options.scheme in ("v2pe", "hope")  # text-only prompts keep integer ids
+    id_dtype = {"v2pe": torch.float64, "hope": torch.float32}[options.scheme] if fractional else input_ids.dtype
     position_ids = rows.masked_fill(~real, 1).to(id_dtype)
     deltas = (nxt - input_ids.shape[1]).unsqueeze(1)
-    return position_ids, deltas.to(torch.float32) if options.scheme == "hope" else deltas.long()
+    return position_ids, deltas.to(torch.float32) if fractional and options.scheme == "hope" else deltas.long()
 
 
 class _SchemeIndex:

@@ -174,6 +174,26 @@ def test_state_dict_and_restore():
     assert type(other.model.language_model.rotary_emb) is type(own_rotary)  # nothing patched globally
 
 
+@torch.no_grad()
+def test_plan_stays_float32_when_the_model_is_cast():
+    torch.manual_seed(0)
+    model = _qwen2_vl().eval()
+    inputs = _batch("qwen2-vl")
+    use_rope(model, "vrope")
+    rotary = model.model.language_model.rotary_emb
+    ids, _ = model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"],
+                                        inputs["attention_mask"])
+    x = torch.zeros(1, dtype=torch.bfloat16)
+    ref = rotary(x, ids)
+    model.to(torch.bfloat16)
+    assert rotary.encoder.weight.dtype == torch.float32 and rotary.rows_to_axes.dtype == torch.float32
+    got = rotary(x, ids)
+    assert got[0].dtype == torch.bfloat16 and torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    low = model(**dict(inputs, pixel_values=inputs["pixel_values"].bfloat16(),
+                       pixel_values_videos=inputs["pixel_values_videos"].bfloat16())).logits
+    assert low.dtype == torch.bfloat16 and torch.isfinite(low).all()
+
+
 def test_errors():
     model = _qwen2_vl()
     with pytest.raises(ValueError, match="scheme must be"):
