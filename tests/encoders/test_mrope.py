@@ -10,6 +10,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbe
 import mmpos
 from mmpos import Coords, create
 from mmpos.encoders.mrope import default_mrope_section, hope_plan, mrope_plan
+from mmpos.layout import Image, Text, Video, build
 from mmpos.rotary import apply_rotary, rope_frequencies
 
 D = 128  # head_dim of the Qwen-VL checkpoints
@@ -241,6 +242,50 @@ def test_v2pe_reads_seq_only():
     q, k = _qk(d=32)
     with pytest.raises(ValueError, match="seq"):
         create("v2pe", head_dim=32).rotate(q, k, _thw(_positions()))
+
+
+# --------------------------------------------------------------------- with mmpos.layout
+SAMPLES = [
+    [Text(3), Image((1, 4, 6)), Text(4), Video((2, 4, 4)), Text(2)],
+    [Text(5), Image((1, 6, 4)), Text(1)],
+]
+
+
+@pytest.mark.parametrize("scheme, name", [("qwen2-vl", "mrope"), ("qwen3-vl", "mrope-i"), ("mrope-i", "mrope-i"),
+                                          ("mhrope", "mhrope"), ("hope", "hope"), ("vrope", "vrope"),
+                                          ("v2pe", "v2pe"), ("flat", "rope")])
+def test_reads_the_layout_of_its_scheme(scheme, name):
+    """Every encoder reads the coordinates of its layout; the tokens of a vision block are
+    rotated by the plan at the layout's positions (checked pair by pair)."""
+    options = {"hope": {"temporal_scale": 0.75}, "v2pe": {"delta": 1 / 64}}.get(scheme, {})
+    lay = build(SAMPLES, scheme, padding_side="left", **options)
+    kw = {"num_heads": 4, "num_kv_heads": 2, "head_sections": [1, 1, 0]} if name == "mhrope" else {}
+    enc = create(name, head_dim=32, **kw)
+    q, k = _qk(hq=4, hkv=2, n=lay.coords.num_tokens, d=32)
+    q_out, k_out = enc.rotate(q, k, lay.coords)
+    pos = enc.positions(lay.coords).select(*enc.axes).pos.double()  # (B, N, A) the axes the plan reads
+    weight = enc.weight.double()
+    if weight.dim() == 2:
+        angles = (pos.unsqueeze(-1) * weight).sum(-2).unsqueeze(1)  # (B, 1, N, P)
+    else:
+        angles = (pos[:, None, :, :, None] * weight[None, :, None]).sum(-2).repeat_interleave(2, 1)  # (B, Hq, N, P)
+    x1, x2 = q.double().chunk(2, -1)
+    ref = torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], -1)
+    torch.testing.assert_close(q_out.double(), ref, rtol=0, atol=2e-5)
+    if scheme in ("qwen2-vl", "qwen3-vl"):  # and exactly as transformers, from the layout's position_ids
+        cls = Qwen2VLRotaryEmbedding if scheme == "qwen2-vl" else Qwen3VLTextRotaryEmbedding
+        section = list(default_mrope_section(32, scheme == "qwen3-vl"))
+        cfg = (Qwen2VLTextConfig if scheme == "qwen2-vl" else Qwen3VLTextConfig)(
+            hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, rope_theta=10000.0,
+            rope_scaling={"rope_type": "default", "mrope_section": section})
+        cos, sin = cls(cfg)(q, lay.position_ids)
+        if scheme == "qwen2-vl":
+            q_ref, k_ref = apply_multimodal_rotary_pos_emb(q, k, cos, sin, section)
+        else:
+            q_ref, k_ref = apply_rotary_pos_emb(q, k, cos, sin)
+        real = lay.coords.mask[:, None, :, None]  # padding: HF ids are 1 there, mmpos positions 0
+        assert torch.equal(torch.where(real, q_out, 0), torch.where(real, q_ref, 0))
+        assert torch.equal(torch.where(real, k_out, 0), torch.where(real, k_ref, 0))
 
 
 # --------------------------------------------------------------------- errors and compile
