@@ -1,0 +1,25 @@
+"""The recipe runner: configs, tasks, training runs, sweeps (see ``docs/recipes.md``).
+
+Nothing in the library imports this package. Entry points: :func:`run_recipe` (what
+``mmpos run`` calls), :func:`resolve_config`, and :mod:`mmpos.recipes.tasks` for the
+task contract and registry.
+"""
+
+from .config import ConfigError, load_yaml, parse_overrides, resolve_config
+from .runner import train_run
+from .sweep import find_recipe, run_recipe
+from .tasks import Task, get_task, list_tasks, register_task
+
+__all__ = [
+    "ConfigError",
+    "Task",
+    "find_recipe",
+    "get_task",
+    "list_tasks",
+    "load_yaml",
+    "parse_overrides",
+    "register_task",
+    "resolve_config",
+    "run_recipe",
+    "train_run",
+]

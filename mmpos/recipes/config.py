@@ -1,0 +1,193 @@
+"""Recipe configs: YAML (``yaml.safe_load``), profiles, dotted ``key=value`` overrides, validation.
+
+Resolution order: the recipe file, then ``profiles[profile]`` merged over it (the profile
+may be chosen by an override, ``profile=smoke``), then the command-line overrides. The
+result is checked against the runner's keys (:data:`RUNNER_DEFAULTS`) plus the keys the
+task declares in :func:`mmpos.recipes.tasks.register_task`; defaults fill what is missing.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+__all__ = ["RUNNER_DEFAULTS", "ConfigError", "load_yaml", "parse_overrides", "resolve_config", "merge"]
+
+#: Keys the runner owns, with their defaults (tasks add their own, see docs/recipes.md).
+RUNNER_DEFAULTS: dict[str, Any] = {
+    "task": None,
+    "task_module": None,
+    "name": None,
+    "encoders": ["none"],
+    "seeds": [0],
+    "steps": 100,
+    "batch_size": 32,
+    "eval_every": 0,
+    "log_every": 10,
+    "optim": {
+        "lr": 1.0e-3,
+        "weight_decay": 0.05,
+        "betas": [0.9, 0.999],
+        "warmup_steps": 0,
+        "min_lr_ratio": 0.0,
+        "grad_clip": 1.0,
+    },
+    "device": "auto",
+    "threads": 0,
+    "deterministic": False,
+    "progress": True,
+    "out": "runs",
+    "profile": None,
+    "profiles": {},
+}
+
+
+class ConfigError(ValueError):
+    """A recipe config that cannot be used; the message names the key."""
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with ``yaml.safe_load`` (an empty file gives ``{}``)."""
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: nested mappings merge key by key, everything else in ``update`` replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``["optim.lr=3e-4", "encoders=[none,rope]"]`` -> nested dict; values parsed as YAML."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        if not sep or not key or not all(parts):
+            raise ConfigError(f"override must look like key=value or a.b=value, got {item!r}")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({e})") from None
+        node = out
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r} conflicts with an earlier override of {part!r}")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def _check_keys(cfg: Mapping[str, Any], known: Mapping[str, Any], where: str = "") -> None:
+    for key, value in cfg.items():
+        name = f"{where}{key}"
+        if key not in known:
+            close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1)
+            hint = f"; did you mean {where}{close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config key {name!r}{hint} (known: {sorted(map(str, known))})")
+        if isinstance(known[key], Mapping) and known[key]:  # a section with declared keys
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config key {name!r} must be a mapping, got {value!r}")
+            _check_keys(value, known[key], f"{name}.")
+
+
+def _check_runner_values(cfg: Mapping[str, Any]) -> None:
+    def fail(key: str, expected: str) -> None:
+        raise ConfigError(f"config key {key!r} must be {expected}, got {cfg_get(cfg, key)!r}")
+
+    if not isinstance(cfg["task"], str) or not cfg["task"]:
+        fail("task", "the name of a registered task")
+    for key in ("encoders", "seeds"):
+        if isinstance(cfg[key], (str, int)):
+            cfg[key] = [cfg[key]]  # type: ignore[index]
+        if not isinstance(cfg[key], list) or not cfg[key]:
+            fail(key, "a non-empty list")
+    if not all(isinstance(e, str) and e for e in cfg["encoders"]):
+        fail("encoders", "a list of encoder names")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in cfg["seeds"]):
+        fail("seeds", "a list of integers")
+    for key in ("encoders", "seeds"):
+        if len(set(cfg[key])) != len(cfg[key]):
+            fail(key, "a list without repeats")
+    for key, low in (("steps", 1), ("batch_size", 1), ("eval_every", 0), ("log_every", 0), ("threads", 0)):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < low:
+            fail(key, f"an integer >= {low}")
+    o = cfg["optim"]
+    for key in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
+        if not isinstance(o[key], (int, float)) or isinstance(o[key], bool) or o[key] < 0:
+            fail(f"optim.{key}", "a number >= 0")
+    if not isinstance(o["warmup_steps"], int) or o["warmup_steps"] < 0:
+        fail("optim.warmup_steps", "an integer >= 0")
+    if not (isinstance(o["betas"], list) and len(o["betas"]) == 2):
+        fail("optim.betas", "a list of two numbers")
+    if not isinstance(cfg["device"], str):
+        fail("device", "'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+def cfg_get(cfg: Mapping[str, Any], dotted: str) -> Any:
+    """``cfg_get(cfg, "optim.lr")``; ``None`` where a part is missing."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def resolve_config(
+    recipe: Mapping[str, Any], overrides: Iterable[str] | Mapping[str, Any] = (), task_defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Recipe + profile + overrides, filled with defaults and validated.
+
+    ``task_defaults`` are the keys the task declares; when ``None`` they are looked up
+    from the task registry with the resolved ``task`` / ``task_module``.
+    """
+    over = dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    cfg = merge(recipe, over)
+    profile = cfg.get("profile")
+    profiles = cfg.get("profiles") or {}
+    if not isinstance(profiles, Mapping):
+        raise ConfigError(f"config key 'profiles' must map profile names to partial configs, got {profiles!r}")
+    if profile is not None:
+        if profile not in profiles:
+            raise ConfigError(f"unknown profile {profile!r}; this recipe has profiles {sorted(profiles)}")
+        if not isinstance(profiles[profile], Mapping):
+            raise ConfigError(f"profiles.{profile} must be a mapping, got {profiles[profile]!r}")
+        if "profile" in profiles[profile] or "profiles" in profiles[profile]:
+            raise ConfigError(f"profiles.{profile} may not set 'profile' or 'profiles'")
+        cfg = merge(merge(recipe, profiles[profile]), over)  # overrides win over the profile
+    if not cfg.get("task"):
+        raise ConfigError("the recipe must name its task: task: <name> (see docs/recipes.md)")
+    if task_defaults is None:
+        from .tasks import get_task
+
+        task_defaults = get_task(cfg["task"], cfg.get("task_module")).defaults
+    clash = set(task_defaults) & set(RUNNER_DEFAULTS)
+    if clash:
+        raise ConfigError(f"task {cfg['task']!r} declares keys the runner owns: {sorted(clash)}")
+    defaults = merge(RUNNER_DEFAULTS, task_defaults)
+    for name, partial in profiles.items():  # a typo in an unused profile is still a typo
+        if isinstance(partial, Mapping):
+            try:
+                _check_keys(partial, defaults)
+            except ConfigError as e:
+                raise ConfigError(f"profiles.{name}: {e}") from None
+    _check_keys(cfg, defaults)
+    cfg = merge(defaults, cfg)
+    _check_runner_values(cfg)
+    return cfg

@@ -1,0 +1,308 @@
+"""Train and evaluate one (encoder, seed) run of a task: devices, DDP, checkpoints, resume.
+
+Every process of a ``torchrun`` launch runs the same code; rank 0 alone writes files.
+Checkpoints hold only tensors and plain containers and are read back with
+``torch.load(weights_only=True)``. Because a task's batches are a pure function of
+``(seed, step)`` and ``last.pt`` holds the model, optimizer, scheduler, RNG states and
+step, a resumed run ends with exactly the metrics of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm.auto import tqdm
+
+from .tasks import Task, get_task
+
+__all__ = ["Dist", "init_distributed", "resolve_device", "seed_everything", "shard", "to_device", "train_run"]
+
+
+@dataclass(frozen=True)
+class Dist:
+    """The process's place in a launch: ``rank`` of ``world_size`` (1 without torchrun)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` -> CUDA when present (``cuda:LOCAL_RANK`` under torchrun), else CPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={name!r} but CUDA is not available; use device=cpu or device=auto")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+    return device
+
+
+def init_distributed(device_name: str) -> tuple[Dist, torch.device]:
+    """Join the ``torchrun`` process group (gloo on CPU, NCCL on CUDA) when ``WORLD_SIZE > 1``."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local)
+    if world == 1:
+        return Dist(), device
+    if not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), local), device
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    return {
+        "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    npy = state["numpy"]
+    np.random.set_state((npy[0], npy[1].numpy().astype(np.uint32), *npy[2:]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _map_tensors(batch: Any, fn) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: _map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        out = [_map_tensors(v, fn) for v in batch]
+        return type(batch)(*out) if hasattr(batch, "_fields") else type(batch)(out)
+    return batch
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a (nested) batch to ``device``."""
+    return _map_tensors(batch, lambda t: t.to(device, non_blocking=True))
+
+
+def shard(batch: Any, rank: int, world_size: int) -> Any:
+    """Rows ``rank::world_size`` of every tensor of a global batch (DistributedSampler style)."""
+    if world_size == 1:
+        return batch
+
+    def take(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 0 or t.shape[0] % world_size:
+            raise ValueError(
+                f"a batch tensor of shape {tuple(t.shape)} cannot be split evenly over {world_size} processes; "
+                "make batch_size divisible by the number of processes"
+            )
+        return t[rank::world_size]
+
+    return _map_tensors(batch, take)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only (not on biases, norms, class tokens and other 1-D parameters)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _lr_lambda(steps: int, warmup: int, min_ratio: float):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return f
+
+
+def _floats(metrics: Any, what: str) -> dict[str, float]:
+    if not isinstance(metrics, dict) or not metrics:
+        raise TypeError(f"{what} must return a non-empty dict of metric name -> float, got {metrics!r}")
+    return {str(k): float(v) for k, v in metrics.items()}
+
+
+class _Writer:
+    """Rank-0 file output of one run folder (no-ops on other ranks)."""
+
+    def __init__(self, folder: Path, active: bool) -> None:
+        self.folder, self.active = folder, active
+        if active:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if self.active:
+            with open(self.folder / "metrics.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records written after ``step`` (by an interrupted run past its last checkpoint)."""
+        path = self.folder / "metrics.jsonl"
+        if self.active and path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            keep = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+            path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+
+    def save(self, name: str, obj: dict[str, Any]) -> None:
+        if self.active:
+            tmp = self.folder / (name + ".tmp")
+            torch.save(obj, tmp)
+            os.replace(tmp, self.folder / name)  # never leave a half-written checkpoint
+
+    def json(self, name: str, obj: dict[str, Any]) -> None:
+        if self.active:
+            (self.folder / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+def train_run(
+    cfg: dict[str, Any],
+    encoder: str,
+    seed: int,
+    folder: str | Path,
+    device: torch.device,
+    ddp: Dist = Dist(),
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train one (encoder, seed) run of the task ``cfg["task"]`` into ``folder``; returns ``final.json``'s content.
+
+    With ``resume=True`` a run with ``final.json`` is returned as is, and a run with
+    ``last.pt`` continues from it; otherwise the run starts from step 0.
+    """
+    folder = Path(folder)
+    final_path = folder / "final.json"
+    if resume and final_path.exists():
+        return json.loads(final_path.read_text(encoding="utf-8"))
+    if ddp.enabled and cfg["batch_size"] % ddp.world_size:
+        raise ValueError(f"batch_size={cfg['batch_size']} must be divisible by the {ddp.world_size} processes")
+    if cfg["threads"] and device.type == "cpu":
+        torch.set_num_threads(cfg["threads"])
+    torch.use_deterministic_algorithms(bool(cfg["deterministic"]))
+    seed_everything(seed)
+    info = get_task(cfg["task"], cfg.get("task_module"))
+    task = info.build(cfg, encoder, seed, device)
+    if not isinstance(task, Task):
+        raise TypeError(f"task {info.name!r}: the builder must return a mmpos.recipes.tasks.Task, got {type(task).__name__}")
+    raw = task.model.to(device)
+    model: nn.Module = raw
+    if ddp.enabled:
+        model = nn.parallel.DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
+    o = cfg["optim"]
+    groups = task.param_groups(raw) if task.param_groups else param_groups(raw, o["weight_decay"])
+    opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), weight_decay=o["weight_decay"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg["steps"], o["warmup_steps"], o["min_lr_ratio"]))
+    out = _Writer(folder, ddp.is_main)
+    sign = 1.0 if task.higher_is_better else -1.0
+    step, best, best_step, elapsed = 0, -math.inf, -1, 0.0
+    last_path = folder / "last.pt"
+    if resume and last_path.exists():
+        ckpt = torch.load(last_path, map_location="cpu", weights_only=True)
+        raw.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        _set_rng_state(ckpt["rng"])
+        step, best, best_step, elapsed = ckpt["step"], ckpt["best"], ckpt["best_step"], ckpt["elapsed"]
+        out.truncate_after(step)
+    elif ddp.is_main and folder.exists():
+        for name in ("metrics.jsonl", "last.pt", "best.pt"):
+            (folder / name).unlink(missing_ok=True)
+
+    def evaluate() -> dict[str, float]:
+        raw.eval()
+        with torch.no_grad():
+            metrics = _floats(task.evaluate(raw), f"task {info.name!r} evaluate()")
+        raw.train()
+        if task.metric not in metrics:
+            raise KeyError(f"task {info.name!r}: metric {task.metric!r} is not among evaluate()'s keys {sorted(metrics)}")
+        return metrics
+
+    steps, eval_every, log_every = cfg["steps"], cfg["eval_every"], cfg["log_every"]
+    bar = tqdm(total=steps, initial=step, desc=f"{encoder} seed {seed}", disable=not (cfg["progress"] and ddp.is_main),
+               dynamic_ncols=True, leave=True)
+    raw.train()
+    start = time.perf_counter() - elapsed
+    metrics: dict[str, float] = {}
+    while step < steps:
+        batch = to_device(shard(task.train_batch(step), ddp.rank, ddp.world_size), device)
+        result = task.loss(model, batch)
+        loss, extra = result if isinstance(result, tuple) else (result, {})
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if o["grad_clip"]:
+            nn.utils.clip_grad_norm_(raw.parameters(), o["grad_clip"])
+        lr = opt.param_groups[0]["lr"]
+        opt.step()
+        sched.step()
+        step += 1
+        if log_every and step % log_every == 0 or step == steps:
+            value = loss.detach().float()
+            if ddp.enabled:
+                dist.all_reduce(value)
+                value /= ddp.world_size
+            out.log({"step": step, "loss": value.item(), "lr": lr, **{k: float(v) for k, v in extra.items()}})
+            bar.set_postfix(loss=f"{value.item():.4f}", refresh=False)
+        if eval_every and step % eval_every == 0 or step == steps:
+            metrics = evaluate()
+            out.log({"step": step, "eval": metrics})
+            if sign * metrics[task.metric] > best:
+                best, best_step = sign * metrics[task.metric], step
+                out.save("best.pt", {"model": raw.state_dict(), "step": step, "metrics": metrics})
+            out.save("last.pt", {
+                "model": raw.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "rng": _rng_state(), "step": step, "best": best, "best_step": best_step,
+                "elapsed": time.perf_counter() - start,
+            })  # fmt: skip
+            bar.set_postfix(loss=f"{loss.item():.4f}", **{task.metric: f"{metrics[task.metric]:.4f}"}, refresh=False)
+        bar.update(1)
+    bar.close()
+    if not metrics:  # resumed at the very end: evaluate the checkpoint
+        metrics = evaluate()
+    final = {
+        "encoder": encoder,
+        "seed": seed,
+        "step": step,
+        "metrics": metrics,
+        "metric": task.metric,
+        "higher_is_better": task.higher_is_better,
+        "best": {"step": best_step, task.metric: sign * best},
+        "seconds": round(time.perf_counter() - start, 2),
+        "params": sum(p.numel() for p in raw.parameters()),
+    }
+    out.json("final.json", final)
+    if ddp.enabled:
+        dist.barrier()
+    return final
