@@ -146,6 +146,19 @@ def test_text_only_prompts_keep_the_model_logits(family, scheme, options):
 
 
 @torch.no_grad()
+def test_mhrope_attention_forward_with_eager_attention():
+    torch.manual_seed(0)
+    model = _qwen3_vl().eval()
+    model.set_attn_implementation("eager")
+    inputs = _text_batch()
+    ref = model(**inputs).logits
+    use_rope(model, "mhrope", head_sections=[1, 0, 1])
+    assert torch.equal(model(**inputs).logits, ref)
+    logits = model(**_batch("qwen3-vl")).logits
+    assert torch.isfinite(logits).all()
+
+
+@torch.no_grad()
 def test_hope_on_text_differs_only_by_its_unrotated_pairs():
     torch.manual_seed(0)
     model = _qwen2_vl().eval()
