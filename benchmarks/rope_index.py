@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import platform
 import random
+import statistics
 import time
 from types import SimpleNamespace
 
@@ -56,27 +57,27 @@ def make_batch(samples: int, images: int, seed: int = 0):
     return config, input_ids, mask, torch.tensor(grids), segments
 
 
-def best_times(fns: dict, repeats: int, sync) -> dict:
-    """Best-of-``repeats`` seconds per function, the functions taking turns in every round so
+def time_rounds(fns: dict, repeats: int, sync) -> dict:
+    """Seconds of ``repeats`` calls per function; the functions take turns in every round so
     that all of them see the same load (the CPU is shared)."""
     for fn in fns.values():
         fn()  # warm-up
-    best = {name: float("inf") for name in fns}
+    times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             sync()
             start = time.perf_counter()
             fn()
             sync()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--images", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
@@ -92,7 +93,7 @@ def main() -> None:
     assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1].to(device))
     assert torch.equal(lay.position_ids, ref[0]) and torch.equal(lay.rope_deltas, ref[1].to(device))
 
-    times = best_times(
+    times = time_rounds(
         {
             "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, input_ids, grids, None, mask),
             "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
@@ -103,16 +104,17 @@ def main() -> None:
         args.repeats,
         sync,
     )
-    t_hf = next(iter(times.values()))
+    base = next(iter(times.values()))  # transformers
 
     b, length = input_ids.shape
     print(f"batch {b} x {length} tokens, {grids.shape[0]} images; device {device}, torch threads "
           f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{platform.processor() or platform.machine()}")
-    print("| method | time (ms) | speed-up vs transformers |")
-    print("|---|---:|---:|")
+    print("| method | best (ms) | median (ms) | speed-up, best | speed-up, median |")
+    print("|---|---:|---:|---:|---:|")
     for name, t in times.items():
-        print(f"| {name} | {t * 1e3:.2f} | {t_hf / t:.1f}x |")
+        print(f"| {name} | {min(t) * 1e3:.2f} | {statistics.median(t) * 1e3:.2f} | "
+              f"{min(base) / min(t):.1f}x | {statistics.median(base) / statistics.median(t):.1f}x |")
 
 
 if __name__ == "__main__":
