@@ -9,9 +9,10 @@ backward, at N = 197 (14 x 14 + class token) and N = 1025 (32 x 32 + class token
   and contracted with q by ``einsum`` (what the paper's Eq. (4) says literally).
 
 Time: median of ``--repeats`` steps, the variants interleaved step by step so that a
-shared machine's load hits them alike. Peak memory: on CUDA ``max_memory_allocated``
-above the inputs and weights; on CPU the rise of the peak resident set during
-one step (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs``).
+shared machine's load hits them alike; process CPU time on CPU, wall time on CUDA.
+Peak memory: on CUDA ``max_memory_allocated`` above the inputs and weights; on CPU the
+rise of the peak resident set during one step (``VmHWM`` of ``/proc/self/status``, reset
+through ``/proc/self/clear_refs``, with glibc mapping every block of 64 KiB or more).
 
     python benchmarks/irpe.py [--device cpu|cuda] [--repeats 7] [--threads 1]
 """
@@ -115,19 +116,32 @@ def peak_memory(variant: str, n: int, device: str) -> float:
 
 
 def times(n: int, device: str, repeats: int) -> dict[str, float]:
-    """Median seconds per forward + backward step, variants interleaved."""
+    """Median seconds per forward + backward step, variants interleaved.
+
+    CPU: process CPU time, which a machine shared with other jobs inflates far less than
+    wall time (with one thread it is the step's compute time); CUDA: wall time, synchronised.
+    """
+    clock = time.perf_counter if device == "cuda" else time.process_time
     models = {v: build(v, SIZES[n][0], device) for v in VARIANTS}
     x, coords = inputs(n, device)
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for i in range(repeats + 1):
         for variant, model in models.items():
             sync(device)
-            start = time.perf_counter()
+            start = clock()
             step(model, x, coords)
             sync(device)
             if i:  # the first round warms up
-                samples[variant].append(time.perf_counter() - start)
+                samples[variant].append(clock() - start)
     return {v: statistics.median(s) for v, s in samples.items()}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -147,9 +161,10 @@ def main() -> None:
         for v in VARIANTS:
             rows.append(dict(n=n, batch=SIZES[n][1], variant=v, ms=1e3 * t[v], time_ratio=t[v] / t["sdpa"],
                              mib=mem[v], mem_ratio=mem[v] / mem["sdpa"]))
-    machine = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()} CPU"
+    machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
     print(f"iRPE benchmark, {datetime.date.today()}, {machine}, torch {torch.__version__}, "
-          f"threads={args.threads}, dim={DIM}, heads={HEADS}, median of {args.repeats}\n")
+          f"threads={args.threads}, dim={DIM}, heads={HEADS}, median of {args.repeats} "
+          f"({'wall' if args.device == 'cuda' else 'process CPU'} time)\n")
     print("| N | batch | variant | fwd+bwd ms | x sdpa | peak extra MiB | x sdpa |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
