@@ -41,6 +41,7 @@ from dataclasses import replace
 from typing import Sequence
 
 import torch
+from torch import Tensor
 
 from ..coords import Coords
 from ..registry import register_encoder
@@ -285,7 +286,7 @@ class MHRope(_MultimodalRotary):
         super().__init__(mhrope_plan(head_dim, kv, head_sections, theta, convention))
         self.num_kv_heads = kv
 
-    def rotate(self, q, k, coords):
+    def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if k.shape[1] != self.num_kv_heads or q.shape[1] % self.num_kv_heads:
             raise ValueError(
                 f"mhrope was built for {self.num_kv_heads} KV heads: k must have {self.num_kv_heads} heads and q a "

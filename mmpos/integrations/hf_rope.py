@@ -43,7 +43,15 @@ from ..layout import ADVANCES, HOPE_SCALES, V2PE_DELTAS, VisionBlocks, token_pos
 from ..registry import create
 from ..rotary import apply_rotary, plan_angles
 
-__all__ = ["SCHEMES", "use_rope", "current_rope", "HFRotaryEmbedding", "per_head_attention_forward", "scheme_rope_index"]
+__all__ = [
+    "SCHEMES",
+    "use_rope",
+    "current_rope",
+    "HFRotaryEmbedding",
+    "per_head_attention_forward",
+    "RopeIndexOptions",
+    "scheme_rope_index",
+]
 
 #: scheme -> mmpos encoder (the layout scheme has the same name)
 SCHEMES: dict[str, str] = {
@@ -162,8 +170,12 @@ def per_head_attention_forward(
 
 
 # ------------------------------------------------------------------------- position ids
-@dataclass
-class _IndexOptions:
+@dataclass(frozen=True)
+class RopeIndexOptions:
+    """What :func:`scheme_rope_index` needs besides the prompt: the scheme and its options
+    (see :func:`use_rope`), the model family (``"qwen2"`` or ``"qwen3"``) and the config's
+    spatial merge size, placeholder token ids and ``tokens_per_second``."""
+
     scheme: str
     family: str
     merge: int
@@ -193,7 +205,7 @@ def _flat_index(is_token: Tensor, tokens: Tensor, name: str) -> Tensor:
 
 
 def scheme_rope_index(
-    options: _IndexOptions,
+    options: RopeIndexOptions,
     input_ids: Tensor,
     image_grid_thw: Tensor | None = None,
     video_grid_thw: Tensor | None = None,
@@ -212,6 +224,8 @@ def scheme_rope_index(
         seconds = torch.ones(videos.shape[0], dtype=torch.float32, device=device)
     else:
         seconds = torch.as_tensor(second_per_grid_ts, device=device).reshape(-1).float()
+        if seconds.shape[0] != videos.shape[0]:
+            raise ValueError(f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}")
     if options.family == "qwen3" or options.scheme == "qwen3-vl":
         seconds = torch.repeat_interleave(seconds, videos[:, 0])
         videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
@@ -244,7 +258,7 @@ def scheme_rope_index(
 class _SchemeIndex:
     """Bound to a model instance as ``get_rope_index``; accepts the model's own signature."""
 
-    def __init__(self, original: Any, options: _IndexOptions) -> None:
+    def __init__(self, original: Any, options: RopeIndexOptions) -> None:
         self.signature = inspect.signature(original)
         self.options = options
 
@@ -364,7 +378,7 @@ def use_rope(
     rotary = HFRotaryEmbedding(encoder, "per_head" if per_head else family).to(text.embed_tokens.weight.device)
 
     vision = core.config.vision_config
-    options = _IndexOptions(
+    options = RopeIndexOptions(
         scheme=scheme, family=family, merge=int(vision.spatial_merge_size),
         image_token_id=int(core.config.image_token_id), video_token_id=int(core.config.video_token_id),
         tokens_per_second=float(getattr(vision, "tokens_per_second", 1)), delta=delta,

@@ -11,7 +11,8 @@ from transformers import (
     Qwen3VLForConditionalGeneration,
 )
 
-from mmpos.integrations.hf_rope import HFRotaryEmbedding, current_rope, use_rope
+from mmpos.integrations.hf_rope import HFRotaryEmbedding, RopeIndexOptions, current_rope, scheme_rope_index, use_rope
+from mmpos.layout import Image, Text, Video, build
 
 IMG, VID, VSTART, VEND, PAD = 120, 121, 122, 123, 0
 TEXT = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -168,6 +169,34 @@ def test_hope_on_text_differs_only_by_its_unrotated_pairs():
     assert not torch.allclose(model(**inputs).logits, ref)  # its lowest pairs are NoPE even on text
     use_rope(model, "hope", temporal_scale=1.0, mrope_section=[0, 4, 4])  # no temporal pairs: plain RoPE
     assert torch.equal(model(**inputs).logits, ref)
+
+
+@pytest.mark.parametrize("scheme, options", [("qwen2-vl", {}), ("mrope-i", {}), ("mhrope", {}), ("vrope", {}),
+                                             ("v2pe", {"delta": 1 / 8}), ("hope", {"temporal_scale": 1.25}), ("flat", {})])
+def test_prompt_positions_equal_the_layout(scheme, options):
+    """From token ids, the patched ``get_rope_index`` gives the positions ``mmpos.layout.build``
+    gives the same segments (left padding; VRoPE's fourth row is implied)."""
+    samples = [[Text(2), Image((1, 4, 6)), Text(3), Video((3, 4, 4)), Text(1)], [Text(4), Image((1, 2, 4)), Text(2)]]
+    ids = []
+    for sample in samples:
+        row = []
+        for seg in sample:
+            if isinstance(seg, Text):
+                row += [5] * seg.n
+            else:
+                t, h, w = seg.grid_thw
+                row += [IMG if isinstance(seg, Image) else VID] * (t * h * w // 4)
+        ids.append(row)
+    length = max(map(len, ids))
+    input_ids = torch.tensor([[PAD] * (length - len(r)) + r for r in ids])
+    mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in ids])
+    opts = RopeIndexOptions(scheme, "qwen2", 2, IMG, VID, 2.0, options.get("delta"), options.get("temporal_scale"),
+                            False, "max")
+    got_ids, got_deltas = scheme_rope_index(opts, input_ids, torch.tensor([[1, 4, 6], [1, 2, 4]]),
+                                            torch.tensor([[3, 4, 4]]), mask)
+    lay = build(samples, scheme, padding_side="left", **options)
+    assert torch.equal(got_ids, lay.position_ids[:3].to(got_ids.dtype))
+    assert torch.equal(got_deltas, lay.rope_deltas.to(got_deltas.dtype))
 
 
 def test_state_dict_and_restore():
