@@ -81,7 +81,8 @@ def piecewise_index(offset: Tensor, alpha: float, beta: float, gamma: float) -> 
         long tensor of the same shape.
     """
     magnitude = offset.abs()
-    ramp = alpha + torch.log(magnitude.float() / alpha) / math.log(gamma / alpha) * (beta - alpha)
+    # the clamp only touches entries the near branch keeps (and keeps log() finite there)
+    ramp = alpha + torch.log(magnitude.float().clamp(min=alpha) / alpha) / math.log(gamma / alpha) * (beta - alpha)
     far = (torch.sign(offset) * ramp.round().clip(max=beta)).long()
     near = offset.round().long() if offset.is_floating_point() else offset.long()
     return torch.where(magnitude > alpha, far, near)
