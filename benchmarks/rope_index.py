@@ -95,7 +95,9 @@ def main() -> None:
 
     times = time_rounds(
         {
-            "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, input_ids, grids, None, mask),
+            "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(
+                holder, input_ids, grids, None, mask
+            ),
             "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
                 config, input_ids, grids, attention_mask=mask
             ),

@@ -216,7 +216,9 @@ class VisionBlocks:
                 raise ValueError(f"{name} must have shape ({k},), one value per block")
         total = int(self.grid.prod(-1).sum())
         if tuple(self.token_index.shape) != (total,):
-            raise ValueError(f"token_index must list the {total} vision tokens of the blocks, got {tuple(self.token_index.shape)}")
+            raise ValueError(
+                f"token_index must list the {total} vision tokens of the blocks, got {tuple(self.token_index.shape)}"
+            )
 
 
 def _block_offsets(blocks: VisionBlocks, scheme: str, tokens_per_second: float, temporal_stride: int, advance: str):
@@ -230,7 +232,8 @@ def _block_offsets(blocks: VisionBlocks, scheme: str, tokens_per_second: float, 
     t, h, w = blocks.grid.to(f64).unbind(-1)  # (K,) each
     counts = blocks.grid.prod(-1)
     nv = blocks.token_index.shape[0]
-    k = torch.repeat_interleave(torch.arange(counts.shape[0], device=t.device), counts, output_size=nv)  # block of each token
+    blocks_k = torch.arange(counts.shape[0], device=t.device)
+    k = torch.repeat_interleave(blocks_k, counts, output_size=nv)  # block of each token
     local = torch.arange(nv, device=t.device, dtype=f64) - (counts.cumsum(0) - counts).to(f64)[k]  # index in the block
     hk, wk = h[k], w[k]  # (Nv,) each
     row = torch.floor(local / wk)  # f * H + i
@@ -344,12 +347,14 @@ def _check_scheme_options(
                 f"temporal_scale must be a positive number for scheme='hope' at evaluation "
                 f"(the reference makes the user choose it), got {temporal_scale!r}"
             )
-    if scheme == "mrope-i" and temporal_scale is not None:
-        _check_int(temporal_scale, "temporal_scale (the MRoPE-I temporal stride)", 1)
-    default_scale = 1.0 if scheme != "hope" or training else float(temporal_scale)  # type: ignore[arg-type]
-    if scheme == "mrope-i" and temporal_scale is not None:
-        default_scale = temporal_scale
-    return (1.0 if delta is None else float(delta)), default_scale
+    if scheme == "mrope-i":
+        stride = 1 if temporal_scale is None else temporal_scale
+        scale = float(_check_int(stride, "temporal_scale (the MRoPE-I temporal stride)", 1))
+    elif scheme == "hope" and not training:
+        scale = float(temporal_scale)  # type: ignore[arg-type]
+    else:
+        scale = 1.0
+    return (1.0 if delta is None else float(delta)), scale
 
 
 def build(
@@ -390,7 +395,8 @@ def build(
     m = _check_int(spatial_merge_size, "spatial_merge_size", 1)
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
-    if isinstance(tokens_per_second, bool) or not isinstance(tokens_per_second, (int, float)) or not tokens_per_second > 0:
+    tps = tokens_per_second
+    if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not (math.isfinite(tps) and tps > 0):
         raise ValueError(f"tokens_per_second must be a positive number, got {tokens_per_second!r}")
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or not samples:
         raise ValueError("samples must be a non-empty list of samples (lists of segments)")
@@ -419,10 +425,9 @@ def build(
                 rows.append((i, int(Modality.IMAGE), t * h * w, t, h, w))
                 seconds.append(0.0)  # images get no temporal scaling
             else:
-                frames = [(1, t)] * t if scheme == "qwen3-vl" else [(t, 1)]
-                for frame_t, _ in frames:
-                    rows.append((i, int(Modality.VIDEO), frame_t * h * w, frame_t, h, w))
-                    seconds.append(1.0 if seg.second_per_grid is None else float(seg.second_per_grid))
+                frame_t, n_blocks = (1, t) if scheme == "qwen3-vl" else (t, 1)  # Qwen3-VL: one block per frame
+                rows.extend([(i, int(Modality.VIDEO), frame_t * h * w, frame_t, h, w)] * n_blocks)
+                seconds.extend([1.0 if seg.second_per_grid is None else float(seg.second_per_grid)] * n_blocks)
 
     seg = torch.tensor(rows, dtype=torch.long, device=device)  # (S, 6)
     seg_sample, seg_kind, seg_len = seg[:, 0], seg[:, 1], seg[:, 2]
@@ -446,19 +451,19 @@ def build(
     counts = seg_len[is_vision_seg]
     nv = int(counts.sum())
     first = counts.cumsum(0) - counts
-    token_index = torch.arange(nv, device=device) + torch.repeat_interleave(seg_flat[is_vision_seg] - first, counts, output_size=nv)
+    token_index = torch.arange(nv, device=device)
+    token_index += torch.repeat_interleave(seg_flat[is_vision_seg] - first, counts, output_size=nv)
     modality = torch.full((batch * length,), int(Modality.TEXT), dtype=torch.long, device=device)
     modality[token_index] = torch.repeat_interleave(seg_kind[is_vision_seg], counts, output_size=nv)
 
     k = int(is_vision_seg.sum())
-    if training and scheme == "v2pe":
-        delta_t = torch.tensor(V2PE_DELTAS, dtype=torch.float64)[torch.randint(len(V2PE_DELTAS), (k,), generator=generator)]
-    else:
-        delta_t = torch.full((k,), delta_value, dtype=torch.float64)
-    if training and scheme == "hope":
-        scale_t = torch.tensor(HOPE_SCALES, dtype=torch.float64)[torch.randint(len(HOPE_SCALES), (k,), generator=generator)]
-    else:
-        scale_t = torch.full((k,), scale_value, dtype=torch.float64)
+    def per_block(choices: tuple[float, ...], value: float, draw: bool) -> Tensor:
+        if draw:  # one choice per block
+            return torch.tensor(choices, dtype=torch.float64)[torch.randint(len(choices), (k,), generator=generator)]
+        return torch.full((k,), value, dtype=torch.float64)
+
+    delta_t = per_block(V2PE_DELTAS, delta_value, training and scheme == "v2pe")
+    scale_t = per_block(HOPE_SCALES, scale_value, training and scheme == "hope")
     blocks = VisionBlocks(
         grid=seg[is_vision_seg, 3:6],
         second_per_grid=torch.tensor(seconds, dtype=torch.float32, device=device)[is_vision_seg],
@@ -480,5 +485,6 @@ def _layout(pos: Tensor, nxt: Tensor, real: Tensor, modality: Tensor, scheme: st
     if ids.shape[0] == 1:
         ids = ids.expand(3, -1, -1).contiguous()
     deltas = (nxt - length).unsqueeze(1).to(torch.float32 if scheme == "hope" else torch.long)
-    coords = Coords(pos.permute(1, 2, 0).to(coord_dtype).contiguous(), SCHEME_AXES[scheme], mask=real, modality=modality)
+    coord_pos = pos.permute(1, 2, 0).to(coord_dtype).contiguous()  # (B, L, A)
+    coords = Coords(coord_pos, SCHEME_AXES[scheme], mask=real, modality=modality)
     return Layout(ids, deltas, real.long(), modality, coords, scheme)

@@ -193,7 +193,8 @@ def test_text_only_reduces_to_1d(scheme):
     assert torch.equal(lay.position_ids, expected.expand_as(lay.position_ids).to(lay.position_ids.dtype))
     assert lay.rope_deltas.tolist() == [[0], [5 - 7]]
     assert lay.coords.axes == SCHEME_AXES[scheme]
-    assert torch.equal(lay.coords.pos[0], torch.arange(7.0).view(7, 1).expand(7, len(SCHEME_AXES[scheme])).to(lay.coords.pos.dtype))
+    axes = len(SCHEME_AXES[scheme])
+    assert torch.equal(lay.coords.pos[0], torch.arange(7.0).view(7, 1).expand(7, axes).to(lay.coords.pos.dtype))
 
 
 SAMPLES = [
@@ -214,12 +215,14 @@ def test_padding_left_and_right(scheme):
         assert torch.equal(left.position_ids[:, b, length - n :], alone.position_ids[:, 0])
         assert (right.position_ids[:, b, n:] == 1).all() and (left.position_ids[:, b, : length - n] == 1).all()
         next_pos = alone.rope_deltas[0] + n
-        assert torch.equal(right.rope_deltas[b] + length, next_pos) and torch.equal(left.rope_deltas[b] + length, next_pos)
+        assert torch.equal(right.rope_deltas[b] + length, next_pos)
+        assert torch.equal(left.rope_deltas[b] + length, next_pos)
     assert torch.equal(right.coords.mask, right.attention_mask.bool())
     assert (right.coords.pos[~right.coords.mask] == 0).all() and (left.coords.pos[~left.coords.mask] == 0).all()
     real = right.coords.mask
     rows = right.position_ids.shape[0] if len(SCHEME_AXES[scheme]) > 1 else 1
-    assert torch.equal(right.coords.pos.permute(2, 0, 1)[:, real], right.position_ids[:rows, real].to(right.coords.pos.dtype))
+    ids = right.position_ids[:rows, real].to(right.coords.pos.dtype)
+    assert torch.equal(right.coords.pos.permute(2, 0, 1)[:, real], ids)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

@@ -134,7 +134,9 @@ def get_rope_index(
     else:
         seconds = torch.as_tensor(second_per_grid_ts, device=device).reshape(-1).float()
         if seconds.shape[0] != videos.shape[0]:
-            raise ValueError(f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}")
+            raise ValueError(
+                f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}"
+            )
     if scheme == "qwen3-vl":  # one block per frame (timestamps between frames are text)
         seconds = torch.repeat_interleave(seconds, videos[:, 0])
         videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)

@@ -23,7 +23,11 @@ IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 def _configs():
     q25 = Qwen2_5_VLConfig()
     q25.vision_config.tokens_per_second = 2  # the released checkpoints
-    return {"qwen2-vl": (Qwen2VLConfig(), Qwen2VLModel), "qwen2.5-vl": (q25, Qwen2_5_VLModel), "qwen3-vl": (Qwen3VLConfig(), Qwen3VLModel)}
+    return {
+        "qwen2-vl": (Qwen2VLConfig(), Qwen2VLModel),
+        "qwen2.5-vl": (q25, Qwen2_5_VLModel),
+        "qwen3-vl": (Qwen3VLConfig(), Qwen3VLModel),
+    }
 
 
 CONFIGS = _configs()
@@ -124,8 +128,10 @@ def test_text_only_branch_matches_transformers():
 def test_model_instance_get_rope_index():
     """The bound method of a tiny random Qwen2-VL model gives the same result."""
     config = Qwen2VLConfig(
-        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, vocab_size=151700, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        text_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+            vocab_size=151700, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        ),
         vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2),
     )
     model = transformers.Qwen2VLForConditionalGeneration(config)
@@ -152,7 +158,8 @@ def test_fractional_seconds_multiply_then_floor():
     """0.75 s per grid at 2 tokens/s: t = floor(t * 1.5) = 0, 1, 3 (transformers 4.57.1 truncates 0.75 to 0)."""
     config = CONFIGS["qwen2.5-vl"][0]
     ids = torch.tensor([[START] + [VIDEO] * 3 + [END]])  # video (3, 2, 2) -> 3 tokens of 1 x 1
-    out, deltas = get_rope_index(config, ids, video_grid_thw=torch.tensor([[3, 2, 2]]), second_per_grid_ts=torch.tensor([0.75]))
+    grid, seconds = torch.tensor([[3, 2, 2]]), torch.tensor([0.75])
+    out, deltas = get_rope_index(config, ids, video_grid_thw=grid, second_per_grid_ts=seconds)
     assert out[0, 0].tolist() == [0, 1, 2, 4, 5]  # start 1 + (0, 1, 3), then max 4 + 1
     assert out[1, 0].tolist() == [0, 1, 1, 1, 5]
     assert deltas.tolist() == [[6 - 5]]
