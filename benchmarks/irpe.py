@@ -51,7 +51,7 @@ class NaiveIRPE(torch.nn.Module):
         q = layer.q(x).view(b, n, HEADS, -1).transpose(1, 2)
         k, v = layer.kv(x).view(b, n, 2, HEADS, -1).permute(2, 0, 3, 1, 4)
         q = q * q.shape[-1] ** -0.5
-        ids = self.enc.table_ids(coords.grid_shape, coords.prefix)[0]  # (N, N)
+        ids = self.enc.table_ids(coords.grid_shape, coords.prefix)[0].to(x.device)  # (N, N)
         pair = self.enc.k_table[0].T[ids]  # (N, N, D): r(i, j)
         logits = q @ k.transpose(-2, -1) + torch.einsum("bhid,ijd->bhij", q, pair)
         out = logits.softmax(-1) @ v

@@ -27,6 +27,7 @@ Shapes: q, k ``(B, H, N, D)``; tables ``(H', buckets)`` (bias), ``(H', D, bucket
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -145,6 +146,29 @@ def bucket_ids(
     return ids, size
 
 
+def _table_ids(method: str, ratio: float, table_size: int, grid: tuple[int, ...], prefix: int) -> Tensor:
+    """``(maps, N, N)`` ids into a table of ``maps * table_size`` buckets (cross: rows, then columns)."""
+    ids, size = bucket_ids(grid, method, ratio, prefix)
+    if size > table_size:
+        raise ValueError(
+            f"coords have prefix={prefix} tokens but this encoder was built with skip=0 "
+            "(no prefix bucket): pass skip >= 1"
+        )
+    if method != "cross":
+        return ids.unsqueeze(0)
+    return ids + torch.tensor([0, table_size]).view(2, 1, 1)
+
+
+# Ids depend on static ints only: every layer (and encoder) with the same settings shares
+# one tensor per device. Never modified in place.
+_shared_table_ids = functools.lru_cache(maxsize=16)(_table_ids)
+
+
+@functools.lru_cache(maxsize=16)
+def _table_ids_on(method: str, ratio: float, table_size: int, grid: tuple, prefix: int, device: torch.device) -> Tensor:
+    return _shared_table_ids(method, ratio, table_size, grid, prefix).to(device)
+
+
 @register_encoder("irpe", kind="bias", paper=_PAPER)
 class IRPE(BiasEncoder):
     """Image relative position encoding on queries, keys and/or values.
@@ -204,8 +228,7 @@ class IRPE(BiasEncoder):
         self.has_output = "v" in self.rpe_on
         # buckets per table; cross keeps a row table and a column table side by side
         self.num_buckets = num_buckets(self.method, ratio, skip)
-        self.num_maps = 2 if self.method == "cross" else 1
-        width = self.num_maps * self.num_buckets
+        width = (2 if self.method == "cross" else 1) * self.num_buckets
         heads = 1 if shared_head else num_heads
         shapes = {
             "q": (heads, width) if self.mode == "bias" else (heads, self.head_dim, width),
@@ -215,38 +238,26 @@ class IRPE(BiasEncoder):
         for target in "qkv":
             table = nn.Parameter(torch.zeros(shapes[target])) if target in self.rpe_on else None
             self.register_parameter(f"{target}_table", table)
+        if grid_size is not None and (len(grid_size) != 2 or min(grid_size) <= 0):
+            raise ValueError(f"grid_size must be the training grid (H, W), got {tuple(grid_size)}")
         self.grid_size = None if grid_size is None else tuple(int(s) for s in grid_size)
         train_ids = None if grid_size is None else self.table_ids(self.grid_size, skip)
-        self.register_buffer("train_ids", train_ids, persistent=False)
-        self._ids_cache: dict[tuple, Tensor] = {}
+        self.register_buffer("train_ids", train_ids, persistent=False)  # (maps, N, N), shared on CPU
 
     # ------------------------------------------------------------------ bucket ids
-    def table_ids(self, grid_shape: tuple[int, ...], prefix: int) -> Tensor:
-        """``(maps, N, N)`` ids into the table's last bucket axis (columns offset for cross)."""
-        ids, size = bucket_ids(grid_shape, self.method, self.ratio, prefix)
-        if size > self.num_buckets:
-            raise ValueError(
-                f"coords have prefix={prefix} tokens but this encoder was built with skip=0 "
-                "(no prefix bucket): pass skip >= 1"
-            )
-        if self.method != "cross":
-            return ids.unsqueeze(0)
-        return ids + torch.tensor([0, self.num_buckets]).view(2, 1, 1)
+    def table_ids(self, grid_shape: Sequence[int], prefix: int) -> Tensor:
+        """``(maps, N, N)`` long ids into the tables' bucket axis (``maps`` = 2 for cross), on CPU."""
+        return _shared_table_ids(self.method, self.ratio, self.num_buckets, tuple(grid_shape), prefix)
 
     def _ids(self, coords: Coords, device: torch.device) -> Tensor:
         grid = coords.grid_shape
         if grid is None or len(grid) != 2:
             raise ValueError(f"irpe needs 2-D grid coordinates (Coords.grid(h, w)); got grid_shape={grid}")
         if self.train_ids is not None and grid == self.grid_size and coords.prefix == self.skip:
-            return self.train_ids
+            return self.train_ids  # fast path: the buffer built in __init__
         if torch.compiler.is_compiling():  # pure function of static ints, traced into the graph
-            return self.table_ids(grid, coords.prefix).to(device)
-        key = (grid, coords.prefix, device)
-        if key not in self._ids_cache:
-            if len(self._ids_cache) >= 8:
-                self._ids_cache.pop(next(iter(self._ids_cache)))
-            self._ids_cache[key] = self.table_ids(grid, coords.prefix).to(device)
-        return self._ids_cache[key]
+            return _table_ids(self.method, self.ratio, self.num_buckets, grid, coords.prefix).to(device)
+        return _table_ids_on(self.method, self.ratio, self.num_buckets, grid, coords.prefix, device)
 
     # ------------------------------------------------------------------ hooks
     def _check(self, x: Tensor, coords: Coords, name: str) -> None:

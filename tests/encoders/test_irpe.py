@@ -245,7 +245,9 @@ def test_transformer_trains_with_irpe(pos):
     torch.manual_seed(0)
     model = Transformer(32, depth=2, num_heads=4, pos=pos, grid_size=(4, 4))
     enc = model.blocks[1].attn.encoders[0]
-    assert isinstance(enc, IRPE) and enc.train_ids is not None and enc is not model.blocks[0].attn.encoders[0]
+    first = model.blocks[0].attn.encoders[0]
+    assert isinstance(enc, IRPE) and enc is not first and enc.train_ids is not None
+    assert enc.train_ids.data_ptr() == first.train_ids.data_ptr()  # layers share one ids tensor
     for grid in [(4, 4), (3, 6)]:
         x = torch.randn(2, 1 + grid[0] * grid[1], 32)
         model(x, Coords.grid(*grid, prefix=1)).square().mean().backward()
