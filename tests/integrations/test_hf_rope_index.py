@@ -33,6 +33,18 @@ def _configs():
 CONFIGS = _configs()
 
 
+def _tiny_qwen2_vl():
+    config = Qwen2VLConfig(
+        text_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+            vocab_size=151700, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        ),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2),
+    )
+    torch.manual_seed(0)
+    return transformers.Qwen2VLForConditionalGeneration(config).eval()
+
+
 def _reference(scheme, input_ids, images, videos, mask, seconds=None):
     config, model_cls = CONFIGS[scheme]
     kwargs = dict(input_ids=input_ids, image_grid_thw=images, video_grid_thw=videos, attention_mask=mask)
@@ -127,14 +139,7 @@ def test_text_only_branch_matches_transformers():
 
 def test_model_instance_get_rope_index():
     """The bound method of a tiny random Qwen2-VL model gives the same result."""
-    config = Qwen2VLConfig(
-        text_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-            vocab_size=151700, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
-        ),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2),
-    )
-    model = transformers.Qwen2VLForConditionalGeneration(config)
+    model = _tiny_qwen2_vl()
     input_ids, _, mask, images, videos, _ = _random_batch(random.Random(1), "qwen2-vl", 3, "left")
     ref = model.model.get_rope_index(input_ids, images, videos, mask)
     out = get_rope_index(model.config, input_ids, images, videos, mask)
@@ -203,3 +208,36 @@ def test_errors():
         get_rope_index(CONFIGS["qwen2.5-vl"][0], ids, video_grid_thw=torch.tensor([[1, 4, 6]]),
                        second_per_grid_ts=torch.tensor([1.0, 2.0]))
     assert scheme_for_config(CONFIGS["qwen3-vl"][0]) == "qwen3-vl"
+
+
+def test_generate_uses_layout_positions_and_decode_positions():
+    """During ``generate`` a tiny Qwen2-VL rotates with exactly the layout's prefill positions
+    and with :func:`decode_position_ids` for every new token (left padded batch)."""
+    model = _tiny_qwen2_vl()
+    samples = [
+        [layout.Text(2), layout.Image((1, 4, 6)), layout.Text(3)],
+        [layout.Text(1), layout.Image((1, 2, 2)), layout.Text(1), layout.Image((1, 4, 4)), layout.Text(2)],
+    ]
+    lay = layout.build(samples, "qwen2-vl", padding_side="left")
+    ids = torch.randint(10, 1000, lay.attention_mask.shape)
+    ids[lay.modality == 1] = IMAGE
+    starts = (lay.modality[:, 1:] == 1) & (lay.modality[:, :-1] == 0)  # the text token before each image
+    ids[:, :-1][starts] = START
+    ids[lay.attention_mask == 0] = 0
+    grids = torch.tensor([[1, 4, 6], [1, 2, 2], [1, 4, 4]])
+    pixels = torch.randn(int(grids.prod(-1).sum()), 3 * 2 * 14 * 14)
+    seen = []
+    rotary = model.model.language_model.rotary_emb
+    hook = rotary.register_forward_hook(lambda module, args, out: seen.append(args[1].clone()))
+    try:
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=lay.attention_mask, pixel_values=pixels, image_grid_thw=grids,
+                           max_new_tokens=3, do_sample=False, pad_token_id=0)
+    finally:
+        hook.remove()
+    assert torch.equal(seen[0], lay.position_ids)
+    assert torch.equal(model.model.rope_deltas, lay.rope_deltas)
+    length = ids.shape[1]
+    for step, pos in enumerate(seen[1:]):
+        assert torch.equal(pos, layout.decode_position_ids(lay.rope_deltas, length + step, 1))
+    assert len(seen) == 3
