@@ -298,6 +298,8 @@ def test_clear_errors():
         IRPE(head_dim=8, rpe_on="kx")
     with pytest.raises(ValueError, match="num_heads"):
         IRPE(head_dim=8, shared_head=False)
+    with pytest.raises(ValueError, match="grid_size"):
+        IRPE(head_dim=8, grid_size=(14,))
     with pytest.raises(ValueError, match="ratio"):
         bucket_ids((3, 3), "product", 0)
     with pytest.raises(ValueError, match="grid_shape"):
