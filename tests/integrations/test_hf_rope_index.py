@@ -108,6 +108,36 @@ def _random_batch(rng: random.Random, scheme: str, batch: int, padding_side: str
     return input_ids, mm_types, mask, grid(images), grid(videos), torch.tensor(seconds) if seconds else None
 
 
+def _segments(mm_types, mask, images, videos, seconds, scheme):
+    """The same batch as :mod:`mmpos.layout` segments (runs of the token types)."""
+    image_iter = iter([] if images is None else images.tolist())
+    video_iter = iter([] if videos is None else zip(videos.tolist(), seconds.tolist()))
+    frames_left, current = 0, None
+    samples = []
+    for kinds in (mm_types[b][mask[b] == 1].tolist() for b in range(mm_types.shape[0])):
+        segs, run = [], 1
+        for n, kind in enumerate(kinds):
+            if n + 1 < len(kinds) and kinds[n + 1] == kind:
+                run += 1
+                continue
+            if kind == 0:
+                segs.append(layout.Text(run))
+            elif kind == 1:
+                segs.append(layout.Image(tuple(next(image_iter))))
+            elif scheme == "qwen3-vl":  # one frame of the current video
+                if frames_left == 0:
+                    current = next(video_iter)
+                    frames_left = current[0][0]
+                frames_left -= 1
+                segs.append(layout.Video((1, *current[0][1:])))
+            else:
+                grid, sec = next(video_iter)
+                segs.append(layout.Video(tuple(grid), sec))
+            run = 1
+        samples.append(segs)
+    return samples
+
+
 @pytest.mark.parametrize("scheme", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"])
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_random_interleavings_match_transformers(scheme, padding_side):
@@ -125,6 +155,10 @@ def test_random_interleavings_match_transformers(scheme, padding_side):
         assert deltas.shape == ref_deltas.shape and torch.equal(deltas, ref_deltas.to(deltas.dtype))
         ids_mm, deltas_mm = get_rope_index(config, input_ids, mm_token_type_ids=mm_types, **kwargs)
         assert torch.equal(ids_mm, ref_ids) and torch.equal(deltas_mm, deltas)
+        full_mask = torch.ones_like(input_ids) if mask is None else mask
+        lay = layout.build(_segments(mm_types, full_mask, images, videos, seconds, scheme), scheme,
+                           padding_side=padding_side)
+        assert torch.equal(lay.position_ids, ref_ids) and torch.equal(lay.rope_deltas, ref_deltas)
 
 
 def test_text_only_branch_matches_transformers():
@@ -157,6 +191,19 @@ def test_matches_layout_build():
     out = get_rope_index(config, torch.tensor([ids]), torch.tensor([[1, 4, 6]]), torch.tensor([[2, 4, 6]]),
                          second_per_grid_ts=torch.tensor([1.5]))
     assert torch.equal(out[0], lay.position_ids) and torch.equal(out[1], lay.rope_deltas)
+
+
+def test_qwen3_vl_timestamped_frames_match_layout_and_transformers():
+    """Qwen3-VL: each frame is <timestamp text> <vision_start> frame <vision_end>."""
+    ts = [901, 902]
+    ids = torch.tensor([[5] + ts + [START] + [VIDEO] * 4 + [END] + ts + [START] + [VIDEO] * 4 + [END, 6]])
+    grid = torch.tensor([[2, 4, 4]])
+    frame = layout.Video((1, 4, 4))
+    lay = layout.build([[layout.Text(4), frame, layout.Text(4), frame, layout.Text(2)]], "qwen3-vl")
+    ref = _reference("qwen3-vl", ids, None, grid, None)
+    out = get_rope_index(CONFIGS["qwen3-vl"][0], ids, video_grid_thw=grid)
+    assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+    assert torch.equal(lay.position_ids, ref[0]) and torch.equal(lay.rope_deltas, ref[1])
 
 
 def test_fractional_seconds_multiply_then_floor():
