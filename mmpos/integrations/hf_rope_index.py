@@ -112,7 +112,8 @@ def get_rope_index(
 
     Returns:
         ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``; 1 on padding) and
-        ``rope_deltas`` ``(B, 1)`` int64, equal to the model's own ``get_rope_index``.
+        ``rope_deltas`` ``(B, 1)`` int64, equal to the model's own ``get_rope_index`` (up to
+        the two differences in the module docstring).
     """
     scheme = scheme_for_config(config)
     if advance not in ADVANCES:
