@@ -42,8 +42,8 @@ from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfi
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb
 
 from mmpos import create
-from mmpos.rotary import apply_rotary
 from mmpos.layout import Image, Text, Video, build
+from mmpos.rotary import apply_rotary
 
 HEADS, KV_HEADS, HEAD_DIM, SECTION, THETA = 28, 4, 128, [16, 24, 24], 1e6
 LENGTHS = (2048, 8192)
@@ -56,6 +56,8 @@ def prompt(length: int):
     video = Video((8, 24, 24))  # 8 * 144 tokens
     vision = 196 + 8 * 144
     text = length - vision
+    if text < 3:
+        raise ValueError(f"length must be at least {vision + 3} (the prompt holds {vision} vision tokens), got {length}")
     sample = [Text(text // 4), image, Text(text // 4), video, Text(text - 2 * (text // 4))]
     return build([sample], scheme="qwen2-vl")
 
@@ -131,14 +133,14 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compile_
     for name in ("hf", "mmpos", "mmpos-compiled", "hf-compiled"):
         if name in fns:
             got = ref if name == "hf" else fns[name](q, k, ids, coords)  # also the compile call
-            errors[name] = max(float((a.double() - b).abs().max()) for a, b in zip(got, truth))
-            exact = all(torch.equal(a, b) for a, b in zip(got, ref))
+            errors[name] = max(float((a.double() - b).abs().max()) for a, b in zip(got, truth, strict=True))
+            exact = all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
             note = ", bit-exact to transformers" if exact and name != "hf" else ""
             print(f"  {name}: max |error| vs float64 {errors[name]:.2e}{note}", file=sys.stderr)
     if max(errors.values()) > 2 * errors["hf"] + 1e-6:
         raise AssertionError(f"mmpos is less accurate than transformers at L={length} {dtype}: {errors}")
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for name, fn in fns.items():
+    for fn in fns.values():
         fn(q, k, ids, coords)  # warm-up
     for _ in range(repeats):
         for name, fn in fns.items():

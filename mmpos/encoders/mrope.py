@@ -37,8 +37,8 @@ positions are float64 (``v2pe`` at long contexts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -49,17 +49,17 @@ from ..rotary import FrequencyPlan, rope_frequencies
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = [
+    "V2PE",
+    "HoPE",
+    "MHRope",
     "MRope",
     "MRopeInterleaved",
-    "MHRope",
     "VRope",
-    "HoPE",
-    "V2PE",
     "default_mrope_section",
-    "mrope_plan",
-    "mhrope_plan",
-    "vrope_plan",
     "hope_plan",
+    "mhrope_plan",
+    "mrope_plan",
+    "vrope_plan",
 ]
 
 THW = ("t", "h", "w")

@@ -45,12 +45,12 @@ from ..rotary import apply_rotary, plan_angles
 
 __all__ = [
     "SCHEMES",
-    "use_rope",
-    "current_rope",
     "HFRotaryEmbedding",
-    "per_head_attention_forward",
     "RopeIndexOptions",
+    "current_rope",
+    "per_head_attention_forward",
     "scheme_rope_index",
+    "use_rope",
 ]
 
 #: scheme -> mmpos encoder (the layout scheme has the same name)
@@ -94,7 +94,8 @@ class HFRotaryEmbedding(nn.Module):
             raise ValueError(f"layout must be 'qwen2', 'qwen3' or 'per_head', got {layout!r}")
         self.encoder = encoder
         self.layout = layout
-        self.register_buffer("rows_to_axes", torch.tensor(_ROWS_TO_AXES[encoder.axes], dtype=torch.float32), persistent=False)  # (A, 3)
+        rows_to_axes = torch.tensor(_ROWS_TO_AXES[encoder.axes], dtype=torch.float32)  # (A, 3)
+        self.register_buffer("rows_to_axes", rows_to_axes, persistent=False)
         self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
 
     def _apply(self, fn, recurse=True):
@@ -200,7 +201,9 @@ def _flat_index(is_token: Tensor, tokens: Tensor, name: str) -> Tensor:
     """Flat indices ``b * L + l`` of the marked tokens, in reading order (they fill the blocks in turn)."""
     index = is_token.reshape(-1).nonzero().squeeze(1)
     if index.shape[0] != int(tokens.sum()):
-        raise ValueError(f"{name} describes {int(tokens.sum())} tokens, but input_ids holds {index.shape[0]} such tokens")
+        raise ValueError(
+            f"{name} describes {int(tokens.sum())} tokens, but input_ids holds {index.shape[0]} such tokens"
+        )
     return index
 
 
@@ -225,7 +228,9 @@ def scheme_rope_index(
     else:
         seconds = torch.as_tensor(second_per_grid_ts, device=device).reshape(-1).float()
         if seconds.shape[0] != videos.shape[0]:
-            raise ValueError(f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}")
+            raise ValueError(
+                f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}"
+            )
     if options.family == "qwen3" or options.scheme == "qwen3-vl":
         seconds = torch.repeat_interleave(seconds, videos[:, 0])
         videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
@@ -237,7 +242,7 @@ def scheme_rope_index(
         _flat_index((input_ids == options.image_token_id) & real, tokens[:k_img], "image_grid_thw"),
         _flat_index((input_ids == options.video_token_id) & real, tokens[k_img:], "video_grid_thw"),
     ])
-    f64 = dict(dtype=torch.float64, device=device)
+    f64 = {"dtype": torch.float64, "device": device}
     delta = torch.full((k,), 1.0 if options.delta is None else float(options.delta), **f64)
     scale = torch.full((k,), 1.0 if options.temporal_scale is None else float(options.temporal_scale), **f64)
     if options.training and options.scheme == "v2pe":
@@ -351,7 +356,10 @@ def use_rope(
     if scheme == "v2pe" and not training and not (isinstance(delta, (int, float)) and 0 < delta <= 1):
         raise ValueError(f"delta must be a number in (0, 1] for scheme='v2pe' (or pass training=True), got {delta!r}")
     if scheme == "hope" and not training and not (isinstance(temporal_scale, (int, float)) and temporal_scale > 0):
-        raise ValueError(f"temporal_scale must be a positive number for scheme='hope' (or pass training=True), got {temporal_scale!r}")
+        raise ValueError(
+            f"temporal_scale must be a positive number for scheme='hope' (or pass training=True), "
+            f"got {temporal_scale!r}"
+        )
     _restore(core, text)
     if scheme == "own":
         return model
@@ -372,7 +380,9 @@ def use_rope(
             section = list(rope_scaling["mrope_section"])
         kwargs["mrope_section"] = section if section is not None else default_mrope_section(head_dim, wants_interleaved)
     if encoder_name == "mhrope":
-        kwargs.update(num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections)
+        kwargs.update(
+            num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections
+        )
     encoder = create(encoder_name, **kwargs)
     per_head = encoder.weight.dim() == 3
     rotary = HFRotaryEmbedding(encoder, "per_head" if per_head else family).to(text.embed_tokens.weight.device)

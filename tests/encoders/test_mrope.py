@@ -181,7 +181,7 @@ def test_vrope_pair_reads_combination_p_mod_4():
     start = 5  # the frame starts right after 5 text tokens
     combos = torch.stack([i + j, i + (w - 1 - j), (h - 1 - i) + j, (h - 1 - i) + (w - 1 - j)], -1) + start
     enc = create("vrope", head_dim=32)
-    q_out, k_out = enc.rotate(q, k, Coords(combos.float().expand(2, 6, 4), ("c0", "c1", "c2", "c3")))
+    q_out, _ = enc.rotate(q, k, Coords(combos.float().expand(2, 6, 4), ("c0", "c1", "c2", "c3")))
     per_pair = combos[:, torch.arange(16) % 4].float()  # (N, P): pair p at combination p mod 4
     angles = per_pair * rope_frequencies(16)
     ref = apply_rotary(q, angles.cos()[None], angles.sin()[None])

@@ -38,7 +38,8 @@ def _qwen2_5_vl():
 
 
 def _qwen3_vl():
-    text = dict(TEXT, head_dim=16, rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True})
+    rope_scaling = {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+    text = dict(TEXT, head_dim=16, rope_scaling=rope_scaling)
     vision = dict(depth=2, hidden_size=32, out_hidden_size=64, num_heads=2, intermediate_size=64, patch_size=2,
                   spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
                   deepstack_visual_indexes=[0])
@@ -97,8 +98,9 @@ def test_own_scheme_through_mmpos_leaves_logits_unchanged(family):
     inputs = _batch(name)
     use_rope(model, "own")
     ref = model(**inputs).logits
-    ref_ids, ref_rope = model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"],
-                                                   attention_mask=inputs["attention_mask"])
+    ref_ids, ref_rope = model.model.get_rope_index(
+        inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"], attention_mask=inputs["attention_mask"]
+    )
     ref_seq, ref_steps = _generate(model, inputs)
     use_rope(model, name)
     assert current_rope(model) == name and isinstance(model.model.language_model.rotary_emb, HFRotaryEmbedding)
@@ -131,9 +133,12 @@ def test_swapped_scheme_forward_and_generate(family, scheme, options):
     use_rope(model, "own")
 
 
+TEXT_SWAPS = [("mrope-i", {}), ("mhrope", {"head_sections": [0, 1, 1]}), ("vrope", {}), ("v2pe", {"delta": 0.5}),
+              ("flat", {})]
+
+
 @torch.no_grad()
-@pytest.mark.parametrize("scheme, options", [("mrope-i", {}), ("mhrope", {"head_sections": [0, 1, 1]}), ("vrope", {}),
-                                             ("v2pe", {"delta": 0.5}), ("flat", {})], ids=["mrope-i", "mhrope", "vrope", "v2pe", "flat"])
+@pytest.mark.parametrize("scheme, options", TEXT_SWAPS, ids=[s for s, _ in TEXT_SWAPS])
 def test_text_only_prompts_keep_the_model_logits(family, scheme, options):
     """On text every scheme is 1-D RoPE (MHRoPE when its sections use every KV head), so the
     model's logits are unchanged bit for bit; this also checks MHRoPE's attention forward."""
@@ -172,7 +177,8 @@ def test_hope_on_text_differs_only_by_its_unrotated_pairs():
 
 
 @pytest.mark.parametrize("scheme, options", [("qwen2-vl", {}), ("mrope-i", {}), ("mhrope", {}), ("vrope", {}),
-                                             ("v2pe", {"delta": 1 / 8}), ("hope", {"temporal_scale": 1.25}), ("flat", {})])
+                                             ("v2pe", {"delta": 1 / 8}), ("hope", {"temporal_scale": 1.25}),
+                                             ("flat", {})])
 def test_prompt_positions_equal_the_layout(scheme, options):
     """From token ids, the patched ``get_rope_index`` gives the positions ``mmpos.layout.build``
     gives the same segments (left padding; VRoPE's fourth row is implied)."""
