@@ -57,7 +57,7 @@ def prompt(length: int):
     vision = 196 + 8 * 144
     text = length - vision
     if text < 3:
-        raise ValueError(f"length must be at least {vision + 3} (the prompt holds {vision} vision tokens), got {length}")
+        raise ValueError(f"length must be at least {vision + 3} (the prompt has {vision} vision tokens), got {length}")
     sample = [Text(text // 4), image, Text(text // 4), video, Text(text - 2 * (text // 4))]
     return build([sample], scheme="qwen2-vl")
 
