@@ -288,6 +288,26 @@ def test_reads_the_layout_of_its_scheme(scheme, name):
         assert torch.equal(torch.where(real, k_out, 0), torch.where(real, k_ref, 0))
 
 
+@pytest.mark.parametrize("name", ["mrope", "mrope-i", "mhrope", "vrope", "v2pe"])
+def test_in_an_mmpos_transformer(name):
+    """Inside ``mmpos.nn.Transformer`` (GQA, causal) each encoder gives the 1-D RoPE model's
+    output on text, and a different one on its layout's vision positions."""
+    from mmpos.nn import Transformer
+
+    def model(pos):
+        torch.manual_seed(0)
+        return Transformer(64, 2, 4, pos=pos, num_kv_heads=2, causal=True,
+                           pos_kwargs={"mhrope": {"head_sections": [1, 1, 0]}} if pos == "mhrope" else None)
+
+    scheme = {"mrope": "qwen2-vl", "mrope-i": "mrope-i"}.get(name, name)
+    lay = build(SAMPLES[1:], scheme, **({"delta": 0.25} if name == "v2pe" else {}))
+    x = torch.randn(1, lay.coords.num_tokens, 64)
+    text = Coords.sequence(lay.coords.num_tokens)
+    ours, rope = model(name), model("rope")
+    assert torch.equal(ours(x, text), rope(x, text))
+    assert not torch.allclose(ours(x, lay.coords), rope(x, text))
+
+
 # --------------------------------------------------------------------- errors and compile
 def test_bad_sections_give_clear_errors():
     with pytest.raises(ValueError, match=r"mrope_section .*summing to 64"):
