@@ -14,6 +14,8 @@ Shapes: q ``(B, Hq, N, Dh)``, k / v ``(B, Hk, N, Dh)`` with ``Hq % Hk == 0``
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Sequence
 
 import torch
@@ -95,7 +97,7 @@ def attention(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
     kq = k.repeat_interleave(hq // hk, dim=1) if gqa else k
     vq = v.repeat_interleave(hq // hk, dim=1) if gqa else v
-    logit_bias = sum(enc.bias(q, kq, coords) for enc in biases)
+    logit_bias = functools.reduce(operator.add, [enc.bias(q, kq, coords) for enc in biases])  # no 0 + (B,H,N,N) copy
     if mask is not None:
         logit_bias = logit_bias.masked_fill(~mask, float("-inf"))
     outputs = [enc for enc in biases if enc.has_output]
