@@ -71,14 +71,17 @@ def _batch(family_name):
     length = len(first)
     ids = torch.tensor([first, [PAD] * (length - len(second)) + second])
     mask = (torch.arange(length) >= torch.tensor([[0], [length - len(second)]])).long()
-    return dict(
-        input_ids=ids,
-        attention_mask=mask,
-        pixel_values=torch.randn(24 + 16, 24, generator=g),
-        image_grid_thw=torch.tensor([[1, 4, 6], [1, 4, 4]]),
-        pixel_values_videos=torch.randn(2 * 2 * 6, 24, generator=g),
-        video_grid_thw=torch.tensor([[2, 2, 6]]),
-    )
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "pixel_values": torch.randn(24 + 16, 24, generator=g),
+        "image_grid_thw": torch.tensor([[1, 4, 6], [1, 4, 4]]),
+        "pixel_values_videos": torch.randn(2 * 2 * 6, 24, generator=g),
+        "video_grid_thw": torch.tensor([[2, 2, 6]]),
+    }
+    if family_name == "qwen2.5-vl":  # whole seconds: transformers 4.57 casts them to int first
+        batch["second_per_grid_ts"] = torch.tensor([2.0])
+    return batch
 
 
 def _text_batch():
@@ -98,14 +101,16 @@ def test_own_scheme_through_mmpos_leaves_logits_unchanged(family):
     inputs = _batch(name)
     use_rope(model, "own")
     ref = model(**inputs).logits
+    index_args = {k: v for k, v in inputs.items() if k in ("second_per_grid_ts", "attention_mask")}
     ref_ids, ref_rope = model.model.get_rope_index(
-        inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"], attention_mask=inputs["attention_mask"]
+        inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"], **index_args
     )
     ref_seq, ref_steps = _generate(model, inputs)
     use_rope(model, name)
     assert current_rope(model) == name and isinstance(model.model.language_model.rotary_emb, HFRotaryEmbedding)
-    ids, rope = model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"],
-                                           attention_mask=inputs["attention_mask"])
+    ids, rope = model.model.get_rope_index(
+        inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"], **index_args
+    )
     assert torch.equal(ids, ref_ids) and torch.equal(rope, ref_rope)
     assert torch.equal(model(**inputs).logits, ref)
     seq, steps = _generate(model, inputs)
