@@ -310,7 +310,8 @@ def _restore(core: nn.Module, text: nn.Module) -> None:
     installed = core.__dict__.pop("_mmpos_rope", None)
     if installed is None:
         return
-    text.rotary_emb = installed.rotary_emb
+    device = text.embed_tokens.weight.device  # the model may have moved while swapped
+    text.rotary_emb = installed.rotary_emb.to(device)
     del core.get_rope_index  # the class method shows again
     for attn in installed.attentions:
         del attn.forward
