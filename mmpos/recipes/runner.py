@@ -238,7 +238,7 @@ def train_run(
         step, best, best_step, elapsed = ckpt["step"], ckpt["best"], ckpt["best_step"], ckpt["elapsed"]
         out.truncate_after(step)
     elif ddp.is_main and folder.exists():
-        for name in ("metrics.jsonl", "last.pt", "best.pt"):
+        for name in ("metrics.jsonl", "last.pt", "best.pt", "final.json"):
             (folder / name).unlink(missing_ok=True)
 
     def evaluate() -> dict[str, float]:

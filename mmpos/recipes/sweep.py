@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import torch
 import torch.distributed as dist
 import yaml
 
 from .config import ConfigError, load_yaml, resolve_config
-from .runner import init_distributed, train_run
+from .runner import Dist, init_distributed, train_run
 
 __all__ = ["run_recipe", "find_recipe", "results_table", "plot_results", "RESUME_OVERRIDABLE"]
 
@@ -28,12 +29,11 @@ RESUME_OVERRIDABLE = ("device", "threads", "progress")
 
 
 def find_recipe(recipe: str | Path) -> Path:
-    """A recipe path, or a name under ``./recipes/`` or the repository's ``recipes/`` folder."""
+    """A recipe path, or a name under ``./recipes/`` or the ``recipes/`` folder next to the package."""
     path = Path(recipe)
     if path.is_file():
         return path
-    here = Path(__file__).resolve()
-    folders = [Path.cwd() / "recipes", here.parents[2] / "recipes", here.parent / "yaml"]
+    folders = [Path.cwd() / "recipes", Path(__file__).resolve().parents[2] / "recipes"]
     names = [path.name] if path.suffix in (".yaml", ".yml") else [f"{path.name}.yaml", f"{path.name}.yml"]
     for folder in folders:
         for name in names:
@@ -143,6 +143,7 @@ def run_recipe(
     :data:`RESUME_OVERRIDABLE` keys may be overridden).
     """
     overrides = list(overrides)
+    folder = None
     if resume is not None:
         folder = _resume_dir(resume)
         bad = [o for o in overrides if o.partition("=")[0].strip() not in RESUME_OVERRIDABLE]
@@ -158,8 +159,21 @@ def run_recipe(
             raw, name = load_yaml(path), path.stem
         cfg = resolve_config(raw, overrides)
         recipe_name = name
+    owns_group = not (dist.is_available() and dist.is_initialized())
     ddp, device = init_distributed(cfg["device"])
-    if resume is None:
+    try:
+        return _run(cfg, recipe_name, folder, out, ddp, device)
+    finally:
+        if ddp.enabled and owns_group:
+            dist.destroy_process_group()
+
+
+def _run(
+    cfg: dict[str, Any], recipe_name: str, folder: Path | None, out: str | Path | None, ddp: Dist, device: torch.device
+) -> dict[str, Any]:
+    """The body of :func:`run_recipe`; ``folder`` is the run folder to resume, or ``None`` for a new run."""
+    resume = folder is not None
+    if not resume:
         root = Path(out if out is not None else cfg["out"])
         folder = _new_run_dir(root, recipe_name, cfg["name"]) if ddp.is_main else None
         if ddp.enabled:
@@ -175,7 +189,7 @@ def run_recipe(
     for i, (encoder, seed) in enumerate(pairs, 1):
         if ddp.is_main and cfg["progress"]:
             print(f"[{i}/{len(pairs)}] {recipe_name}: encoder={encoder} seed={seed} device={device}", flush=True)
-        finals.append(train_run(cfg, encoder, seed, folder / encoder / f"seed{seed}", device, ddp, resume is not None))
+        finals.append(train_run(cfg, encoder, seed, folder / encoder / f"seed{seed}", device, ddp, resume))
     table = None
     if ddp.is_main:
         title = f"{recipe_name} ({cfg['task']}, {cfg['steps']} steps)"

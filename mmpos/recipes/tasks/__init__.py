@@ -1,9 +1,11 @@
 """The task contract of the recipe runner, and the task registry.
 
 A task module registers a builder ``build(cfg, encoder, seed, device) -> Task`` with
-:func:`register_task`. Every module of this package is imported on demand (the first
-time a name is not found), so a new file is all it takes to add tasks; a module outside
-the package is named by the recipe's ``task_module`` key. See ``docs/recipes.md``.
+:func:`register_task`. Modules of this package are imported on demand: first the ones
+named after the task or a prefix of it (``spatial_relations`` -> ``spatial_relations``,
+``spatial``), then, if the name is still unknown, all of them. A new file is all it
+takes to add tasks; a module outside the package is named by the recipe's
+``task_module`` key. See ``docs/recipes.md``.
 """
 
 from __future__ import annotations
@@ -76,20 +78,26 @@ def register_task(name: str, defaults: dict[str, Any] | None = None) -> Callable
     return wrap
 
 
-def _import_all() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
+def _import(modules: list[str]) -> None:
+    for name in modules:
         try:
-            importlib.import_module(f"{__name__}.{info.name}")
+            importlib.import_module(f"{__name__}.{name}")
         except ImportError as e:  # e.g. an optional dependency; reported if the task stays unknown
-            _IMPORT_ERRORS[info.name] = f"{type(e).__name__}: {e}"
+            _IMPORT_ERRORS[name] = f"{type(e).__name__}: {e}"
+
+
+def _import_all() -> None:
+    _import([m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")])
 
 
 def get_task(name: str, module: str | None = None) -> TaskInfo:
     """The task ``name``, importing ``module`` first (if given) and the package's task modules."""
     if module:
         importlib.import_module(module)
+    if name not in _TASKS:  # fast path: a module named after the task or a prefix of it
+        parts = name.split("_")
+        known = {m.name for m in pkgutil.iter_modules(__path__)}
+        _import([m for m in ("_".join(parts[:i]) for i in range(len(parts), 0, -1)) if m in known])
     if name not in _TASKS:
         _import_all()
     if name not in _TASKS:
