@@ -65,11 +65,21 @@ def _check_head_dim(head_dim: int, rotary_dim: int | None) -> int:
     return rotary_dim // 2
 
 
-def _check_sections(sections: Sequence[int], total: int, what: str, name: str = "sections") -> tuple[int, ...]:
+def _check_sections(sections: Sequence[int], total: int, axes: tuple[str, ...]) -> tuple[int, ...]:
+    """One non-negative pair count per axis, summing to the ``total`` rotary pairs."""
     sections = tuple(int(s) for s in sections)
     if any(s < 0 for s in sections) or sum(sections) != total:
-        raise ValueError(f"{name} must be non-negative and sum to the {total} {what}, got {list(sections)} (sum {sum(sections)})")
+        raise ValueError(
+            f"sections must be non-negative and sum to the {total} rotary pairs, got {list(sections)} (sum {sum(sections)})"
+        )
+    if len(sections) != len(axes):
+        raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
     return sections
+
+
+def _chunk_index(sections: tuple[int, ...]) -> Tensor:
+    """``(sum(sections),)`` long: section ``i`` of consecutive pairs reads axis ``i``."""
+    return torch.repeat_interleave(torch.arange(len(sections)), torch.tensor(sections))
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,10 +178,8 @@ class FrequencyPlan:
             if pairs % len(axes):
                 raise ValueError(f"rotary pairs {pairs} do not split evenly over axes {axes}; pass sections")
             sections = [pairs // len(axes)] * len(axes)
-        sections = _check_sections(sections, pairs, "rotary pairs")
-        if len(sections) != len(axes):
-            raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
-        index = torch.cat([torch.full((s,), i, dtype=torch.long) for i, s in enumerate(sections)])
+        sections = _check_sections(sections, pairs, axes)
+        index = _chunk_index(sections)
         freq = torch.cat([rope_frequencies(s, theta) for s in sections if s])
         return cls.from_assignment(index, freq, axes, head_dim, convention)
 
@@ -192,9 +200,7 @@ class FrequencyPlan:
         """
         pairs = _check_head_dim(head_dim, None)
         axes = tuple(axes)
-        sections = _check_sections(sections, pairs, "rotary pairs")
-        if len(sections) != len(axes):
-            raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
+        sections = _check_sections(sections, pairs, axes)
         p = torch.arange(pairs)
         index = torch.zeros(pairs, dtype=torch.long)
         for a in range(1, len(axes)):
@@ -217,10 +223,8 @@ class FrequencyPlan:
         """
         pairs = _check_head_dim(head_dim, None)
         axes = tuple(axes)
-        sections = _check_sections(sections, pairs, "rotary pairs")
-        if len(sections) != len(axes):
-            raise ValueError(f"sections must hold one count per axis {axes}, got {list(sections)}")
-        index = torch.cat([torch.full((s,), i, dtype=torch.long) for i, s in enumerate(sections)])
+        sections = _check_sections(sections, pairs, axes)
+        index = _chunk_index(sections)
         return cls.from_assignment(index, rope_frequencies(pairs, theta), axes, head_dim, convention)
 
     @classmethod
