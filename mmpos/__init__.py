@@ -1,14 +1,24 @@
 """mmpos: position encoders for multimodal and structured data.
 
-Public API: :class:`Coords`, :class:`Modality`, :func:`create`, :func:`list_encoders`,
-the rotary core (:mod:`mmpos.rotary`), encoders (:mod:`mmpos.encoders`) and
-attention / blocks (:mod:`mmpos.nn`).
+Public API: the names below and the documented submodules (``docs/api.md``):
+:mod:`mmpos.rotary`, :mod:`mmpos.layout`, :mod:`mmpos.registry`, :mod:`mmpos.encoders`,
+:mod:`mmpos.nn`, :mod:`mmpos.layers`, :mod:`mmpos.integrations`, :mod:`mmpos.data`,
+:mod:`mmpos.recipes`.
 """
 
 from .coords import Coords, Modality
-from .registry import create, list_encoders, register_encoder
+from .registry import EncoderInfo, create, list_encoders, register_encoder
 from .rotary import FrequencyPlan
 
 __version__ = "0.1.0"
 
-__all__ = ["Coords", "Modality", "FrequencyPlan", "create", "list_encoders", "register_encoder", "__version__"]
+__all__ = [
+    "Coords",
+    "Modality",
+    "FrequencyPlan",
+    "EncoderInfo",
+    "create",
+    "list_encoders",
+    "register_encoder",
+    "__version__",
+]
