@@ -1,7 +1,8 @@
 """``sincos``: fixed sine-cosine position embedding on 1-D, 2-D and 3-D coordinates.
 
-Paper: Vaswani et al., "Attention Is All You Need", 2017 (1-D); the 2-D form of
-MoCo v3 / MAE (He et al., "Masked Autoencoders Are Scalable Vision Learners", 2022).
+Paper: Vaswani et al., "Attention Is All You Need", 2017,
+https://arxiv.org/abs/1706.03762 (1-D); the 2-D form of MoCo v3 / MAE (He et al.,
+"Masked Autoencoders Are Scalable Vision Learners", 2022, https://arxiv.org/abs/2111.06377).
 Reference: timm ``layers/pos_embed_sincos.py`` (``build_sincos2d_pos_embed``); the
 2-D layout here equals it (tests compare): channels ``[sin(a0 w), sin(a1 w), ...,
 cos(a0 w), cos(a1 w), ...]`` with ``w_k = temperature ** (-k / (D / 2A))``.
