@@ -1,0 +1,76 @@
+"""Spatial-relation questions on cell scenes: which object is below / right of the marked cell.
+
+The relational sibling of :mod:`mmpos.data.grounding`: same scenes, renderer and answer
+vocabulary. Each image of ``rows x cols`` cells holds coloured objects and one *mark*,
+a white square in an otherwise empty cell (as the needle of :mod:`mmpos.data.haystack`).
+Questions, as ids:
+
+* ``BELOW ANSWER`` -> ``[shape, colour]`` of the object one row below the mark, or
+  ``[EMPTY, EMPTY]``;
+* ``RIGHT ANSWER`` -> the same for the cell one column to the right.
+
+The neighbour sits at a fixed 2-D offset ``(+1, 0)`` / ``(0, +1)`` from the mark; in
+raster order that is ``+cols`` / ``+1`` tokens, so ``BELOW`` depends on the grid width
+(which varies between batches) while ``RIGHT`` does not.
+
+Token ids: those of :mod:`mmpos.data.grounding` plus ``BELOW`` and ``RIGHT``
+(:data:`RELATION_VOCAB_SIZE` ids).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .grounding import ANSWER, COLOR0, EMPTY, MAX_CELLS, SHAPE0, VOCAB_SIZE, GroundingBatch
+from .scenes import COLORS, NUM_OBJECTS, render_scene
+
+__all__ = ["make_relations", "BELOW", "RIGHT", "RELATION_VOCAB_SIZE"]
+
+BELOW, RIGHT = VOCAB_SIZE, VOCAB_SIZE + 1
+RELATION_VOCAB_SIZE = VOCAB_SIZE + 2
+
+
+def _ids(obj: int) -> list[int]:
+    return [EMPTY, EMPTY] if obj < 0 else [SHAPE0 + obj // len(COLORS), COLOR0 + obj % len(COLORS)]
+
+
+def make_relations(
+    n: int, rows: int, cols: int, seed: int, cell: int = 16, fill: float = 0.75, noise: float = 0.05
+) -> GroundingBatch:
+    """``n`` samples on a ``rows x cols`` grid, alternately ``BELOW`` and ``RIGHT`` questions.
+
+    ``fill`` is the fraction of the cells other than the mark's holding an object
+    (at most the 16 distinct objects). ``question`` ``(n, 2)`` = ``[kind, ANSWER]``,
+    ``answer`` ``(n, 2)``.
+    """
+    if not (1 <= rows <= MAX_CELLS and 1 <= cols <= MAX_CELLS) or rows * cols < 2 or min(rows, cols) < 2:
+        raise ValueError(f"rows and cols must be in [2, {MAX_CELLS}], got {(rows, cols)}")
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    if not 0.0 < fill <= 1.0:
+        raise ValueError(f"fill must be in (0, 1], got {fill}")
+    rng = np.random.default_rng(seed)
+    k = min(round(fill * (rows * cols - 1)), NUM_OBJECTS)
+    m = max(cell // 6, 1)  # the mark's margin inside its cell, as the objects'
+    images, questions, answers = [], [], []
+    for i in range(n):
+        kind, (dr, dc) = (BELOW, (1, 0)) if i % 2 == 0 else (RIGHT, (0, 1))
+        r, c = int(rng.integers(rows - dr)), int(rng.integers(cols - dc))  # the mark, with a neighbour cell
+        scene = np.full(rows * cols, -1, dtype=np.int64)
+        free = np.delete(np.arange(rows * cols), r * cols + c)
+        scene[rng.choice(free, size=k, replace=False)] = rng.choice(NUM_OBJECTS, size=k, replace=False)
+        scene = scene.reshape(rows, cols)
+        image = render_scene(scene, cell, rng, noise=0.0)
+        image[:, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
+        if noise:
+            image = np.clip(image + rng.normal(0.0, noise, image.shape).astype(np.float32), 0.0, 1.0)
+        images.append(image)
+        questions.append([kind, ANSWER])
+        answers.append(_ids(int(scene[r + dr, c + dc])))
+    return GroundingBatch(
+        torch.from_numpy(np.stack(images)),
+        torch.tensor(questions, dtype=torch.long),
+        torch.tensor(answers, dtype=torch.long),
+        (rows, cols),
+    )

@@ -1,0 +1,97 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from open_clip.transformer import VisionTransformer
+
+from mmpos.recipes.sweep import run_recipe
+from mmpos.recipes.tasks import get_task
+from mmpos.recipes.tasks.multimodal import PatchTokens, _layout_options, parse_scheme, vision_tower
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+TOWER = {"vision": {"width": 16, "layers": 1, "heads": 2, "patch_size": 4, "pos": "none"}}
+
+
+@pytest.mark.parametrize(
+    ("recipe", "metrics"),
+    [
+        ("vlm_grounding", {"acc", "acc@new_grids", "acc_below", "acc_right"}),
+        ("video_temporal", {"acc", "acc_when", "acc_where"}),
+        ("v2pe_long", {"acc", "acc@2", "acc@4"}),
+    ],
+)
+def test_smoke_profile_runs_every_encoder(recipe, metrics, tmp_path):
+    result = run_recipe(RECIPES / f"{recipe}.yaml", ["profile=smoke", "device=cpu", "threads=1"], out=tmp_path)
+    cfg = result["config"]
+    assert [f["encoder"] for f in result["finals"]] == cfg["encoders"] and len(cfg["encoders"]) >= 4
+    for final in result["finals"]:
+        assert set(final["metrics"]) == metrics and final["step"] == cfg["steps"]
+        assert all(0.0 <= v <= 1.0 for v in final["metrics"].values())
+    assert (result["folder"] / "results.md").exists()
+    assert len(json.loads((result["folder"] / "results.json").read_text())) == len(cfg["encoders"])
+
+
+def test_train_batches_are_pure_functions_of_the_step():
+    cfg = {
+        **TOWER,
+        "batch_size": 4,
+        "decoder": {"dim": 16, "depth": 1, "num_heads": 2, "num_kv_heads": 2, "theta": 10.0},
+        "data": {"questions": ["relations", "absolute"], "train_grids": [[2, 2], [2, 3]], "eval_grids": [[3, 3]],
+                 "eval_size": 8, "cell": 8, "eval_delta": 0.0625, "hope_scale": 0.75},
+    }  # fmt: skip
+    task = get_task("vlm_grounding").build(cfg, "hope", 0, torch.device("cpu"))
+    a, b = task.train_batch(3), task.train_batch(3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert a[0].shape == (4, 3, 2 * 8, 3 * 8)  # step 3 -> grid index 1 -> (2, 3) cells of 8 px
+    assert not torch.equal(task.train_batch(2)[0][:, :, :, :16], a[0][:, :, :, :16])
+    loss, logs = task.loss(task.model, a)
+    assert loss.ndim == 0 and torch.isfinite(loss) and 0.0 <= logs["acc"] <= 1.0
+    assert {"acc", "acc@new_grids", "acc_what", "acc_where", "acc_below", "acc_right"} == set(task.evaluate(task.model))
+
+
+def test_vision_tower_gives_patch_tokens_at_any_size():
+    tower, width = vision_tower(TOWER)
+    assert width == 16 and isinstance(tower, PatchTokens)
+    for h, w in [(8, 8), (12, 20), (32, 8)]:
+        assert tower(torch.rand(2, 3, h, w)).shape == (2, (h // 4) * (w // 4), 16)
+    assert all(p.grad is None for p in tower.parameters())
+    tower(torch.rand(1, 3, 8, 12)).sum().backward()
+    assert all(p.grad is not None for p in tower.parameters())  # no unused parameter (DDP-safe)
+
+
+def test_vision_tower_with_2d_rope_inside():
+    tower, _ = vision_tower({"vision": {**TOWER["vision"], "pos": "rope-axial"}})
+    assert tower(torch.rand(1, 3, 12, 8)).shape == (1, 6, 16)
+
+
+def test_patch_tokens_needs_a_converted_tower():
+    plain = VisionTransformer(8, 4, 16, 1, 2, 4.0, output_dim=16, output_tokens=True)
+    with pytest.raises(ValueError, match="converted"):
+        PatchTokens(plain)
+
+
+def test_encoder_strings():
+    assert parse_scheme("v2pe@0.25") == ("v2pe", "0.25") and parse_scheme("flat") == ("flat", None)
+    data = {"eval_delta": 0.125, "hope_scale": 0.75}
+    assert _layout_options("v2pe", "rand", data, training=True) == {"training": True}
+    assert _layout_options("v2pe", "rand", data, training=False) == {"delta": 0.125}
+    assert _layout_options("v2pe", "0.5", data, training=True) == {"delta": 0.5}
+    assert _layout_options("hope", None, data, training=False) == {"temporal_scale": 0.75}
+    assert _layout_options("hope", "1.5", data, training=False) == {"temporal_scale": 1.5}
+    with pytest.raises(ValueError, match="layout scheme"):
+        parse_scheme("rope")
+    with pytest.raises(ValueError, match="visual step"):
+        _layout_options("v2pe", None, data, training=False)
+    with pytest.raises(ValueError, match="number in \\(0, 1\\] or 'rand'"):
+        _layout_options("v2pe", "small", data, training=False)
+    with pytest.raises(ValueError, match="takes no '@' option"):
+        _layout_options("mrope-i", "2", data, training=False)
+
+
+def test_unknown_question_source():
+    cfg = {**TOWER, "batch_size": 2, "decoder": {"dim": 16, "depth": 1, "num_heads": 2, "num_kv_heads": 2, "theta": 10.0},
+           "data": {"questions": ["counting"], "train_grids": [[2, 2]], "eval_grids": [[2, 2]], "eval_size": 4,
+                    "cell": 8, "eval_delta": 0.0625, "hope_scale": 0.75}}  # fmt: skip
+    with pytest.raises(ValueError, match="data.questions"):
+        get_task("vlm_grounding").build(cfg, "flat", 0, torch.device("cpu"))
