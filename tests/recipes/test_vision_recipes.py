@@ -9,7 +9,8 @@ from mmpos.recipes.tasks import vision
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["profile=smoke", "device=cpu"]
-METRICS = {"acc", "acc@1.5x", "acc@2x", "acc@1.5x:image", "acc@2x:image"}
+SETS = {"acc", "acc@1.5x", "acc@2x", "acc@1.5x:image", "acc@2x:image"}
+METRICS = SETS | {"acc@1.5x:interp", "acc@2x:interp"}
 
 
 def _cfg(recipe: str, *overrides: str) -> dict:
@@ -77,7 +78,7 @@ def test_train_batches_are_pure_and_eval_sets_share_scenes():
     batch = vision.train_batch_fn(cfg, seed=3)
     assert torch.equal(batch(5)[0], batch(5)[0]) and not torch.equal(batch(5)[0], batch(6)[0])
     sets = vision.eval_sets(cfg, seed=0)
-    assert set(sets) == METRICS
+    assert set(sets) == SETS
     assert sets["acc"][0].shape[-1] == 32 and sets["acc@2x"][0].shape[-1] == 64
     assert all(torch.equal(labels, sets["acc"][1]) for _, labels in sets.values())
 
@@ -106,3 +107,22 @@ def test_bad_config_raises(recipe, encoder, overrides, match):
     build = vision.build_vit_finetune if recipe == "vit_finetune" else vision.build_vit_spatial
     with pytest.raises(ValueError, match=match):
         build(cfg, encoder, 0, torch.device("cpu"))
+
+
+def test_interpolated_positions_rescale_to_the_training_grid():
+    cfg = _cfg("vit_spatial")
+    model = vision.build_model(cfg, ["rope-axial"])
+    plain = model.token_coords((64, 64))
+    with vision.interpolated_positions(model, (4, 4)):
+        scaled = model.token_coords((64, 64))
+    assert torch.equal(scaled.pos, plain.pos / 2) and scaled.grid_shape == (8, 8)
+    assert torch.equal(model.token_coords((64, 64)).pos, plain.pos)  # restored on exit
+    sets = {k: (v[0][:4], v[1][:4]) for k, v in vision.eval_sets(cfg, 0).items()}
+    model.eval()
+    with torch.no_grad():
+        rope = vision.evaluate_fn(cfg, ["rope-axial"], sets, torch.device("cpu"))(model)
+        with vision.interpolated_positions(model, (4, 4)):
+            expect = (model(sets["acc@2x"][0]).argmax(-1) == sets["acc@2x"][1]).float().mean().item()
+        learned = vision.evaluate_fn(cfg, ["learned"], sets, torch.device("cpu"))(model)
+    assert rope["acc@2x:interp"] == expect
+    assert learned["acc@2x:interp"] == learned["acc@2x"]

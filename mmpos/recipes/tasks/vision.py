@@ -9,7 +9,11 @@ Tasks (see ``docs/recipes.md`` for the contract and ``docs/results/vision.md`` f
   ``data.eval_scales``. Metrics: ``acc``, ``acc@1.5x``, ``acc@2x`` (squares keep their
   pixel size, the recipes' resolution protocol) and ``acc@1.5x:image``, ``acc@2x:image``
   (squares scale with the image) for the object scales listed after the first in
-  ``data.eval_object_scales``.
+  ``data.eval_object_scales``; ``acc@1.5x:interp``, ``acc@2x:interp``: the pixel-scale images
+  with the coordinate values rescaled to the training grid (``pos * train_grid / grid``, the
+  rule of timm's ``ref_feat_shape``) for the encoders in ``data.interpolate_encoders``
+  (sincos and RoPE, which read coordinate values and otherwise extrapolate), equal to
+  ``acc@<s>x`` for the others (they resample by grid shape or read no values).
 * ``vit_finetune`` -- starts from a ``learned``-APE checkpoint (``finetune.init_from``, a
   path that may hold ``{seed}``, e.g. ``runs/vit_spatial/cpu/learned/seed{seed}/best.pt``),
   converts it to the run's encoder (:func:`mmpos.integrations.timm.load_state_dict_report`:
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +73,10 @@ _DATA = {
     "eval_scales": [1.5, 2.0],  # evaluation resolutions besides 1x, as factors of image_size
     "eval_object_scales": ["pixels", "image"],  # the first gives acc@<s>x, the others acc@<s>x:<scale>
     "eval_size": 512,
+    # acc@<s>x:interp: the acc@<s>x images with coordinate values rescaled to the training grid
+    # (pos * train_grid / grid, timm's ref_feat_shape rule) for these encoders; the same as
+    # acc@<s>x for the others, which resample by grid shape (learned, fuzzy) or ignore values (irpe, peg)
+    "interpolate_encoders": ["sincos", "rope-axial", "rope-mixed"],
     "side": [4.0, 8.0],  # square sides, base pixels
     "min_gap": 8.0,  # >= patch_size: no patch holds both squares
     "min_margin": 4.0,
@@ -176,28 +185,56 @@ def eval_sets(cfg: dict, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
     return sets
 
 
-def evaluate_fn(sets: dict[str, tuple[Tensor, Tensor]], device: torch.device):
-    """``model -> {metric: accuracy}`` over the fixed sets (chunks of 256 images)."""
+@contextmanager
+def interpolated_positions(model: nn.Module, train_grid: tuple[int, int]):
+    """Inside: ``model.token_coords`` positions scaled by ``train_grid / grid`` per axis (prefix stays 0)."""
+    original = model.token_coords
+
+    def token_coords(image_size, device=None):
+        coords = original(image_size, device)
+        return coords.scaled([t / g for t, g in zip(train_grid, coords.grid_shape)])
+
+    model.token_coords = token_coords
+    try:
+        yield model
+    finally:
+        del model.token_coords  # back to the class's method
+
+
+def _accuracy(model: nn.Module, images: Tensor, labels: Tensor, device: torch.device) -> float:
+    correct = 0
+    for start in range(0, len(labels), _EVAL_CHUNK):
+        x = images[start : start + _EVAL_CHUNK].to(device)
+        correct += (model(x).argmax(-1).cpu() == labels[start : start + _EVAL_CHUNK]).sum().item()
+    return correct / len(labels)
+
+
+def evaluate_fn(cfg: dict, names: list[str], sets: dict[str, tuple[Tensor, Tensor]], device: torch.device):
+    """``model -> {metric: accuracy}`` over the fixed sets (chunks of 256 images), plus ``:interp`` keys."""
+    data = cfg["data"]
+    interpolate = bool(set(names) & set(data["interpolate_encoders"]))
+    train_grid = (data["image_size"] // cfg["model"]["patch_size"],) * 2
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        out = {}
-        for key, (images, labels) in sets.items():
-            correct = 0
-            for start in range(0, len(labels), _EVAL_CHUNK):
-                x = images[start : start + _EVAL_CHUNK].to(device)
-                correct += (model(x).argmax(-1).cpu() == labels[start : start + _EVAL_CHUNK]).sum().item()
-            out[key] = correct / len(labels)
+        out = {key: _accuracy(model, images, labels, device) for key, (images, labels) in sets.items()}
+        for scale in data["eval_scales"]:
+            key = f"acc@{_scale_key(float(scale))}"
+            if interpolate:
+                with interpolated_positions(model, train_grid):
+                    out[f"{key}:interp"] = _accuracy(model, *sets[key], device)
+            else:
+                out[f"{key}:interp"] = out[key]
         return out
 
     return evaluate
 
 
-def _task(cfg: dict, model: nn.Module, seed: int, device: torch.device) -> Task:
+def _task(cfg: dict, names: list[str], model: nn.Module, seed: int, device: torch.device) -> Task:
     return Task(
         model=model,
         train_batch=train_batch_fn(cfg, seed),
         loss=loss_fn,
-        evaluate=evaluate_fn(eval_sets(cfg, seed), device),
+        evaluate=evaluate_fn(cfg, names, eval_sets(cfg, seed), device),
         metric="acc",
         param_groups=param_groups(cfg["optim"]["weight_decay"]),
     )
@@ -206,7 +243,8 @@ def _task(cfg: dict, model: nn.Module, seed: int, device: torch.device) -> Task:
 @register_task("vit_spatial", defaults={"model": _MODEL, "data": _DATA})
 def build_vit_spatial(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task:
     """A timm ViT with ``encoder`` (``"a+b"`` for several) on layout images, evaluated at several resolutions."""
-    return _task(cfg, build_model(cfg, encoder_names(encoder)), seed, device)
+    names = encoder_names(encoder)
+    return _task(cfg, names, build_model(cfg, names), seed, device)
 
 
 # --------------------------------------------------------------------------- fine-tuning
@@ -295,4 +333,52 @@ def build_vit_finetune(cfg: dict, encoder: str, seed: int, device: torch.device)
     if not scratch:
         report = load_state_dict_report(model, initial_weights(cfg, seed, device))
         log.info("%s seed %d from the learned checkpoint: %s", encoder, seed, report)
-    return _task(cfg, model, seed, device)
+    return _task(cfg, names, model, seed, device)
+
+
+# --------------------------------------------------------------------------- figures
+def plot_resolution(finals: list[dict], path: str | Path, object_scale: str = "", title: str = "") -> Path:
+    """Accuracy against resolution (1x and every ``acc@<s>x`` key), one line per encoder, mean ± std.
+
+    ``finals``: the runner's ``results.json``; ``object_scale``: ``""`` for the headline keys
+    (``acc@2x``), ``"image"`` for ``acc@2x:image``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suffix = f":{object_scale}" if object_scale else ""
+    runs: dict[str, list[dict[str, float]]] = {}
+    for f in finals:
+        runs.setdefault(f["encoder"], []).append(f["metrics"])
+    scales = sorted({float(k[4:-1 - len(suffix)]) for m in finals for k in m["metrics"]
+                     if k.startswith("acc@") and k.endswith("x" + suffix)})  # fmt: skip
+    keys = ["acc"] + [f"acc@{_scale_key(s)}{suffix}" for s in scales]
+    xs = [1.0] + scales
+    fig, ax = plt.subplots(figsize=(6.0, 4.0), dpi=120)
+    for encoder, metrics in runs.items():
+        values = torch.tensor([[m[k] for k in keys] for m in metrics])  # (seeds, resolutions)
+        std = values.std(0) if len(metrics) > 1 else torch.zeros(len(keys))
+        ax.errorbar(xs, values.mean(0), yerr=std, marker="o", capsize=3, label=encoder)
+    ax.axhline(1 / _NUM_CLASSES, color="grey", linestyle=":", linewidth=1)
+    ax.set_xticks(xs, [_scale_key(x) for x in xs])
+    ax.set_xlabel("evaluation resolution (trained at 1x)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title or "accuracy against resolution")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", ncols=2)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":  # python -m mmpos.recipes.tasks.vision RUN_FOLDER OUT.png [image]
+    import sys
+
+    folder = Path(sys.argv[1])
+    finals = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    scale = sys.argv[3] if len(sys.argv) > 3 else ""
+    print(plot_resolution(finals, sys.argv[2], scale, f"{folder.parent.name}: squares {scale or 'fixed in pixels'}"))
