@@ -49,6 +49,7 @@ from ..rotary import FrequencyPlan, rope_frequencies
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = [
+    "SCHEME_ENCODERS",
     "V2PE",
     "HoPE",
     "MHRope",
@@ -64,6 +65,18 @@ __all__ = [
 
 THW = ("t", "h", "w")
 VROPE_AXES = ("c0", "c1", "c2", "c3")
+#: :mod:`mmpos.layout` scheme -> the rotary encoder that reads its coordinates
+SCHEME_ENCODERS: dict[str, str] = {
+    "qwen2-vl": "mrope",
+    "qwen2.5-vl": "mrope",
+    "qwen3-vl": "mrope-i",
+    "mrope-i": "mrope-i",
+    "mhrope": "mhrope",
+    "hope": "hope",
+    "vrope": "vrope",
+    "v2pe": "v2pe",
+    "flat": "rope",
+}
 
 
 def _pairs(head_dim: int) -> int:

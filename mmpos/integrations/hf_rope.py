@@ -4,7 +4,9 @@
 places where a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model decides positions:
 
 * ``model.get_rope_index`` (the position ids of a prompt, and ``rope_deltas`` for
-  decoding) becomes the vectorised :mod:`mmpos.layout` rule of ``scheme``;
+  decoding) becomes :func:`~mmpos.integrations.hf_rope_index.scheme_rope_index`, the
+  vectorised core of :func:`~mmpos.integrations.hf_rope_index.get_rope_index`, run with
+  ``scheme``'s :mod:`mmpos.layout` rule;
 * the text model's ``rotary_emb`` (position ids -> ``cos``, ``sin``) becomes
   :class:`HFRotaryEmbedding`, the scheme's :class:`~mmpos.rotary.FrequencyPlan`.
 
@@ -38,10 +40,10 @@ import torch
 from torch import Tensor, nn
 
 from ..encoders.base import RotaryEncoder
-from ..encoders.mrope import default_mrope_section
-from ..layout import ADVANCES, HOPE_SCALES, V2PE_DELTAS, VisionBlocks, token_positions
+from ..encoders.mrope import SCHEME_ENCODERS, default_mrope_section
 from ..registry import create
 from ..rotary import apply_rotary, plan_angles
+from .hf_rope_index import MODEL_SCHEMES, RopeIndexOptions, scheme_rope_index
 
 __all__ = [
     "SCHEMES",
@@ -53,19 +55,8 @@ __all__ = [
     "use_rope",
 ]
 
-#: scheme -> mmpos encoder (the layout scheme has the same name)
-SCHEMES: dict[str, str] = {
-    "qwen2-vl": "mrope",
-    "qwen2.5-vl": "mrope",
-    "qwen3-vl": "mrope-i",
-    "mrope-i": "mrope-i",
-    "mhrope": "mhrope",
-    "vrope": "vrope",
-    "hope": "hope",
-    "v2pe": "v2pe",
-    "flat": "rope",
-}
-_FAMILIES = {"qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3"}
+#: scheme -> mmpos encoder (the layout scheme has the same name); every layout scheme
+SCHEMES: dict[str, str] = SCHEME_ENCODERS
 
 # how the plan's axes are read from the three HF position rows (r0, r1, r2)
 _ROWS_TO_AXES: dict[tuple[str, ...], list[list[float]]] = {
@@ -171,95 +162,6 @@ def per_head_attention_forward(
 
 
 # ------------------------------------------------------------------------- position ids
-@dataclass(frozen=True)
-class RopeIndexOptions:
-    """What :func:`scheme_rope_index` needs besides the prompt: the scheme and its options
-    (see :func:`use_rope`), the model family (``"qwen2"`` or ``"qwen3"``) and the config's
-    spatial merge size, placeholder token ids and ``tokens_per_second``."""
-
-    scheme: str
-    family: str
-    merge: int
-    image_token_id: int
-    video_token_id: int
-    tokens_per_second: float
-    delta: float | None
-    temporal_scale: float | None
-    training: bool
-    advance: str
-
-
-def _grid(grid: Tensor | None, name: str, device: torch.device) -> Tensor:
-    if grid is None:
-        return torch.zeros(0, 3, dtype=torch.long, device=device)
-    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
-    return grid.long().to(device)
-
-
-def _flat_index(is_token: Tensor, tokens: Tensor, name: str) -> Tensor:
-    """Flat indices ``b * L + l`` of the marked tokens, in reading order (they fill the blocks in turn)."""
-    index = is_token.reshape(-1).nonzero().squeeze(1)
-    if index.shape[0] != int(tokens.sum()):
-        raise ValueError(
-            f"{name} describes {int(tokens.sum())} tokens, but input_ids holds {index.shape[0]} such tokens"
-        )
-    return index
-
-
-def scheme_rope_index(
-    options: RopeIndexOptions,
-    input_ids: Tensor,
-    image_grid_thw: Tensor | None = None,
-    video_grid_thw: Tensor | None = None,
-    attention_mask: Tensor | None = None,
-    second_per_grid_ts: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """HF-shaped ``(position_ids (3, B, L), rope_deltas (B, 1))`` of a Qwen-VL prompt under
-    ``options.scheme`` (1 on padding), from :func:`mmpos.layout.token_positions`. Vision tokens
-    are found by their placeholder ids; for the Qwen3-VL family (and the ``qwen3-vl`` scheme)
-    every video frame is its own block."""
-    device = input_ids.device
-    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
-    images = _grid(image_grid_thw, "image_grid_thw", device)
-    videos = _grid(video_grid_thw, "video_grid_thw", device)
-    if second_per_grid_ts is None:
-        seconds = torch.ones(videos.shape[0], dtype=torch.float32, device=device)
-    else:
-        seconds = torch.as_tensor(second_per_grid_ts, device=device).reshape(-1).float()
-        if seconds.shape[0] != videos.shape[0]:
-            raise ValueError(
-                f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}"
-            )
-    if options.family == "qwen3" or options.scheme == "qwen3-vl":
-        seconds = torch.repeat_interleave(seconds, videos[:, 0])
-        videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
-        videos[:, 0] = 1
-    grid = torch.cat([images, videos]) // torch.tensor([1, options.merge, options.merge], device=device)  # merged
-    tokens = grid.prod(-1)
-    k_img, k = images.shape[0], grid.shape[0]
-    token_index = torch.cat([
-        _flat_index((input_ids == options.image_token_id) & real, tokens[:k_img], "image_grid_thw"),
-        _flat_index((input_ids == options.video_token_id) & real, tokens[k_img:], "video_grid_thw"),
-    ])
-    f64 = {"dtype": torch.float64, "device": device}
-    delta = torch.full((k,), 1.0 if options.delta is None else float(options.delta), **f64)
-    scale = torch.full((k,), 1.0 if options.temporal_scale is None else float(options.temporal_scale), **f64)
-    if options.training and options.scheme == "v2pe":
-        delta = torch.tensor(V2PE_DELTAS, **f64)[torch.randint(len(V2PE_DELTAS), (k,), device=device)]
-    if options.training and options.scheme == "hope":
-        scale = torch.tensor(HOPE_SCALES, **f64)[torch.randint(len(HOPE_SCALES), (k,), device=device)]
-    blocks = VisionBlocks(grid, torch.cat([torch.zeros(k_img, device=device), seconds]), delta, scale, token_index)
-    stride = int(options.temporal_scale) if options.scheme == "mrope-i" and options.temporal_scale else 1
-    pos, nxt = token_positions(real, blocks, options.scheme, options.tokens_per_second, stride, options.advance)
-    rows = pos[:3].expand(3, -1, -1)  # (A, B, L) -> (3, B, L); VRoPE: c0, c1, c2 (c3 is rebuilt)
-    fractional = k > 0 and options.scheme in ("v2pe", "hope")  # text-only prompts keep integer ids
-    id_dtype = {"v2pe": torch.float64, "hope": torch.float32}[options.scheme] if fractional else input_ids.dtype
-    position_ids = rows.masked_fill(~real, 1).to(id_dtype)
-    deltas = (nxt - input_ids.shape[1]).unsqueeze(1)
-    return position_ids, deltas.to(torch.float32) if fractional and options.scheme == "hope" else deltas.long()
-
-
 class _SchemeIndex:
     """Bound to a model instance as ``get_rope_index``; accepts the model's own signature."""
 
@@ -276,6 +178,7 @@ class _SchemeIndex:
             bound.get("video_grid_thw"),
             bound.get("attention_mask"),
             bound.get("second_per_grid_ts"),
+            bound.get("mm_token_type_ids"),  # transformers >= 5.3
         )
 
 
@@ -287,21 +190,21 @@ class _Installed:
     attentions: list[nn.Module] = field(default_factory=list)
 
 
-def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module, str]:
-    """``(core, text_model, family)``: the module holding ``get_rope_index`` and the text model."""
+def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
-    family = _FAMILIES.get(getattr(core.config, "model_type", None))
-    if family is None or not hasattr(core, "get_rope_index") or not hasattr(core, "language_model"):
+    model_type = getattr(core.config, "model_type", None)
+    if model_type not in MODEL_SCHEMES or not hasattr(core, "get_rope_index") or not hasattr(core, "language_model"):
         raise ValueError(
-            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(_FAMILIES)}), "
-            f"got {type(model).__name__} with model_type {getattr(core.config, 'model_type', None)!r}"
+            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(MODEL_SCHEMES)}), "
+            f"got {type(model).__name__} with model_type {model_type!r}"
         )
-    return core, core.language_model, family
+    return core, core.language_model
 
 
 def current_rope(model: nn.Module) -> str:
     """The scheme :func:`use_rope` installed on ``model``, or ``"own"``."""
-    core, _, _ = _parts(model)
+    core, _ = _parts(model)
     installed = core.__dict__.get("_mmpos_rope")
     return installed.scheme if installed is not None else "own"
 
@@ -349,18 +252,13 @@ def use_rope(
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared.
     """
-    core, text, family = _parts(model)
+    core, text = _parts(model)
     if scheme != "own" and scheme not in SCHEMES:
         raise ValueError(f"scheme must be 'own' or one of {tuple(SCHEMES)}, got {scheme!r}")
-    if advance not in ADVANCES:
-        raise ValueError(f"advance must be one of {ADVANCES}, got {advance!r}")
-    if scheme == "v2pe" and not training and not (isinstance(delta, (int, float)) and 0 < delta <= 1):
-        raise ValueError(f"delta must be a number in (0, 1] for scheme='v2pe' (or pass training=True), got {delta!r}")
-    if scheme == "hope" and not training and not (isinstance(temporal_scale, (int, float)) and temporal_scale > 0):
-        raise ValueError(
-            f"temporal_scale must be a positive number for scheme='hope' (or pass training=True), "
-            f"got {temporal_scale!r}"
-        )
+    options = RopeIndexOptions.from_config(  # checks advance, delta and temporal_scale
+        core.config, None if scheme == "own" else scheme,
+        delta=delta, temporal_scale=temporal_scale, training=training, advance=advance,
+    )
     _restore(core, text)
     if scheme == "own":
         return model
@@ -374,7 +272,7 @@ def use_rope(
     encoder_name = SCHEMES[scheme]
     kwargs: dict[str, Any] = {"head_dim": head_dim, "theta": theta}
     if encoder_name in ("mrope", "mrope-i", "hope"):
-        own_interleaved = family == "qwen3"
+        own_interleaved = options.family == "qwen3"
         wants_interleaved = encoder_name == "mrope-i"
         section = mrope_section
         if section is None and own_interleaved == wants_interleaved and "mrope_section" in rope_scaling:
@@ -386,15 +284,8 @@ def use_rope(
         )
     encoder = create(encoder_name, **kwargs)
     per_head = encoder.weight.dim() == 3
-    rotary = HFRotaryEmbedding(encoder, "per_head" if per_head else family).to(text.embed_tokens.weight.device)
-
-    vision = core.config.vision_config
-    options = RopeIndexOptions(
-        scheme=scheme, family=family, merge=int(vision.spatial_merge_size),
-        image_token_id=int(core.config.image_token_id), video_token_id=int(core.config.video_token_id),
-        tokens_per_second=float(getattr(vision, "tokens_per_second", 1)), delta=delta,
-        temporal_scale=temporal_scale, training=training, advance=advance,
-    )
+    layout = "per_head" if per_head else options.family
+    rotary = HFRotaryEmbedding(encoder, layout).to(text.embed_tokens.weight.device)
     installed = _Installed(scheme, text.rotary_emb)
     core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
     text.rotary_emb = rotary

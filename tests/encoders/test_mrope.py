@@ -9,8 +9,8 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbe
 
 import mmpos
 from mmpos import Coords, create
-from mmpos.encoders.mrope import default_mrope_section, hope_plan, mrope_plan
-from mmpos.layout import Image, Text, Video, build
+from mmpos.encoders.mrope import SCHEME_ENCODERS, default_mrope_section, hope_plan, mrope_plan
+from mmpos.layout import SCHEMES, Image, Text, Video, build
 from mmpos.rotary import apply_rotary, rope_frequencies
 
 D = 128  # head_dim of the Qwen-VL checkpoints
@@ -251,9 +251,16 @@ SAMPLES = [
 ]
 
 
-@pytest.mark.parametrize("scheme, name", [("qwen2-vl", "mrope"), ("qwen3-vl", "mrope-i"), ("mrope-i", "mrope-i"),
-                                          ("mhrope", "mhrope"), ("hope", "hope"), ("vrope", "vrope"),
-                                          ("v2pe", "v2pe"), ("flat", "rope")])
+LAYOUT_ENCODERS = [("qwen2-vl", "mrope"), ("qwen2.5-vl", "mrope"), ("qwen3-vl", "mrope-i"), ("mrope-i", "mrope-i"),
+                   ("mhrope", "mhrope"), ("hope", "hope"), ("vrope", "vrope"), ("v2pe", "v2pe"), ("flat", "rope")]
+
+
+def test_scheme_encoders_name_one_encoder_per_layout_scheme():
+    assert SCHEME_ENCODERS == dict(LAYOUT_ENCODERS)
+    assert set(SCHEME_ENCODERS) == set(SCHEMES)
+
+
+@pytest.mark.parametrize("scheme, name", LAYOUT_ENCODERS)
 def test_reads_the_layout_of_its_scheme(scheme, name):
     """Every encoder reads the coordinates of its layout; the tokens of a vision block are
     rotated by the plan at the layout's positions (checked pair by pair)."""

@@ -156,6 +156,21 @@ def test_text_only_prompts_keep_the_model_logits(family, scheme, options):
     use_rope(model, "own")
 
 
+def test_text_only_position_ids_are_the_model_own(family):
+    """Without grids every scheme runs the model's own text-only branch, quirks included
+    (padding at 1; a fully padded row gets rope_deltas 2 - L)."""
+    _, model = family
+    ids = torch.tensor([[5, 6, 7, 8], [PAD, PAD, 3, 4], [PAD, PAD, PAD, PAD]])
+    use_rope(model, "own")
+    for mask in ((ids != PAD).long(), None):
+        ref = model.model.get_rope_index(ids, attention_mask=mask)
+        for scheme, options in TEXT_SWAPS + [("hope", {"temporal_scale": 1.0}), ("qwen2-vl", {})]:
+            use_rope(model, scheme, **options)
+            got = model.model.get_rope_index(ids, attention_mask=mask)
+            assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), scheme
+    use_rope(model, "own")
+
+
 @torch.no_grad()
 def test_mhrope_attention_forward_with_eager_attention():
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel  # noqa:
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel  # noqa: E402
 
 from mmpos import layout  # noqa: E402
-from mmpos.integrations.hf_rope_index import get_rope_index, scheme_for_config  # noqa: E402
+from mmpos.integrations.hf_rope_index import RopeIndexOptions, get_rope_index, scheme_for_config  # noqa: E402
 
 IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 
@@ -254,6 +254,10 @@ def test_errors():
     with pytest.raises(ValueError, match="second_per_grid_ts"):
         get_rope_index(CONFIGS["qwen2.5-vl"][0], ids, video_grid_thw=torch.tensor([[1, 4, 6]]),
                        second_per_grid_ts=torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        RopeIndexOptions.from_config(config, "rope-2d")
+    with pytest.raises(ValueError, match="positive sizes"):
+        get_rope_index(config, ids, image_grid_thw=torch.tensor([[1, 0, 6]]))
     assert scheme_for_config(CONFIGS["qwen3-vl"][0]) == "qwen3-vl"
 
 
