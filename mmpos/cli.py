@@ -15,7 +15,7 @@ import argparse
 import importlib.metadata
 import platform
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["main"]
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["SpatialLayout", "RELATIONS", "sample_layout", "render", "spatial_relations"]
+__all__ = ["RELATIONS", "SpatialLayout", "render", "sample_layout", "spatial_relations"]
 
 RELATIONS = {
     4: ("left", "right", "above", "below"),
@@ -148,8 +148,10 @@ def render(
     xs = torch.arange(w, dtype=torch.float32).view(1, 1, w)
     for i, color in enumerate((RED, BLUE)):
         inside = (
-            (ys >= start[:, i, 0, None, None]) & (ys < stop[:, i, 0, None, None])
-            & (xs >= start[:, i, 1, None, None]) & (xs < stop[:, i, 1, None, None])
+            (ys >= start[:, i, 0, None, None])
+            & (ys < stop[:, i, 0, None, None])
+            & (xs >= start[:, i, 1, None, None])
+            & (xs < stop[:, i, 1, None, None])
         )  # (B, H, W)
         rgb = torch.tensor(color) + color_jitter * (2 * torch.rand(n, 3, generator=g) - 1)
         images = torch.where(inside[:, None], rgb[:, :, None, None], images)

@@ -195,7 +195,7 @@ def train_run(
     seed: int,
     folder: str | Path,
     device: torch.device,
-    ddp: Dist = Dist(),
+    ddp: Dist | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train one (encoder, seed) run of the task ``cfg["task"]`` into ``folder``; returns ``final.json``'s content.
@@ -203,7 +203,7 @@ def train_run(
     With ``resume=True`` a run with ``final.json`` is returned as is, and a run with
     ``last.pt`` continues from it; otherwise the run starts from step 0.
     """
-    folder = Path(folder)
+    folder, ddp = Path(folder), ddp or Dist()
     final_path = folder / "final.json"
     if resume and final_path.exists():
         return json.loads(final_path.read_text(encoding="utf-8"))
@@ -211,12 +211,16 @@ def train_run(
         raise ValueError(f"batch_size={cfg['batch_size']} must be divisible by the {ddp.world_size} processes")
     if cfg["threads"] and device.type == "cpu":
         torch.set_num_threads(cfg["threads"])
+    if cfg["deterministic"]:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it for deterministic matmuls
     torch.use_deterministic_algorithms(bool(cfg["deterministic"]))
     seed_everything(seed)
     info = get_task(cfg["task"], cfg.get("task_module"))
     task = info.build(cfg, encoder, seed, device)
     if not isinstance(task, Task):
-        raise TypeError(f"task {info.name!r}: the builder must return a mmpos.recipes.tasks.Task, got {type(task).__name__}")
+        raise TypeError(
+            f"task {info.name!r}: the builder must return a mmpos.recipes.tasks.Task, got {type(task).__name__}"
+        )
     raw = task.model.to(device)
     model: nn.Module = raw
     if ddp.enabled:
@@ -247,12 +251,20 @@ def train_run(
             metrics = _floats(task.evaluate(raw), f"task {info.name!r} evaluate()")
         raw.train()
         if task.metric not in metrics:
-            raise KeyError(f"task {info.name!r}: metric {task.metric!r} is not among evaluate()'s keys {sorted(metrics)}")
+            raise KeyError(
+                f"task {info.name!r}: metric {task.metric!r} is not among evaluate()'s keys {sorted(metrics)}"
+            )
         return metrics
 
     steps, eval_every, log_every = cfg["steps"], cfg["eval_every"], cfg["log_every"]
-    bar = tqdm(total=steps, initial=step, desc=f"{encoder} seed {seed}", disable=not (cfg["progress"] and ddp.is_main),
-               dynamic_ncols=True, leave=True)
+    bar = tqdm(
+        total=steps,
+        initial=step,
+        desc=f"{encoder} seed {seed}",
+        disable=not (cfg["progress"] and ddp.is_main),
+        dynamic_ncols=True,
+        leave=True,
+    )
     raw.train()
     start = time.perf_counter() - elapsed
     metrics: dict[str, float] = {}
@@ -281,11 +293,19 @@ def train_run(
             if sign * metrics[task.metric] > best:
                 best, best_step = sign * metrics[task.metric], step
                 out.save("best.pt", {"model": raw.state_dict(), "step": step, "metrics": metrics})
-            out.save("last.pt", {
-                "model": raw.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "rng": _rng_state(), "step": step, "best": best, "best_step": best_step,
-                "elapsed": time.perf_counter() - start,
-            })  # fmt: skip
+            out.save(
+                "last.pt",
+                {
+                    "model": raw.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "rng": _rng_state(),
+                    "step": step,
+                    "best": best,
+                    "best_step": best_step,
+                    "elapsed": time.perf_counter() - start,
+                },
+            )
             bar.set_postfix(loss=f"{loss.item():.4f}", **{task.metric: f"{metrics[task.metric]:.4f}"}, refresh=False)
         bar.update(1)
     bar.close()

@@ -12,8 +12,9 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,7 @@ import yaml
 from .config import ConfigError, load_yaml, resolve_config
 from .runner import Dist, init_distributed, train_run
 
-__all__ = ["run_recipe", "find_recipe", "results_table", "plot_results", "RESUME_OVERRIDABLE"]
+__all__ = ["RESUME_OVERRIDABLE", "find_recipe", "plot_results", "results_table", "run_recipe"]
 
 #: Keys that may change when resuming (they do not change the results).
 RESUME_OVERRIDABLE = ("device", "threads", "progress")
@@ -48,7 +49,9 @@ def _summary(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, b
     metric, higher = finals[0]["metric"], finals[0]["higher_is_better"]
     rows: dict[str, dict[str, Any]] = {}
     for f in finals:
-        row = rows.setdefault(f["encoder"], {"encoder": f["encoder"], "values": {}, "seconds": [], "params": f["params"]})
+        row = rows.setdefault(
+            f["encoder"], {"encoder": f["encoder"], "values": {}, "seconds": [], "params": f["params"]}
+        )
         for k, v in f["metrics"].items():
             row["values"].setdefault(k, []).append(v)
         row["seconds"].append(f["seconds"])
@@ -111,7 +114,9 @@ def _new_run_dir(root: Path, recipe_name: str, name: str | None) -> Path:
     if name:
         folder = base / name
         if folder.exists():
-            raise FileExistsError(f"run folder {folder} exists; pick another name= or continue it with --resume {folder}")
+            raise FileExistsError(
+                f"run folder {folder} exists; pick another name= or continue it with --resume {folder}"
+            )
         return folder
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder, i = base / stamp, 1

@@ -98,8 +98,10 @@ def test_a_bag_of_patches_cannot_tell_the_relation():
     images, labels = render(layout, 32, seed=0)
     swapped = _swap_cells(images, layout, 8)
     opposite = {0: 1, 1: 0, 2: 3, 3: 2}
-    assert all(relation(*(layout.cell[b, 1] - layout.cell[b, 0]).float(), 4).item() == opposite[labels[b].item()]
-               for b in range(16))  # fmt: skip
+    assert all(
+        relation(*(layout.cell[b, 1] - layout.cell[b, 0]).float(), 4).item() == opposite[labels[b].item()]
+        for b in range(16)
+    )
     bag = VisionTransformer(32, patch_size=8, num_classes=4, dim=32, depth=2, num_heads=2, pos=[]).eval()
     torch.testing.assert_close(bag(images), bag(swapped), atol=1e-5, rtol=1e-5)
     aware = VisionTransformer(32, patch_size=8, num_classes=4, dim=32, depth=2, num_heads=2, pos="sincos").eval()

@@ -30,7 +30,9 @@ def _blobs(n: int, seed: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]
 @register_task("toy_blobs", defaults=_TOY_DEFAULTS)
 def _build_toy(cfg, encoder, seed, device) -> Task:
     t = cfg["toy"]
-    model = nn.Sequential(nn.Linear(8, t["hidden"]), nn.ReLU(), nn.Dropout(t["dropout"]), nn.Linear(t["hidden"], t["classes"]))
+    model = nn.Sequential(
+        nn.Linear(8, t["hidden"]), nn.ReLU(), nn.Dropout(t["dropout"]), nn.Linear(t["hidden"], t["classes"])
+    )
     eval_x, eval_y = _blobs(64, 999, t["classes"])
 
     def train_batch(step: int):
@@ -53,8 +55,18 @@ def _build_toy(cfg, encoder, seed, device) -> Task:
 
 
 def _toy(**over) -> dict:
-    cfg = {"task": "toy_blobs", "steps": 12, "batch_size": 16, "eval_every": 4, "log_every": 2,
-           "seeds": [0], "encoders": ["none"], "device": "cpu", "progress": False, "optim": {"lr": 0.02}}  # fmt: skip
+    cfg = {
+        "task": "toy_blobs",
+        "steps": 12,
+        "batch_size": 16,
+        "eval_every": 4,
+        "log_every": 2,
+        "seeds": [0],
+        "encoders": ["none"],
+        "device": "cpu",
+        "progress": False,
+        "optim": {"lr": 0.02},
+    }
     cfg.update(over)
     return cfg
 
@@ -63,9 +75,16 @@ def _toy(**over) -> dict:
 
 
 def test_parse_overrides_nested_and_yaml_values():
-    got = parse_overrides(["optim.lr=3e-4", "encoders=[none, rope]", "name=null", "steps=5", "model.pos_kwargs.learned.std=0.2"])
-    assert got == {"optim": {"lr": 3e-4}, "encoders": ["none", "rope"], "name": None, "steps": 5,
-                   "model": {"pos_kwargs": {"learned": {"std": 0.2}}}}  # fmt: skip
+    got = parse_overrides(
+        ["optim.lr=3e-4", "encoders=[none, rope]", "name=null", "steps=5", "model.pos_kwargs.learned.std=0.2"]
+    )
+    assert got == {
+        "optim": {"lr": 3e-4},
+        "encoders": ["none", "rope"],
+        "name": None,
+        "steps": 5,
+        "model": {"pos_kwargs": {"learned": {"std": 0.2}}},
+    }
 
 
 @pytest.mark.parametrize("bad", ["steps", "=3", "optim..lr=1", "a=[1,"])
@@ -176,13 +195,16 @@ def test_resume_after_interruption_ends_with_identical_metrics(tmp_path):
 
 
 def test_sweep_over_encoders_and_seeds_writes_ranked_table_and_plot(tmp_path, capsys):
-    res = run_recipe("quickstart", ["profile=smoke", "encoders=[none,sincos]", "seeds=[0,1]", "device=cpu",
-                                    "progress=false"], out=tmp_path)  # fmt: skip
+    res = run_recipe(
+        "quickstart",
+        ["profile=smoke", "encoders=[none,sincos]", "seeds=[0,1]", "device=cpu", "progress=false"],
+        out=tmp_path,
+    )
     folder = res["folder"]
     assert folder.parent == tmp_path / "quickstart"
     table = (folder / "results.md").read_text()
     assert table == res["table"] and table in capsys.readouterr().out
-    rows = [line for line in table.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    rows = [line for line in table.splitlines() if line.startswith(("| 1 ", "| 2 "))]
     assert len(rows) == 2 and all("±" in r for r in rows)
     assert "| rank | encoder | acc | acc@1.5x | acc@2x |" in table
     assert (folder / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -192,8 +214,15 @@ def test_sweep_over_encoders_and_seeds_writes_ranked_table_and_plot(tmp_path, ca
 
 def test_results_table_ranks_by_metric_direction():
     finals = [
-        {"encoder": e, "seed": s, "metrics": {"err": v}, "metric": "err", "higher_is_better": False,
-         "seconds": 1.0, "params": 10}  # fmt: skip
+        {
+            "encoder": e,
+            "seed": s,
+            "metrics": {"err": v},
+            "metric": "err",
+            "higher_is_better": False,
+            "seconds": 1.0,
+            "params": 10,
+        }
         for e, s, v in [("a", 0, 0.5), ("a", 1, 0.7), ("b", 0, 0.1), ("b", 1, 0.3)]
     ]
     lines = results_table(finals).splitlines()

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Task", "TaskInfo", "register_task", "get_task", "list_tasks", "encoder_names"]
+__all__ = ["Task", "TaskInfo", "encoder_names", "get_task", "list_tasks", "register_task"]
 
 
 @dataclass

@@ -75,8 +75,10 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
     for scale in d["eval_scales"]:
         px = round(size * scale)
         if px % m["patch_size"] or px % d["cells"]:
-            raise ValueError(f"data.eval_scales: {scale} x {size} px = {px} px is not a multiple of "
-                             f"model.patch_size={m['patch_size']} and data.cells={d['cells']}")  # fmt: skip
+            raise ValueError(
+                f"data.eval_scales: {scale} x {size} px = {px} px is not a multiple of "
+                f"model.patch_size={m['patch_size']} and data.cells={d['cells']}"
+            )
         evals[_scale_name(scale)] = render(layout, px, d["eval_seed"] + 1, d["noise"])
     if "acc" not in evals:
         raise ValueError(f"data.eval_scales must include 1.0 (the ranking metric acc), got {d['eval_scales']}")
