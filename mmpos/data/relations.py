@@ -13,22 +13,30 @@ The neighbour sits at a fixed 2-D offset ``(+1, 0)`` / ``(0, +1)`` from the mark
 raster order that is ``+cols`` / ``+1`` tokens, so ``BELOW`` depends on the grid width
 (which varies between batches) while ``RIGHT`` does not.
 
-Token ids: those of :mod:`mmpos.data.grounding` plus ``BELOW`` and ``RIGHT``
-(:data:`RELATION_VOCAB_SIZE` ids).
+:func:`make_hidden_clips` asks the same kind of question across time: which object
+does the flash of a video clip hide (the other frames show it at the same place)?
+
+Token ids: those of :mod:`mmpos.data.grounding` and :mod:`mmpos.data.video` plus
+``BELOW``, ``RIGHT`` and ``HIDDEN`` (:data:`RELATION_VOCAB_SIZE` ids).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import torch
 
-from .grounding import ANSWER, COLOR0, EMPTY, MAX_CELLS, SHAPE0, VOCAB_SIZE, GroundingBatch
-from .scenes import COLORS, NUM_OBJECTS, render_scene
+from .grounding import ANSWER, COLOR0, EMPTY, MAX_CELLS, SHAPE0, GroundingBatch
+from .scenes import COLORS, NUM_OBJECTS, random_scene, render_scene
+from .video import VIDEO_VOCAB_SIZE, EventClips, read_video, write_video
 
-__all__ = ["make_relations", "BELOW", "RIGHT", "RELATION_VOCAB_SIZE"]
+__all__ = ["make_relations", "make_hidden_clips", "BELOW", "RIGHT", "HIDDEN", "RELATION_VOCAB_SIZE"]
 
-BELOW, RIGHT = VOCAB_SIZE, VOCAB_SIZE + 1
-RELATION_VOCAB_SIZE = VOCAB_SIZE + 2
+# after the ids of mmpos.data.video (WHEN, EVENT), so that one vocabulary holds every question
+BELOW, RIGHT, HIDDEN = VIDEO_VOCAB_SIZE, VIDEO_VOCAB_SIZE + 1, VIDEO_VOCAB_SIZE + 2
+RELATION_VOCAB_SIZE = VIDEO_VOCAB_SIZE + 3
 
 
 def _ids(obj: int) -> list[int]:
@@ -73,4 +81,60 @@ def make_relations(
         torch.tensor(questions, dtype=torch.long),
         torch.tensor(answers, dtype=torch.long),
         (rows, cols),
+    )
+
+
+def make_hidden_clips(
+    n: int,
+    frames: int,
+    rows: int,
+    cols: int,
+    seed: int,
+    cell: int = 16,
+    duration: int = 2,
+    fill: float = 0.75,
+    roundtrip: bool = True,
+    noise: float = 0.03,
+) -> EventClips:
+    """Clips whose white flash hides an object: ``HIDDEN ANSWER`` -> that object's ``[shape, colour]``.
+
+    As :func:`mmpos.data.video.make_event_clips` (static cell scene, a white square over
+    cell ``(r, c)`` from frame ``f`` for ``duration`` frames, MJPG round trip), with a
+    ``fill`` fraction of the cells holding objects; the flash covers the object of its
+    cell, which the other frames show at the same place (or ``[EMPTY, EMPTY]`` for an empty
+    cell). Answering needs the token at the same ``(h, w)`` in another frame: a fixed
+    3-D offset ``(dt, 0, 0)``, but ``dt * rows * cols`` tokens in raster order.
+    ``event`` ``(n, 3)`` = ``(f, r, c)``.
+    """
+    if not 1 <= frames - duration + 1 <= MAX_CELLS or duration < 1 or frames <= duration:
+        raise ValueError(f"frames must exceed duration and frames - duration + 1 be in [1, {MAX_CELLS}], "
+                         f"got frames={frames}, duration={duration}")  # fmt: skip
+    if not (1 <= rows <= MAX_CELLS and 1 <= cols <= MAX_CELLS):
+        raise ValueError(f"rows and cols must be in [1, {MAX_CELLS}], got {(rows, cols)}")
+    if n <= 0 or not 0.0 < fill <= 1.0:
+        raise ValueError(f"n must be positive and fill in (0, 1], got n={n}, fill={fill}")
+    rng = np.random.default_rng(seed)
+    k = min(max(1, round(fill * rows * cols)), NUM_OBJECTS)
+    m = max(cell // 6, 1)
+    clips, answers, events = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n):
+            scene = random_scene(rows, cols, k, rng)
+            f, r, c = int(rng.integers(frames - duration + 1)), int(rng.integers(rows)), int(rng.integers(cols))
+            clip = np.repeat(render_scene(scene, cell, rng, noise=0.0)[None], frames, axis=0)
+            clip[f : f + duration, :, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
+            if noise:
+                clip = np.clip(clip + rng.normal(0.0, noise, clip.shape).astype(np.float32), 0.0, 1.0)
+            if roundtrip:
+                path = os.path.join(tmp, f"clip{i}.avi")
+                write_video(path, clip)
+                clip = read_video(path)
+            clips.append(clip)
+            answers.append(_ids(int(scene[r, c])))
+            events.append([f, r, c])
+    return EventClips(
+        torch.from_numpy(np.stack(clips)),
+        torch.tensor([[HIDDEN, ANSWER]] * n, dtype=torch.long),
+        torch.tensor(answers, dtype=torch.long),
+        torch.tensor(events, dtype=torch.long),
     )

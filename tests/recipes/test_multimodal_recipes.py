@@ -5,6 +5,7 @@ import pytest
 import torch
 from open_clip.transformer import VisionTransformer
 
+from mmpos.data import video
 from mmpos.recipes.sweep import run_recipe
 from mmpos.recipes.tasks import get_task
 from mmpos.recipes.tasks.multimodal import PatchTokens, _layout_options, parse_scheme, vision_tower
@@ -17,7 +18,7 @@ TOWER = {"vision": {"width": 16, "layers": 1, "heads": 2, "patch_size": 4, "pos"
     ("recipe", "metrics"),
     [
         ("vlm_grounding", {"acc", "acc@new_grids", "acc_below", "acc_right"}),
-        ("video_temporal", {"acc", "acc_when", "acc_where"}),
+        ("video_temporal", {"acc", "acc_hidden"}),
         ("v2pe_long", {"acc", "acc@2", "acc@4"}),
     ],
 )
@@ -95,3 +96,14 @@ def test_unknown_question_source():
                     "cell": 8, "eval_delta": 0.0625, "hope_scale": 0.75}}  # fmt: skip
     with pytest.raises(ValueError, match="data.questions"):
         get_task("vlm_grounding").build(cfg, "flat", 0, torch.device("cpu"))
+
+
+def test_video_task_with_both_question_sources():
+    cfg = {**TOWER, "batch_size": 4, "decoder": {"dim": 16, "depth": 1, "num_heads": 2, "num_kv_heads": 2, "theta": 10.0},
+           "data": {"questions": ["hidden", "events"], "frames": 3, "grids": [[2, 2]], "cell": 8, "pool_size": 8,
+                    "eval_size": 8, "eval_delta": 0.0625, "hope_scale": 0.75}}  # fmt: skip
+    task = get_task("video_temporal").build(cfg, "vrope", 0, torch.device("cpu"))
+    clips, question, answer, _ = task.train_batch(1)  # step 1 -> the `events` pool
+    assert clips.shape == (4, 3, 3, 16, 16) and set(question[:, 0].tolist()) <= {video.WHEN, video.EVENT}
+    assert torch.isfinite(task.loss(task.model, task.train_batch(0))[0])
+    assert set(task.evaluate(task.model)) == {"acc", "acc_hidden", "acc_when", "acc_where"}

@@ -261,10 +261,15 @@ def build_grounding(cfg: dict, encoder: str, seed: int, device: torch.device) ->
 
 
 # --------------------------------------------------------------------------- video
-@lru_cache(maxsize=4)
-def _clip_pool(n: int, frames: int, rows: int, cols: int, seed: int, cell: int) -> video.EventClips:
+#: question sources of ``video_temporal``: HIDDEN (relations) and WHEN / EVENT (events)
+_VIDEO_SOURCES = {"hidden": relations.make_hidden_clips, "events": video.make_event_clips}
+_KIND_NAMES.update({video.WHEN: "when", video.EVENT: "where", relations.HIDDEN: "hidden"})
+
+
+@lru_cache(maxsize=16)
+def _clip_pool(source: str, n: int, frames: int, rows: int, cols: int, seed: int, cell: int) -> video.EventClips:
     """A fixed pool of clips (encoding through OpenCV is the slow part: done once per seed and process)."""
-    return video.make_event_clips(n, frames, rows, cols, seed=seed, cell=cell)
+    return _VIDEO_SOURCES[source](n, frames, rows, cols, seed=seed, cell=cell)
 
 
 @register_task(
@@ -273,9 +278,9 @@ def _clip_pool(n: int, frames: int, rows: int, cols: int, seed: int, cell: int) 
         "vision": dict(_VISION),
         "decoder": dict(_DECODER),
         "data": {
+            "questions": ["hidden"],
             "frames": 4,
-            "rows": 3,
-            "cols": 3,
+            "grids": [[2, 2], [2, 3], [3, 2], [3, 3]],
             "cell": 16,
             "pool_size": 1024,
             "eval_size": 256,
@@ -285,24 +290,37 @@ def _clip_pool(n: int, frames: int, rows: int, cols: int, seed: int, cell: int) 
     },
 )
 def build_video(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task:
-    """When (start frame) and where (cell) does a white square flash in a clip.
+    """Questions about video clips whose answers need the time axis, on cell grids of varying shape.
 
-    Clips are written to and read back from MJPG files with OpenCV; training samples a
-    fixed pool of ``data.pool_size`` clips per seed, evaluation uses ``data.eval_size``
-    other clips. Metrics: ``acc``, ``acc_when``, ``acc_where``.
+    ``data.questions`` lists the sources: ``hidden`` (:func:`mmpos.data.relations.make_hidden_clips`:
+    which object does the flash hide -- the same cell in another frame) and ``events``
+    (:func:`mmpos.data.video.make_event_clips`: WHEN does the flash start, WHERE is it).
+    Clips are written to and read back from MJPG files with OpenCV; training samples fixed
+    pools of ``data.pool_size`` clips per seed (split over grids and sources), one grid and
+    source per batch; evaluation uses ``data.eval_size`` other clips. Metrics: ``acc`` and
+    ``acc_<kind>`` per question kind.
     """
-    glue = _Answerer(cfg, encoder, video.VIDEO_VOCAB_SIZE, device)
     d = cfg["data"]
-    shape = (d["frames"], d["rows"], d["cols"])
-    pool = _clip_pool(d["pool_size"], *shape, seed, d["cell"])
-    held = _clip_pool(d["eval_size"], *shape, 10**9 + seed, d["cell"])
+    sources = list(d["questions"])
+    if not sources or any(q not in _VIDEO_SOURCES for q in sources):
+        raise ValueError(f"data.questions must be a non-empty list of {sorted(_VIDEO_SOURCES)}, got {sources!r}")
+    glue = _Answerer(cfg, encoder, relations.RELATION_VOCAB_SIZE, device)
+    grids = [tuple(g) for g in d["grids"]]
+    splits = [(q, g) for q in sources for g in grids]  # batch `step` uses splits[step % len(splits)]
+
+    def pools(size: int, base_seed: int) -> list[video.EventClips]:
+        n = max(size // len(splits), 2)
+        return [_clip_pool(q, n, d["frames"], *g, base_seed + i, d["cell"]) for i, (q, g) in enumerate(splits)]
+
+    train_pools, held = pools(d["pool_size"], 1000 * seed), pools(d["eval_size"], 10**9 + 1000 * seed)
 
     def parts_of(clips: Tensor, question: Tensor, answer: Tensor) -> list[Part]:
         return _sequence(question, [("video", clips)], answer)
 
     def train_batch(step: int):
         s = _step_seed(seed, step)
-        idx = torch.randint(d["pool_size"], (cfg["batch_size"],), generator=torch.Generator().manual_seed(s))
+        pool = train_pools[step % len(splits)]
+        idx = torch.randint(len(pool.answer), (cfg["batch_size"],), generator=torch.Generator().manual_seed(s))
         return pool.clips[idx], pool.question[idx], pool.answer[idx], _seed_column(len(idx), s)
 
     def loss(model, batch):
@@ -310,9 +328,12 @@ def build_video(cfg: dict, encoder: str, seed: int, device: torch.device) -> Tas
         return glue.loss(model, parts_of(clips, question, answer), answer, s)
 
     def evaluate(model) -> dict[str, float]:
-        hit = glue.hits(model, parts_of, held.clips, held.question, held.answer).float()
-        when = held.question[:, 0] == video.WHEN
-        return {"acc": float(hit.mean()), "acc_when": float(hit[when].mean()), "acc_where": float(hit[~when].mean())}
+        hits = torch.cat([glue.hits(model, parts_of, p.clips, p.question, p.answer) for p in held])
+        kinds = torch.cat([p.question[:, 0] for p in held])
+        out = {"acc": float(hits.float().mean())}
+        for kind in kinds.unique().tolist():
+            out[f"acc_{_KIND_NAMES[kind]}"] = float(hits[kinds == kind].float().mean())
+        return out
 
     return Task(glue.model, train_batch, loss, evaluate, metric="acc")
 
