@@ -381,4 +381,6 @@ if __name__ == "__main__":  # python -m mmpos.recipes.tasks.vision RUN_FOLDER OU
     folder = Path(sys.argv[1])
     finals = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     scale = sys.argv[3] if len(sys.argv) > 3 else ""
-    print(plot_resolution(finals, sys.argv[2], scale, f"{folder.parent.name}: squares {scale or 'fixed in pixels'}"))
+    what = {"": "squares fixed in pixels", "image": "squares scale with the image",
+            "interp": "squares fixed in pixels, sincos/RoPE positions rescaled"}.get(scale, scale)  # fmt: skip
+    print(plot_resolution(finals, sys.argv[2], scale, f"{folder.parent.name}: {what}"))
