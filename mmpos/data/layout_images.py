@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["RELATIONS", "OBJECT_SCALES", "Scene", "relation", "sample_scenes", "render", "layout_images"]
+__all__ = ["OBJECT_SCALES", "RELATIONS", "Scene", "layout_images", "relation", "render", "sample_scenes"]
 
 RELATIONS = ("left", "right", "above", "below")
 OBJECT_SCALES = ("pixels", "image")
@@ -172,8 +172,10 @@ def render(
     xs = torch.arange(w, dtype=torch.float32).view(1, 1, w)
     for i, color in enumerate(_COLORS):
         inside = (
-            (ys >= start[:, i, 0, None, None]) & (ys < stop[:, i, 0, None, None])
-            & (xs >= start[:, i, 1, None, None]) & (xs < stop[:, i, 1, None, None])
+            (ys >= start[:, i, 0, None, None])
+            & (ys < stop[:, i, 0, None, None])
+            & (xs >= start[:, i, 1, None, None])
+            & (xs < stop[:, i, 1, None, None])
         )  # (B, H, W)
         rgb = torch.tensor(color) + color_jitter * (2 * torch.rand(n, 3, generator=g) - 1)  # (B, 3)
         images = torch.where(inside[:, None], rgb[:, :, None, None], images)

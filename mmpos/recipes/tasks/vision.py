@@ -48,7 +48,7 @@ from ...data.layout_images import layout_images, render, sample_scenes
 from ...integrations.timm import create_vit, load_state_dict_report
 from . import Task, encoder_names, register_task
 
-__all__ = ["build_vit_spatial", "build_vit_finetune", "scratch_suffix"]
+__all__ = ["build_vit_finetune", "build_vit_spatial", "scratch_suffix"]
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,12 @@ def train_batch_fn(cfg: dict, seed: int):
     def train_batch(step: int) -> tuple[Tensor, Tensor]:
         base = 2 * (seed * 1_000_003 + step)
         return layout_images(
-            cfg["batch_size"], data["image_size"], base, data["image_size"],
-            **_scene_kwargs(data), **_render_kwargs(data),
+            cfg["batch_size"],
+            data["image_size"],
+            base,
+            data["image_size"],
+            **_scene_kwargs(data),
+            **_render_kwargs(data),
         )
 
     return train_batch
@@ -181,7 +185,7 @@ def eval_sets(cfg: dict, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
             )
         for i, mode in enumerate(object_scales):
             key = f"acc@{_scale_key(scale)}" + ("" if i == 0 else f":{mode}")
-            sets[key] = render(scene, int(round(pixels)), render_seed, mode, **_render_kwargs(data))
+            sets[key] = render(scene, round(pixels), render_seed, mode, **_render_kwargs(data))
     return sets
 
 
@@ -282,9 +286,7 @@ def pretrain_learned(cfg: dict, seed: int, device: torch.device) -> dict[str, Te
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         model = build_model(cfg, ["learned"]).to(device).train()
-        opt = torch.optim.AdamW(
-            param_groups(optim["weight_decay"])(model), lr=optim["lr"], betas=tuple(optim["betas"])
-        )
+        opt = torch.optim.AdamW(param_groups(optim["weight_decay"])(model), lr=optim["lr"], betas=tuple(optim["betas"]))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg, steps))
         batch = train_batch_fn(cfg, seed)
         for step in range(steps):
