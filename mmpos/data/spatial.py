@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["RELATIONS", "SpatialLayout", "render", "sample_layout", "spatial_relations"]
+__all__ = ["RELATIONS", "SpatialLayout", "relation", "render", "sample_layout", "spatial_relations"]
 
 RELATIONS = {
     4: ("left", "right", "above", "below"),
@@ -79,7 +79,7 @@ def relation(drow: Tensor, dcol: Tensor, num_relations: int) -> Tensor:
         angle = torch.atan2(-drow.double(), -dcol.double())
         lab = torch.round(angle / (math.pi / 4)).long() % 8
         return torch.where((drow == 0) & (dcol == 0), torch.full_like(lab, -1), lab)
-    raise ValueError(f"num_relations must be 4 or 8, got {num_relations}")
+    raise ValueError(f"num_relations must be one of {sorted(RELATIONS)}, got {num_relations}")
 
 
 def sample_layout(
@@ -99,14 +99,15 @@ def sample_layout(
         min_side: smallest square side as a fraction of a cell (the largest is 1).
     """
     rows, cols = _pair(cells, "cells")
-    if rows * cols < 2 or (num_relations == 4 and max(rows, cols) < 2):
+    if rows * cols < 2:
         raise ValueError(f"cells must leave room for two squares, got {(rows, cols)}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if not 0 < min_side <= 1:
         raise ValueError(f"min_side must be in (0, 1], got {min_side}")
+    if num_relations not in RELATIONS:
+        raise ValueError(f"num_relations must be one of {sorted(RELATIONS)}, got {num_relations}")
     g = torch.Generator().manual_seed(int(seed))
-    relation(torch.zeros(1), torch.zeros(1), num_relations)  # validates num_relations
     label = torch.randint(num_relations, (n,), generator=g)
     cell = torch.empty(n, 2, 2, dtype=torch.long)
     todo = torch.arange(n)
