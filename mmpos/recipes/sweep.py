@@ -62,6 +62,13 @@ def _summary(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, b
     return ranked, metric, higher
 
 
+def _cell(row: dict[str, Any], key: str, seeds: int) -> str:
+    """``mean ± std`` of ``key`` (``mean`` alone for one seed); ``–`` where the run has no such metric."""
+    if key not in row["mean"]:
+        return "–"
+    return f"{row['mean'][key]:.4f} ± {row['std'][key]:.4f}" if seeds > 1 else f"{row['mean'][key]:.4f}"
+
+
 def results_table(finals: list[dict[str, Any]], title: str = "") -> str:
     """Markdown table: one row per encoder, ranked, ``mean ± std`` over seeds for each metric."""
     ranked, metric, higher = _summary(finals)
@@ -70,10 +77,7 @@ def results_table(finals: list[dict[str, Any]], title: str = "") -> str:
     head = ["rank", "encoder", *keys, "params", "s/run"]
     lines = [f"### {title}\n" if title else "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, r in enumerate(ranked, 1):
-        cells = [
-            f"{r['mean'][k]:.4f} ± {r['std'][k]:.4f}" if seeds > 1 else f"{r['mean'][k]:.4f}" if k in r["mean"] else "–"
-            for k in keys
-        ]
+        cells = [_cell(r, k, seeds) for k in keys]
         secs = statistics.fmean(r["seconds"])
         lines.append(f"| {i} | {r['encoder']} | " + " | ".join(cells) + f" | {r['params']:,} | {secs:.1f} |")
     note = f"\nRanked by `{metric}` ({'higher' if higher else 'lower'} is better)"

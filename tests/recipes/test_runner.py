@@ -228,3 +228,18 @@ def test_results_table_ranks_by_metric_direction():
     lines = results_table(finals).splitlines()
     assert lines[2].startswith("| 1 | b | 0.2000 ± 0.1414") and lines[3].startswith("| 2 | a | 0.6000 ± 0.1414")
     assert "lower is better" in results_table(finals)
+
+
+def test_results_table_marks_a_metric_an_encoder_lacks():
+    finals = [
+        {"encoder": e, "seed": s, "metrics": m, "metric": "acc", "higher_is_better": True, "seconds": 1.0, "params": 1}
+        for e, s, m in [
+            ("a", 0, {"acc": 0.5, "acc@2x": 0.4}),
+            ("a", 1, {"acc": 0.7, "acc@2x": 0.2}),
+            ("b", 0, {"acc": 0.9}),
+            ("b", 1, {"acc": 0.8}),
+        ]
+    ]
+    lines = results_table(finals).splitlines()
+    assert lines[2] == "| 1 | b | 0.8500 ± 0.0707 | – | 1 | 1.0 |"
+    assert lines[3].startswith("| 2 | a | 0.6000 ± 0.1414 | 0.3000 ± 0.1414 |")
