@@ -254,6 +254,30 @@ def test_transformer_trains_with_irpe(pos):
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.parameters())
 
 
+def test_vit_class_token_path():
+    """In a ViT with token pooling the bias reaches the logits (block 0's table gets a
+    gradient, and a scene with two patch cells swapped gives another class-token output),
+    while the last block's k table gets none: there only the class-token row counts, and
+    all its pairs share the prefix bucket, a constant over the keys that softmax removes
+    (see docs/encoders/irpe.md, "Without absolute position")."""
+    from mmpos.nn import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=16, patch_size=4, num_classes=4, dim=32, depth=2, num_heads=4, pos="irpe")
+    images = torch.randn(3, 3, 16, 16)
+    vit(images).logsumexp(-1).sum().backward()
+    first, last = (block.attn.encoders[0].k_table for block in vit.transformer.blocks)
+    assert first.grad.abs().amax() > 1e-4
+    assert last.grad.abs().amax() < 1e-4 * first.grad.abs().amax()  # float rounding only
+    with torch.no_grad():
+        for block in vit.transformer.blocks:
+            block.attn.encoders[0].k_table.normal_()
+        swapped = images.clone()
+        swapped[..., :4, :4], swapped[..., 8:12, 12:] = images[..., 8:12, 12:], images[..., :4, :4]
+        cls, cls_swapped = vit.forward_features(images)[:, 0], vit.forward_features(swapped)[:, 0]
+    assert (cls - cls_swapped).abs().amax() > 1e-3
+
+
 def test_presets_are_registered_with_reference_settings():
     infos = {i.name: i for i in mmpos.list_encoders()}
     assert infos["irpe"].kind == "bias"
