@@ -32,7 +32,7 @@ from .grounding import ANSWER, COLOR0, EMPTY, MAX_CELLS, SHAPE0, GroundingBatch
 from .scenes import COLORS, NUM_OBJECTS, random_scene, render_scene
 from .video import VIDEO_VOCAB_SIZE, EventClips, read_video, write_video
 
-__all__ = ["make_relations", "make_hidden_clips", "BELOW", "RIGHT", "HIDDEN", "RELATION_VOCAB_SIZE"]
+__all__ = ["BELOW", "HIDDEN", "RELATION_VOCAB_SIZE", "RIGHT", "make_hidden_clips", "make_relations"]
 
 # after the ids of mmpos.data.video (WHEN, EVENT), so that one vocabulary holds every question
 BELOW, RIGHT, HIDDEN = VIDEO_VOCAB_SIZE, VIDEO_VOCAB_SIZE + 1, VIDEO_VOCAB_SIZE + 2

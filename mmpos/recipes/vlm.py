@@ -15,7 +15,7 @@ Shapes: a sample is a list of parts, shared by the batch: ``("text", ids (B, n))
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -24,7 +24,7 @@ from ..coords import Coords
 from ..layout import Image, Text, Video
 from ..nn import Transformer
 
-__all__ = ["TinyVLM", "SCHEME_ENCODERS", "Part", "segments_of"]
+__all__ = ["SCHEME_ENCODERS", "Part", "TinyVLM", "segments_of"]
 
 #: layout scheme -> the rotary encoder that reads its coordinates
 SCHEME_ENCODERS = {

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 import torch
 
@@ -25,7 +24,7 @@ def test_answers_are_the_neighbour_of_the_mark():
     batch = make_relations(60, 3, 4, seed=2, noise=0.0)
     assert batch.images.shape == (60, 3, 3 * CELL, 4 * CELL) and batch.grid == (3, 4)
     assert batch.question.shape == (60, 2) and (batch.question[:, 1] == G.ANSWER).all()
-    assert set(batch.question[:, 0].tolist()) == {BELOW, RIGHT} 
+    assert set(batch.question[:, 0].tolist()) == {BELOW, RIGHT}
     for image, q, a in zip(batch.images, batch.question, batch.answer):
         cells = [(r, c) for r in range(3) for c in range(4) if _cell(image, r, c) == "mark"]
         assert len(cells) == 1

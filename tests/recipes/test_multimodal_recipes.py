@@ -103,7 +103,7 @@ def test_video_task_with_both_question_sources():
            "data": {"questions": ["hidden", "events"], "frames": 3, "grids": [[2, 2]], "cell": 8, "pool_size": 8,
                     "eval_size": 8, "eval_delta": 0.0625, "hope_scale": 0.75}}  # fmt: skip
     task = get_task("video_temporal").build(cfg, "vrope", 0, torch.device("cpu"))
-    clips, question, answer, _ = task.train_batch(1)  # step 1 -> the `events` pool
+    clips, question, _, _ = task.train_batch(1)  # step 1 -> the `events` pool
     assert clips.shape == (4, 3, 3, 16, 16) and set(question[:, 0].tolist()) <= {video.WHEN, video.EVENT}
     assert torch.isfinite(task.loss(task.model, task.train_batch(0))[0])
     assert set(task.evaluate(task.model)) == {"acc", "acc_hidden", "acc_when", "acc_where"}

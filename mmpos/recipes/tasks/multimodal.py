@@ -25,8 +25,9 @@ token per scene cell). Batches: ``train_batch(step)`` draws its data from the se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ from ...layout import Layout, build
 from ..vlm import SCHEME_ENCODERS, Part, TinyVLM, segments_of
 from . import Task, register_task
 
-__all__ = ["PatchTokens", "parse_scheme", "vision_tower", "build_grounding", "build_video", "build_haystack"]
+__all__ = ["PatchTokens", "build_grounding", "build_haystack", "build_video", "parse_scheme", "vision_tower"]
 
 _VISION = {"width": 32, "layers": 1, "heads": 2, "patch_size": 8, "pos": "none"}
 _DECODER = {"dim": 64, "depth": 3, "num_heads": 4, "num_kv_heads": 4, "theta": 10.0}
@@ -119,7 +120,9 @@ def _layout_options(scheme: str, option: str | None, data: dict, training: bool)
         try:
             return {"temporal_scale": float(option if option is not None else data["hope_scale"])}
         except ValueError:
-            raise ValueError(f"hope option must be a positive number (the eval temporal scale), got {option!r}") from None
+            raise ValueError(
+                f"hope option must be a positive number (the eval temporal scale), got {option!r}"
+            ) from None
     if option is not None:
         raise ValueError(f"scheme {scheme!r} takes no '@' option, got {option!r}")
     return {}
@@ -242,7 +245,9 @@ def build_grounding(cfg: dict, encoder: str, seed: int, device: torch.device) ->
 
     def held_out(grids) -> list[grounding.GroundingBatch]:
         n = max(d["eval_size"] // (len(grids) * len(sources)), 2)
-        return [make(q, n, g, 10**9 + 1000 * seed + 10 * i + j) for i, g in enumerate(grids) for j, q in enumerate(sources)]
+        return [
+            make(q, n, g, 10**9 + 1000 * seed + 10 * i + j) for i, g in enumerate(grids) for j, q in enumerate(sources)
+        ]
 
     eval_sets = {"acc": held_out(train_grids), "acc@new_grids": held_out([tuple(g) for g in d["eval_grids"]])}
 
@@ -379,7 +384,10 @@ def build_haystack(cfg: dict, encoder: str, seed: int, device: torch.device) -> 
         images, question, answer, s = batch
         return glue.loss(model, parts_of(images, question, answer), answer, s)
 
-    held = {k: haystack.make_haystack(d["eval_size"], k, seed=10**9 + 100 * seed + k, cell=d["cell"]) for k in d["eval_images"]}
+    held = {
+        k: haystack.make_haystack(d["eval_size"], k, seed=10**9 + 100 * seed + k, cell=d["cell"])
+        for k in d["eval_images"]
+    }
 
     def evaluate(model) -> dict[str, float]:
         out = {f"acc@{k}": float(glue.hits(model, parts_of, h.images, h.question, h.answer).float().mean())
