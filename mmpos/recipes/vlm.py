@@ -21,23 +21,11 @@ import torch
 from torch import Tensor, nn
 
 from ..coords import Coords
+from ..encoders.mrope import SCHEME_ENCODERS  # layout scheme -> rotary encoder
 from ..layout import Image, Text, Video
 from ..nn import Transformer
 
 __all__ = ["SCHEME_ENCODERS", "Part", "TinyVLM", "segments_of"]
-
-#: layout scheme -> the rotary encoder that reads its coordinates
-SCHEME_ENCODERS = {
-    "flat": "rope",
-    "qwen2-vl": "mrope",
-    "qwen2.5-vl": "mrope",
-    "qwen3-vl": "mrope-i",
-    "mrope-i": "mrope-i",
-    "mhrope": "mhrope",
-    "vrope": "vrope",
-    "hope": "hope",
-    "v2pe": "v2pe",
-}
 
 Part = tuple[str, Tensor]
 
