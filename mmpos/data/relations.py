@@ -30,7 +30,7 @@ import torch
 
 from .grounding import ANSWER, COLOR0, EMPTY, MAX_CELLS, SHAPE0, GroundingBatch
 from .scenes import COLORS, NUM_OBJECTS, random_scene, render_scene
-from .video import VIDEO_VOCAB_SIZE, EventClips, read_video, write_video
+from .video import VIDEO_VOCAB_SIZE, EventClips, flash_clip, roundtrip_video
 
 __all__ = ["BELOW", "HIDDEN", "RELATION_VOCAB_SIZE", "RIGHT", "make_hidden_clips", "make_relations"]
 
@@ -115,21 +115,13 @@ def make_hidden_clips(
         raise ValueError(f"n must be positive and fill in (0, 1], got n={n}, fill={fill}")
     rng = np.random.default_rng(seed)
     k = min(max(1, round(fill * rows * cols)), NUM_OBJECTS)
-    m = max(cell // 6, 1)
     clips, answers, events = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
             scene = random_scene(rows, cols, k, rng)
             f, r, c = int(rng.integers(frames - duration + 1)), int(rng.integers(rows)), int(rng.integers(cols))
-            clip = np.repeat(render_scene(scene, cell, rng, noise=0.0)[None], frames, axis=0)
-            clip[f : f + duration, :, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
-            if noise:
-                clip = np.clip(clip + rng.normal(0.0, noise, clip.shape).astype(np.float32), 0.0, 1.0)
-            if roundtrip:
-                path = os.path.join(tmp, f"clip{i}.avi")
-                write_video(path, clip)
-                clip = read_video(path)
-            clips.append(clip)
+            clip = flash_clip(render_scene(scene, cell, rng, noise=0.0), frames, (f, r, c), duration, cell, rng, noise)
+            clips.append(roundtrip_video(clip, os.path.join(tmp, f"clip{i}.avi")) if roundtrip else clip)
             answers.append(_ids(int(scene[r, c])))
             events.append([f, r, c])
     return EventClips(

@@ -26,7 +26,13 @@ from torch import Tensor
 from .grounding import ANSWER, EMPTY, INDEX0, MAX_CELLS, VOCAB_SIZE
 from .scenes import random_scene, render_scene
 
-__all__ = ["EventClips", "make_event_clips", "write_video", "read_video", "WHEN", "EVENT", "VIDEO_VOCAB_SIZE"]
+__all__ = [
+    "EventClips",
+    "make_event_clips",
+    "flash_clip",
+    "roundtrip_video",
+    "write_video",
+    "read_video", "WHEN", "EVENT", "VIDEO_VOCAB_SIZE"]
 
 WHEN, EVENT = VOCAB_SIZE, VOCAB_SIZE + 1
 VIDEO_VOCAB_SIZE = VOCAB_SIZE + 2
@@ -61,6 +67,27 @@ def read_video(path: str) -> np.ndarray:
     return np.stack(frames).astype(np.float32) / 255.0
 
 
+def roundtrip_video(frames: np.ndarray, path: str) -> np.ndarray:
+    """``frames`` after writing them to ``path`` and decoding them again (codec artefacts included)."""
+    write_video(path, frames)
+    return read_video(path)
+
+
+def flash_clip(
+    base: np.ndarray, frames: int, event: tuple[int, int, int], duration: int, cell: int,
+    rng: np.random.Generator, noise: float,
+) -> np.ndarray:
+    """``(T, 3, H, W)``: the still ``base`` with a white square in cell ``(r, c)`` for frames
+    ``f .. f + duration - 1`` (``event = (f, r, c)``), plus Gaussian noise of std ``noise``."""
+    f, r, c = event
+    clip = np.repeat(base[None], frames, axis=0)
+    m = max(cell // 6, 1)
+    clip[f : f + duration, :, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
+    if noise:
+        clip = np.clip(clip + rng.normal(0.0, noise, clip.shape).astype(np.float32), 0.0, 1.0)
+    return clip
+
+
 @dataclass(frozen=True)
 class EventClips:
     """``clips`` ``(B, T, 3, H, W)``; ``question`` ``(B, 2)`` = ``[kind, ANSWER]``; ``answer`` ``(B, 2)``;
@@ -93,19 +120,10 @@ def make_event_clips(
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
             scene = random_scene(rows, cols, max(1, rows * cols // 3), rng)
-            base = render_scene(scene, cell, rng, noise=0.0)
             f = int(rng.integers(frames - duration + 1))
             r, c = int(rng.integers(rows)), int(rng.integers(cols))
-            clip = np.repeat(base[None], frames, axis=0)
-            m = max(cell // 6, 1)
-            clip[f : f + duration, :, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
-            if noise:
-                clip = np.clip(clip + rng.normal(0.0, noise, clip.shape).astype(np.float32), 0.0, 1.0)
-            if roundtrip:
-                path = os.path.join(tmp, f"clip{i}.avi")
-                write_video(path, clip)
-                clip = read_video(path)
-            clips.append(clip)
+            clip = flash_clip(render_scene(scene, cell, rng, noise=0.0), frames, (f, r, c), duration, cell, rng, noise)
+            clips.append(roundtrip_video(clip, os.path.join(tmp, f"clip{i}.avi")) if roundtrip else clip)
             if i % 2 == 0:
                 questions.append([WHEN, ANSWER])
                 answers.append([INDEX0 + f, EMPTY])
