@@ -40,6 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .spatial import paint_boxes
+
 __all__ = ["OBJECT_SCALES", "RELATIONS", "Scene", "layout_images", "relation", "render", "sample_scenes"]
 
 RELATIONS = ("left", "right", "above", "below")
@@ -168,18 +170,7 @@ def render(
     start = torch.round(scene.center * extent - side / 2).clamp(min=0.0)
     stop = torch.minimum(start + side, extent)
     images = noise * torch.randn(n, 3, h, w, generator=g)
-    ys = torch.arange(h, dtype=torch.float32).view(1, h, 1)
-    xs = torch.arange(w, dtype=torch.float32).view(1, 1, w)
-    for i, color in enumerate(_COLORS):
-        inside = (
-            (ys >= start[:, i, 0, None, None])
-            & (ys < stop[:, i, 0, None, None])
-            & (xs >= start[:, i, 1, None, None])
-            & (xs < stop[:, i, 1, None, None])
-        )  # (B, H, W)
-        rgb = torch.tensor(color) + color_jitter * (2 * torch.rand(n, 3, generator=g) - 1)  # (B, 3)
-        images = torch.where(inside[:, None], rgb[:, :, None, None], images)
-    return images, scene.label.clone()
+    return paint_boxes(images, start, stop, _COLORS, color_jitter, g), scene.label.clone()
 
 
 def layout_images(

@@ -26,12 +26,21 @@ Shapes: images ``(B, 3, H, W)`` float32, roughly zero-mean; labels ``(B,)`` int6
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["RELATIONS", "SpatialLayout", "relation", "render", "sample_layout", "spatial_relations"]
+__all__ = [
+    "RELATIONS",
+    "SpatialLayout",
+    "paint_boxes",
+    "relation",
+    "render",
+    "sample_layout",
+    "spatial_relations",
+]
 
 RELATIONS = {
     4: ("left", "right", "above", "below"),
@@ -122,6 +131,27 @@ def sample_layout(
     return SpatialLayout(cell, offset, side, label, (rows, cols), num_relations)
 
 
+def paint_boxes(
+    images: Tensor, start: Tensor, stop: Tensor, colors: Sequence[Sequence[float]], color_jitter: float,
+    generator: torch.Generator,
+) -> Tensor:
+    """Fill box ``k`` (rows and columns ``[start, stop)``, ``(B, K, 2)`` pixels as ``(y, x)``) of
+    ``images`` ``(B, 3, H, W)`` with ``colors[k]`` plus a uniform jitter of ``color_jitter`` per image."""
+    n, _, h, w = images.shape
+    ys = torch.arange(h, dtype=torch.float32).view(1, h, 1)
+    xs = torch.arange(w, dtype=torch.float32).view(1, 1, w)
+    for i, color in enumerate(colors):
+        inside = (
+            (ys >= start[:, i, 0, None, None])
+            & (ys < stop[:, i, 0, None, None])
+            & (xs >= start[:, i, 1, None, None])
+            & (xs < stop[:, i, 1, None, None])
+        )  # (B, H, W)
+        rgb = torch.tensor(color) + color_jitter * (2 * torch.rand(n, 3, generator=generator) - 1)  # (B, 3)
+        images = torch.where(inside[:, None], rgb[:, :, None, None], images)
+    return images
+
+
 def render(
     layout: SpatialLayout,
     image_size: int | tuple[int, int],
@@ -145,18 +175,7 @@ def render(
     start = layout.cell * px + torch.round(layout.offset * px)  # (B, 2, 2) pixels
     size = torch.clamp(torch.round(layout.side * px), min=1.0)
     stop = torch.minimum(start + size, (layout.cell + 1) * px)
-    ys = torch.arange(h, dtype=torch.float32).view(1, h, 1)
-    xs = torch.arange(w, dtype=torch.float32).view(1, 1, w)
-    for i, color in enumerate((RED, BLUE)):
-        inside = (
-            (ys >= start[:, i, 0, None, None])
-            & (ys < stop[:, i, 0, None, None])
-            & (xs >= start[:, i, 1, None, None])
-            & (xs < stop[:, i, 1, None, None])
-        )  # (B, H, W)
-        rgb = torch.tensor(color) + color_jitter * (2 * torch.rand(n, 3, generator=g) - 1)
-        images = torch.where(inside[:, None], rgb[:, :, None, None], images)
-    return images, layout.label.clone()
+    return paint_boxes(images, start, stop, (RED, BLUE), color_jitter, g), layout.label.clone()
 
 
 def spatial_relations(
