@@ -25,7 +25,9 @@ test: install-test
 
 bench: install-test
 	$(BIN)/python benchmarks/vision.py
-	$(BIN)/python benchmarks/multimodal.py
+	$(BIN)/python benchmarks/irpe.py
+	$(BIN)/python benchmarks/rope_index.py
+	$(BIN)/python benchmarks/mrope.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
