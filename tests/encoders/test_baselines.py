@@ -57,3 +57,10 @@ def test_vit_runs_at_other_resolutions(pos):
         assert model(torch.randn(2, 3, *size)).shape == (2, 10)
     with pytest.raises(ValueError, match="multiple of patch_size"):
         model(torch.randn(1, 3, 18, 16))
+
+
+def test_vit_leaves_the_callers_pos_kwargs_unchanged():
+    kwargs = {"learned": {"std": 0.2}}
+    model = VisionTransformer(img_size=16, patch_size=4, dim=32, depth=1, num_heads=2, pos="learned", pos_kwargs=kwargs)
+    assert kwargs == {"learned": {"std": 0.2}}
+    assert model.transformer.additive[0].num_prefix_tokens == 1
