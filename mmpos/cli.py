@@ -4,7 +4,7 @@
     mmpos run RECIPE [key=value ...] [--resume RUN_FOLDER] [--out DIR]
     mmpos info                                   versions and device
 
-``RECIPE`` is a YAML path or a name under ``recipes/`` (e.g. ``quickstart``); overrides
+``RECIPE`` is a YAML path or the name of a shipped recipe (e.g. ``quickstart``); overrides
 use dotted keys with YAML values (``optim.lr=3e-4 encoders=[none,rope]``). Under
 ``torchrun --nproc_per_node N -m mmpos.cli run ...`` the run uses DDP.
 """
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,info}")
     sub.add_parser("list", help="list the registered encoders (name, kind, paper)").set_defaults(fn=_cmd_list)
     sub.add_parser("info", help="versions of mmpos and its dependencies, and the device").set_defaults(fn=_cmd_info)
-    run = sub.add_parser("run", help="run a recipe (a YAML path or a name under recipes/)")
+    run = sub.add_parser("run", help="run a recipe (a YAML path or the name of a shipped recipe)")
     run.add_argument("recipe", help="YAML path or recipe name, e.g. quickstart (ignored with --resume)")
     run.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, values parsed as YAML")
     run.add_argument("--resume", metavar="RUN_FOLDER", help="continue an interrupted run folder")

@@ -1,13 +1,14 @@
 """The recipe runner: configs, tasks, training runs, sweeps (see ``docs/recipes.md``).
 
-Nothing in the library imports this package. Entry points: :func:`run_recipe` (what
+Nothing in the library imports this package. Shipped recipes are package data in
+``configs/`` (:func:`list_recipes`, :func:`find_recipe`). Entry points: :func:`run_recipe` (what
 ``mmpos run`` calls), :func:`resolve_config`, and :mod:`mmpos.recipes.tasks` for the
 task contract and registry.
 """
 
-from .config import ConfigError, load_yaml, parse_overrides, resolve_config
+from .config import ConfigError, find_recipe, list_recipes, load_yaml, parse_overrides, resolve_config
 from .runner import train_run
-from .sweep import find_recipe, run_recipe
+from .sweep import run_recipe
 from .tasks import Task, get_task, list_tasks, register_task
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "Task",
     "find_recipe",
     "get_task",
+    "list_recipes",
     "list_tasks",
     "load_yaml",
     "parse_overrides",

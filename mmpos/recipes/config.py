@@ -1,5 +1,9 @@
 """Recipe configs: YAML (a ``yaml.SafeLoader``), profiles, dotted ``key=value`` overrides, validation.
 
+Shipped recipes are package data, ``mmpos/recipes/configs/NAME.yaml``, found with
+:mod:`importlib.resources` (:func:`list_recipes`, :func:`find_recipe`): a YAML file added to that
+folder is a recipe, with no registration.
+
 Resolution order: the recipe file, then ``profiles[profile]`` merged over it (the profile
 may be chosen by an override, ``profile=smoke``), then the command-line overrides. The
 result is checked against the runner's keys (:data:`RUNNER_DEFAULTS`) plus the keys the
@@ -10,19 +14,33 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib.resources
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import yaml
 
-__all__ = ["RUNNER_DEFAULTS", "ConfigError", "load_yaml", "merge", "parse_overrides", "resolve_config"]
+__all__ = [
+    "RUNNER_DEFAULTS",
+    "ConfigError",
+    "find_recipe",
+    "list_recipes",
+    "load_yaml",
+    "merge",
+    "parse_overrides",
+    "recipe_description",
+    "resolve_config",
+    "shipped_recipe",
+]
 
 #: Keys the runner owns, with their defaults (tasks add their own, see docs/recipes.md).
 RUNNER_DEFAULTS: dict[str, Any] = {
     "task": None,
     "task_module": None,
+    "description": None,
     "name": None,
     "encoders": ["none"],
     "seeds": [0],
@@ -80,6 +98,49 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
     return data
+
+
+def _configs() -> Traversable:
+    """The folder of shipped recipes (package data of :mod:`mmpos.recipes`)."""
+    return importlib.resources.files(__package__) / "configs"
+
+
+def list_recipes() -> list[str]:
+    """Names of the shipped recipes (every ``*.yaml`` in ``mmpos/recipes/configs/``), sorted."""
+    folder = _configs()
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml") and p.is_file())
+
+
+def shipped_recipe(name: str) -> Traversable:
+    """The package resource of the shipped recipe ``name`` (``quickstart`` or ``quickstart.yaml``)."""
+    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    names = list_recipes()
+    if stem not in names:
+        close = difflib.get_close_matches(stem, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise FileNotFoundError(f"no recipe {name!r}: not a file, and not a shipped recipe{hint} (shipped: {names})")
+    return _configs() / f"{stem}.yaml"
+
+
+def recipe_description(name: str) -> str:
+    """The ``description:`` of the shipped recipe ``name`` (``""`` where it has none)."""
+    data = safe_load(shipped_recipe(name).read_text(encoding="utf-8"))
+    text = data.get("description") if isinstance(data, dict) else None
+    return " ".join(str(text).split()) if text else ""
+
+
+def find_recipe(recipe: str | Path) -> Path:
+    """A recipe file: ``recipe`` itself when it is a file, else the shipped recipe of that name.
+
+    Raises ``FileNotFoundError`` naming the shipped recipes when it is neither.
+    """
+    path = Path(recipe)
+    if path.is_file():
+        return path
+    # A wheel installs package data as plain files, so the resource is a filesystem path.
+    return Path(str(shipped_recipe(str(recipe))))
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,6 +221,8 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
         fail("optim.betas", "a list of two numbers")
     if not isinstance(cfg["device"], str):
         fail("device", "'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if cfg["description"] is not None and not isinstance(cfg["description"], str):
+        fail("description", "a one-line string")
 
 
 def cfg_get(cfg: Mapping[str, Any], dotted: str) -> Any:

@@ -1,6 +1,6 @@
 """Run a recipe: every (encoder, seed) pair, then a ranked results table and a plot.
 
-``run_recipe("recipes/quickstart.yaml", ["profile=smoke"])`` resolves the config, makes
+``run_recipe("quickstart", ["profile=smoke"])`` resolves the config, makes
 the run folder ``<out>/<recipe>/<name or timestamp>/`` (rank 0 only under torchrun),
 trains each pair with :func:`mmpos.recipes.runner.train_run` and writes ``results.md``
 (printed too), ``results.json`` and ``results.png``.
@@ -20,28 +20,13 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from .config import ConfigError, load_yaml, resolve_config
+from .config import ConfigError, find_recipe, load_yaml, resolve_config
 from .runner import Dist, init_distributed, train_run
 
 __all__ = ["RESUME_OVERRIDABLE", "find_recipe", "plot_results", "results_table", "run_recipe"]
 
 #: Keys that may change when resuming (they do not change the results).
 RESUME_OVERRIDABLE = ("device", "threads", "progress")
-
-
-def find_recipe(recipe: str | Path) -> Path:
-    """A recipe path, or a name under ``./recipes/`` or the ``recipes/`` folder next to the package."""
-    path = Path(recipe)
-    if path.is_file():
-        return path
-    folders = [Path.cwd() / "recipes", Path(__file__).resolve().parents[2] / "recipes"]
-    names = [path.name] if path.suffix in (".yaml", ".yml") else [f"{path.name}.yaml", f"{path.name}.yml"]
-    for folder in folders:
-        for name in names:
-            if (folder / name).is_file():
-                return folder / name
-    known = sorted({p.stem for f in folders if f.is_dir() for p in f.glob("*.y*ml")})
-    raise FileNotFoundError(f"no recipe {str(recipe)!r}: not a file, and not a name among {known}")
 
 
 def _summary(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, bool]:
@@ -145,7 +130,7 @@ def run_recipe(
     resume: str | Path | None = None,
     name: str = "recipe",
 ) -> dict[str, Any]:
-    """Run a recipe (a path, a name under ``recipes/``, or a dict) and return its results.
+    """Run a recipe (a path, the name of a shipped recipe, or a dict) and return its results.
 
     Returns ``{"folder", "config", "finals", "table"}`` (``table``/``folder`` are ``None`` on ranks > 0).
     ``resume``: a run folder to continue (its ``config.yaml`` is used; only

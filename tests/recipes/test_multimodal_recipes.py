@@ -10,7 +10,7 @@ from mmpos.recipes.sweep import run_recipe
 from mmpos.recipes.tasks import get_task
 from mmpos.recipes.tasks.multimodal import PatchTokens, _layout_options, parse_scheme, vision_tower
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "mmpos" / "recipes" / "configs"
 TOWER = {"vision": {"width": 16, "layers": 1, "heads": 2, "patch_size": 4, "pos": "none"}}
 
 
