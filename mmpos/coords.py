@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Sequence
 
 import torch
@@ -55,8 +55,11 @@ class Coords:
     prefix: int = 0
     grid_shape: tuple[int, ...] | None = None
     modality: Tensor | None = None
+    #: internal: ``True`` for coordinates derived from valid ones (or built finite), which skip the
+    #: data-dependent finiteness check -- it synchronises with the device, and forward must not
+    _trusted: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, _trusted: bool = False) -> None:
         pos = self.pos
         if not isinstance(pos, Tensor) or pos.dim() != 3 or not pos.is_floating_point():
             got = tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__
@@ -82,7 +85,7 @@ class Coords:
                     f"grid_shape {grid} with prefix={self.prefix} describes "
                     f"{math.prod(grid) + self.prefix} tokens, but pos has N={n}"
                 )
-        if not torch.compiler.is_compiling() and pos.device.type != "meta":
+        if not _trusted and not torch.compiler.is_compiling() and pos.device.type != "meta":
             if not bool(torch.isfinite(pos).all()):
                 raise ValueError("pos must be finite: found NaN or inf coordinates")
 
@@ -99,10 +102,12 @@ class Coords:
     ) -> "Coords":
         """1-D positions ``start, start+1, ...``: ``pos`` ``(batch, n, 1)``, axis ``"seq"``."""
         (n, batch) = _positive_sizes((n, batch), "n and batch")
+        if not math.isfinite(start):
+            raise ValueError(f"start must be finite, got {start!r}")
         pos = torch.arange(n, dtype=dtype, device=device).add_(start)
         pos = pos.view(1, n, 1).expand(batch, n, 1)
         modality = torch.full((batch, n), int(Modality.TEXT), dtype=torch.long, device=device)
-        return cls(pos, ("seq",), modality=modality)
+        return cls(pos, ("seq",), modality=modality, _trusted=True)
 
     @classmethod
     def grid(
@@ -143,6 +148,7 @@ class Coords:
             prefix=prefix,
             grid_shape=sizes,
             modality=modality.unsqueeze(0).expand(batch, n),
+            _trusted=True,  # integer cells: finite by construction (built in forward by vision models)
         )
 
     @classmethod
@@ -195,6 +201,7 @@ class Coords:
             prefix=items[0].prefix if same or padding_side == "right" else 0,
             grid_shape=items[0].grid_shape if same else None,
             modality=torch.cat(modality),
+            _trusted=True,  # valid items padded with zeros
         )
 
     # ------------------------------------------------------------------ views
@@ -230,17 +237,17 @@ class Coords:
         if self.grid_shape is not None and len(self.grid_shape) == self.num_axes:
             grid_ok = sorted(idx) == list(range(self.num_axes))
             grid = tuple(self.grid_shape[i] for i in idx) if grid_ok else None
-        return replace(self, pos=self.pos[..., idx], axes=tuple(axes), grid_shape=grid)
+        return replace(self, pos=self.pos[..., idx], axes=tuple(axes), grid_shape=grid, _trusted=True)
 
     def _per_axis(self, value: float | Sequence[float], name: str) -> Tensor:
-        v = torch.as_tensor(value, dtype=self.pos.dtype, device=self.pos.device)
+        v = torch.as_tensor(value, dtype=self.pos.dtype)  # on the host: the check below reads it
         if v.dim() == 1 and v.shape[0] != self.num_axes:
             raise ValueError(f"{name} must be a scalar or hold one value per axis {self.axes}, got {tuple(value)}")
         if v.dim() > 1:
             raise ValueError(f"{name} must be a scalar or a 1-D sequence, got shape {tuple(v.shape)}")
-        if not bool(torch.isfinite(v).all()):
+        if not all(math.isfinite(x) for x in v.reshape(-1).tolist()):  # a Python value: checked on the host
             raise ValueError(f"{name} must be finite, got {value!r}")
-        return v
+        return v.to(self.pos.device)
 
     def positioned(self) -> Tensor:
         """``(1, N, 1)`` float, 0 on prefix tokens and 1 elsewhere."""
@@ -258,15 +265,15 @@ class Coords:
         n = self.num_tokens
         index = torch.arange(n, dtype=self.pos.dtype, device=self.pos.device) - self.prefix
         pos = (index.clamp(min=0).view(1, n, 1)).expand(self.batch_size, n, 1)
-        return replace(self, pos=pos, axes=("seq",), grid_shape=(n - self.prefix,))
+        return replace(self, pos=pos, axes=("seq",), grid_shape=(n - self.prefix,), _trusted=True)
 
     def scaled(self, factor: float | Sequence[float]) -> "Coords":
         """Positions multiplied by ``factor`` (a scalar or one value per axis)."""
-        return replace(self, pos=self.pos * self._per_axis(factor, "factor"))
+        return replace(self, pos=self.pos * self._per_axis(factor, "factor"), _trusted=True)
 
     def shifted(self, offset: float | Sequence[float]) -> "Coords":
         """Positions plus ``offset`` (prefix tokens keep position 0)."""
-        return replace(self, pos=self.pos + self._per_axis(offset, "offset") * self.positioned())
+        return replace(self, pos=self.pos + self._per_axis(offset, "offset") * self.positioned(), _trusted=True)
 
     def normalized(self) -> "Coords":
         """Grid positions mapped to cell centres in [-1, 1]: ``(2 i + 1) / size - 1``.
@@ -278,7 +285,7 @@ class Coords:
                 f"normalized() needs a grid with one size per axis; grid_shape={self.grid_shape}, axes={self.axes}"
             )
         size = torch.tensor(self.grid_shape, dtype=self.pos.dtype, device=self.pos.device)
-        return replace(self, pos=((2 * self.pos + 1) / size - 1) * self.positioned())
+        return replace(self, pos=((2 * self.pos + 1) / size - 1) * self.positioned(), _trusted=True)
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Coords":
         """Move to ``device``; ``dtype`` (a floating type) applies to ``pos`` only."""
@@ -289,6 +296,7 @@ class Coords:
             pos=self.pos.to(device=device, dtype=dtype),
             mask=None if self.mask is None else self.mask.to(device),
             modality=None if self.modality is None else self.modality.to(device),
+            _trusted=dtype is None,  # a device move keeps values; a narrower dtype may overflow to inf
         )
 
     def expand(self, batch: int) -> "Coords":
@@ -303,6 +311,7 @@ class Coords:
             pos=self.pos.expand(batch, n, a),
             mask=None if self.mask is None else self.mask.expand(batch, n),
             modality=None if self.modality is None else self.modality.expand(batch, n),
+            _trusted=True,
         )
 
     def check_tokens(self, batch: int, tokens: int, name: str = "x") -> None:

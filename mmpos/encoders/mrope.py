@@ -198,7 +198,7 @@ class _MultimodalRotary(RotaryEncoder):
     def positions(self, coords: Coords) -> Coords:
         if coords.axes == ("seq",) and self.axes != ("seq",):
             b, n, _ = coords.pos.shape
-            return replace(coords, pos=coords.pos.expand(b, n, len(self.axes)), axes=self.axes)
+            return replace(coords, pos=coords.pos.expand(b, n, len(self.axes)), axes=self.axes, _trusted=True)
         missing = [a for a in self.axes if a not in coords.axes]
         if missing:
             raise ValueError(
