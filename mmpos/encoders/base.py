@@ -18,7 +18,7 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from ..coords import Coords
-from ..rotary import FrequencyPlan, coords_angles, rotate_qk
+from ..rotary import FrequencyPlan, Rotation, coords_angles
 
 __all__ = [
     "resolve_head_dim",
@@ -86,11 +86,16 @@ class RotaryEncoder(PositionEncoder):
         """``(B, N, P)`` (shared plan) or ``(B, H, N, P)`` (per-head plan), float32/64."""
         return coords_angles(self.weight, self.axes, self.positions(coords))
 
+    def rotation(self, coords: Coords) -> Rotation:
+        """cos / sin at ``coords``: compute once per forward, apply in every layer (:class:`~mmpos.rotary.Rotation`)."""
+        angles = self.angles(coords)
+        return Rotation(angles.cos(), angles.sin(), self.convention, self.head_dim)
+
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
         coords.check_tokens(q.shape[0], q.shape[2], "q")
-        return rotate_qk(q, k, self.angles(coords), self.convention)
+        return self.rotation(coords).rotate(q, k)
 
     def extra_repr(self) -> str:
         return f"axes={self.axes}, head_dim={self.head_dim}, pairs={self.weight.shape[-1]}, convention={self.convention!r}"

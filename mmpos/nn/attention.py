@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ..coords import Coords
 from ..encoders.base import BiasEncoder, PositionEncoder, RotaryEncoder
+from ..rotary import Rotation
 
 __all__ = ["attention", "Attention", "attention_mask"]
 
@@ -65,7 +66,8 @@ def attention(
     Args:
         q, k, v: ``(B, Hq, N, Dh)``, ``(B, Hk, N, Dh)``, ``(B, Hk, N, Dh)``.
         coords: token coordinates (``batch`` 1 or ``B``, ``N`` tokens); needed by encoders.
-        encoders: rotary and bias encoders, applied in order.
+        encoders: rotary and bias encoders, applied in order; a rotary encoder may be given as its
+            :class:`~mmpos.rotary.Rotation` (cos / sin computed once per forward for all layers).
         causal: causal mask.
         attn_mask: optional bool mask broadcastable to ``(B, Hq, N, N)``, ``True`` = attend.
         dropout_p: attention dropout.
@@ -80,7 +82,7 @@ def attention(
         coords.check_tokens(b, n, "q")
     biases = []
     for enc in encoders:
-        if isinstance(enc, RotaryEncoder):
+        if isinstance(enc, (RotaryEncoder, Rotation)):
             q, k = enc.rotate(q, k, coords)
         elif isinstance(enc, BiasEncoder):
             biases.append(enc)
@@ -125,7 +127,8 @@ class Attention(nn.Module):
         qkv_bias, proj_bias: biases of the projections.
         attn_drop, proj_drop: dropout rates.
 
-    ``forward(x (B, N, dim), coords, attn_mask=None) -> (B, N, dim)``.
+    ``forward(x (B, N, dim), coords, attn_mask=None, rotations=()) -> (B, N, dim)``; ``rotations``
+    are the stack's shared rotary encoders, computed once per forward, applied before ``encoders``.
     """
 
     def __init__(
@@ -159,11 +162,13 @@ class Attention(nn.Module):
                 raise ValueError(f"encoders must be rotary or bias encoders, got {type(enc).__name__}")
         self.encoders = nn.ModuleList(encoders)
 
-    def forward(self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None, rotations: Sequence[Rotation] = ()
+    ) -> Tensor:
         b, n, _ = x.shape
         q = self.q(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(x).view(b, n, 2, self.num_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         out = attention(
-            q, k, v, coords, list(self.encoders), self.causal, attn_mask, self.attn_drop if self.training else 0.0
+            q, k, v, coords, [*rotations, *self.encoders], self.causal, attn_mask, self.attn_drop if self.training else 0.0
         )
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, -1)))
