@@ -1,0 +1,345 @@
+"""Multi-order attention -- the fifth hook point -- and 2D-TPE, its first user.
+
+Every head attends once under each of ``K`` token *orders* (1-D positions per token, e.g. the
+row-major and column-major traversals of a table from :func:`mmpos.table.build`), with RoPE
+at that order's positions; in causal mode the causal order is the traversal order (the
+tokens are permuted into it, attended with ``scaled_dot_product_attention`` and put back with
+the exact inverse permutation). A learned router gives, per head and token, softmax weights
+over the orders that mix the ``K`` outputs.
+
+2D-TPE: Li et al., "2D-TPE: Two-Dimensional Positional Encoding Enhances Table Understanding
+for Large Language Models", 2024, https://arxiv.org/abs/2409.19700. Reference: JinaLeejnl/2D-TPE
+``TPE-Llama/modeling_llama.py`` (``LlamaFlashAttention2Ours``), with the router of
+zyx-hfut/2D-TPE commit 68c741a (``gate_1``, ``gate_2``: ``Linear(head_dim, 4 head_dim)``,
+``gate_3``: ``Linear(4 head_dim, 2)``, all with bias, shared by the heads, ``act_fn`` = SiLU).
+Differences from the reference, on purpose: the inverse permutation is computed
+(``scatter`` of ``arange``), where the reference gathers with the column positions themselves
+(exact only when they are a permutation of ``0 .. L-1``); padding and tables of different
+shapes in one batch are supported; more than two orders; the router entropy is averaged per
+sample over its table tokens (the reference slices them with ``pos_A + 4 : pos_B``).
+
+Shapes: ``x`` ``(B, N, dim)``; order positions ``(K, B, N)`` (a :class:`~mmpos.coords.Coords`
+with ``K`` axes, one per order); router weights ``(B, N, H, K)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..coords import Coords
+from ..rotary import CONVENTIONS, apply_rotary, rope_frequencies
+
+__all__ = [
+    "MultiOrderAttention",
+    "MultiOrderCache",
+    "TPEAttention",
+    "TPERouter",
+    "multi_order_sdpa",
+    "order_permutation",
+    "router_entropy",
+    "router_entropy_loss",
+]
+
+
+def order_permutation(pos: Tensor, key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Permutation into traversal order and its exact inverse, both ``(B, N)`` int64.
+
+    ``pos`` ``(B, N)``: each token's position in the order; ties keep sequence order; padding
+    (``key_mask`` False) goes last. ``x.gather(1, perm)`` is in traversal order and
+    ``y.gather(1, inv)`` undoes it exactly.
+    """
+    if key_mask is not None:
+        pos = pos.masked_fill(~key_mask, float("inf"))
+    perm = torch.sort(pos, dim=-1, stable=True).indices
+    arange = torch.arange(pos.shape[-1], device=pos.device).expand_as(perm)
+    return perm, torch.empty_like(perm).scatter_(-1, perm, arange)
+
+
+def _causal_mask(key_mask: Tensor) -> Tensor:
+    """``(B, 1, N, N)`` bool: causal & real keys; padding queries see themselves (no empty row)."""
+    n = key_mask.shape[-1]
+    tril = torch.ones(n, n, dtype=torch.bool, device=key_mask.device).tril()
+    eye = torch.eye(n, dtype=torch.bool, device=key_mask.device)
+    return (tril & key_mask[:, None, None, :]) | (eye & ~key_mask[:, None, :, None])
+
+
+def multi_order_sdpa(
+    q: Sequence[Tensor],
+    k: Sequence[Tensor],
+    v: Tensor,
+    pos: Tensor,
+    key_mask: Tensor | None = None,
+    causal: bool = True,
+    sequential: Sequence[bool] | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Attention under each order: ``(K, B, Hq, N, D)``.
+
+    Args:
+        q, k: per order, rotated queries ``(B, Hq, N, D)`` and keys ``(B, Hk, N, D)``.
+        v: values ``(B, Hk, N, D)`` (shared by the orders).
+        pos: ``(K, B, N)`` positions per order (used for the causal traversal).
+        key_mask: ``(B, N)`` bool, ``True`` on real tokens.
+        causal: causal in each order's traversal; otherwise full attention over real keys.
+        sequential: per order, ``True`` if its positions increase along the sequence (as the
+            row-major order of a serialised table): such an order is attended without a
+            permutation, as the reference does for its row order.
+        dropout_p: attention dropout.
+    """
+    num = len(q)
+    if len(k) != num or pos.shape[0] != num:
+        raise ValueError(f"q, k and pos must hold one entry per order, got {len(q)}, {len(k)}, {pos.shape[0]}")
+    sequential = [False] * num if sequential is None else list(sequential)
+    gqa = q[0].shape[1] != v.shape[1]
+    outs = []
+    for i in range(num):
+        qi, ki = q[i], k[i]
+        if not causal:
+            mask = None if key_mask is None else key_mask[:, None, None, :]
+            outs.append(F.scaled_dot_product_attention(qi, ki, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa))
+            continue
+        if sequential[i]:
+            vi, inv, mask = v, None, None if key_mask is None else _causal_mask(key_mask)
+        else:
+            perm, inv = order_permutation(pos[i], key_mask)
+            idx = perm[:, None, :, None]
+            qi = qi.gather(2, idx.expand(-1, qi.shape[1], -1, qi.shape[3]))
+            ki = ki.gather(2, idx.expand(-1, ki.shape[1], -1, ki.shape[3]))
+            vi = v.gather(2, idx.expand(-1, v.shape[1], -1, v.shape[3]))
+            mask = None if key_mask is None else _causal_mask(key_mask.gather(1, perm))
+        out = F.scaled_dot_product_attention(
+            qi, ki, vi, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None, enable_gqa=gqa
+        )
+        if inv is not None:
+            out = out.gather(2, inv[:, None, :, None].expand(-1, out.shape[1], -1, out.shape[3]))
+        outs.append(out)
+    return torch.stack(outs)
+
+
+def mix_orders(outputs: Tensor, weights: Tensor) -> Tensor:
+    """``sum_k weights[..., k] * outputs[k]``: outputs ``(K, B, H, N, D)``, weights ``(B, N, H, K)`` -> ``(B, H, N, D)``."""
+    w = weights.permute(3, 0, 2, 1).unsqueeze(-1).to(outputs.dtype)  # (K, B, H, N, 1)
+    return (w * outputs).sum(0)
+
+
+def router_entropy(weights: Tensor, token_mask: Tensor | None = None, eps: float = 1e-10) -> Tensor:
+    """The 2D-TPE auxiliary loss: entropy ``-sum_k r_k log r_k`` of the router, averaged over heads
+    and the tokens of ``token_mask`` ``(B, N)`` (e.g. the table tokens) of each sample, then over
+    the samples that have such tokens. ``weights`` ``(B, N, H, K)``; returns a scalar."""
+    r = weights.float().clamp(min=eps, max=1.0)
+    ent = -(r * r.log()).sum(-1).mean(-1)  # (B, N)
+    if token_mask is None:
+        return ent.mean()
+    m = token_mask.to(ent.dtype)
+    per_sample = (ent * m).sum(1) / m.sum(1).clamp(min=1)
+    has = (m.sum(1) > 0).to(ent.dtype)
+    return (per_sample * has).sum() / has.sum().clamp(min=1)
+
+
+def router_entropy_loss(model: nn.Module, token_mask: Tensor | None = None) -> Tensor:
+    """Mean :func:`router_entropy` of every :class:`MultiOrderAttention` of ``model`` after its last forward."""
+    values = [
+        router_entropy(m.router_weights, token_mask)
+        for m in model.modules()
+        if isinstance(m, MultiOrderAttention) and m.router_weights is not None
+    ]
+    if not values:
+        raise ValueError("model holds no MultiOrderAttention that ran a forward pass")
+    return torch.stack(values).mean()
+
+
+class MultiOrderCache:
+    """Keys under every order, values, positions and padding of the tokens seen so far (one per layer).
+
+    ``keys`` ``(K, B, Hk, T, D)`` (rotated per order), ``values`` ``(B, Hk, T, D)``,
+    ``pos`` ``(K, B, T)``, ``mask`` ``(B, T)``. Keys cost ``K`` times a 1-D cache's keys, so the
+    cache is ``(K + 1) / 2`` times a plain KV cache (1.5x for two orders, as in the paper).
+    """
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.pos: Tensor | None = None
+        self.mask: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.values is None else self.values.shape[2]
+
+    def update(self, keys: Tensor, values: Tensor, pos: Tensor, mask: Tensor) -> None:
+        if self.values is None:
+            self.keys, self.values, self.pos, self.mask = keys, values, pos, mask
+        else:
+            self.keys = torch.cat([self.keys, keys], dim=3)
+            self.values = torch.cat([self.values, values], dim=2)
+            self.pos = torch.cat([self.pos, pos], dim=2)
+            self.mask = torch.cat([self.mask, mask], dim=1)
+
+
+class MultiOrderAttention(nn.Module):
+    """Base class of the multi-order hook point: attention under several orders, mixed per head and token.
+
+    Subclasses define :meth:`mix_weights` (``x`` ``(B, N, dim)`` -> ``(B, N, H, K)``, rows sum to 1).
+
+    Args:
+        dim: model width; ``head_dim = dim // num_heads``.
+        num_heads: query heads.
+        orders: names of the orders, i.e. of the axes read from ``coords`` (e.g. ``("row", "col")``).
+        num_kv_heads: key/value heads (GQA); defaults to ``num_heads``.
+        causal: causal attention in every order's traversal.
+        sequential_orders: orders whose positions follow the token sequence (default ``("row",)``,
+            the serialisation order of :mod:`mmpos.table`): attended without a permutation.
+        theta: RoPE base; ``convention``: ``"half"`` (Llama) or ``"interleaved"``.
+        qkv_bias, proj_bias: biases of the projections.
+        attn_drop: attention dropout.
+
+    ``forward(x (B, N, dim), coords, attn_mask=None, cache=None) -> (B, N, dim)``; ``coords``
+    has the order names among its axes (:attr:`mmpos.table.TableLayout.order_coords`), and its
+    ``mask`` marks padding. With a :class:`MultiOrderCache` the new tokens are appended to it;
+    a token may attend to every cached or new token whose position is not larger than its own,
+    in each order (when the cache is empty the causal permuted path runs and fills it).
+    The router weights of the last forward are kept in :attr:`router_weights` (for
+    :func:`router_entropy_loss`).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        orders: Sequence[str] = ("row", "col"),
+        num_kv_heads: int | None = None,
+        causal: bool = True,
+        sequential_orders: Sequence[str] = ("row",),
+        theta: float = 10000.0,
+        convention: str = "half",
+        qkv_bias: bool = False,
+        proj_bias: bool = False,
+        attn_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(num_heads, int) or num_heads <= 0 or dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+        orders = tuple(orders)
+        if not orders or len(set(orders)) != len(orders) or not all(isinstance(o, str) for o in orders):
+            raise ValueError(f"orders must be distinct axis names, at least one, got {orders!r}")
+        unknown = set(sequential_orders) - set(orders)
+        if unknown:
+            raise ValueError(f"sequential_orders {sorted(unknown)} are not among orders={orders}")
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, dim // num_heads
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim = dim // num_heads must be even for RoPE, got {self.head_dim}")
+        self.orders, self.causal, self.convention, self.attn_drop = orders, causal, convention, attn_drop
+        self.sequential = tuple(o in sequential_orders for o in orders)
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, 2 * num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim, bias=proj_bias)
+        self.register_buffer("inv_freq", rope_frequencies(self.head_dim // 2, theta), persistent=False)
+        self.router_weights: Tensor | None = None
+
+    @property
+    def num_orders(self) -> int:
+        return len(self.orders)
+
+    def mix_weights(self, x: Tensor) -> Tensor:
+        """``(B, N, H, K)`` weights over the orders per head and token (subclasses define it)."""
+        raise NotImplementedError
+
+    def _rotate(self, q: Tensor, k: Tensor, pos: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        angles = pos.unsqueeze(-1).float() * self.inv_freq  # (K, B, N, P)
+        cos, sin = angles.cos(), angles.sin()
+        qs = [apply_rotary(q, cos[i], sin[i], self.convention) for i in range(pos.shape[0])]
+        ks = [apply_rotary(k, cos[i], sin[i], self.convention) for i in range(pos.shape[0])]
+        return qs, ks
+
+    def forward(
+        self, x: Tensor, coords: Coords, attn_mask: Tensor | None = None, cache: MultiOrderCache | None = None
+    ) -> Tensor:
+        if attn_mask is not None:
+            raise ValueError("multi-order attention builds its masks from coords (order positions and mask)")
+        if not isinstance(coords, Coords):
+            raise TypeError(f"coords must be a Coords holding the order positions {self.orders}, got {coords!r}")
+        b, n, _ = x.shape
+        coords.check_tokens(b, n)
+        if cache is not None and not self.causal:
+            raise ValueError("a MultiOrderCache needs causal=True")
+        c = coords if coords.axes == self.orders else coords.select(*self.orders)
+        pos = c.pos.expand(b, -1, -1).permute(2, 0, 1)  # (K, B, N)
+        key_mask = None if c.mask is None else c.mask.expand(b, -1)
+        q = self.q(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, n, 2, self.num_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qs, ks = self._rotate(q, k, pos)
+        drop = self.attn_drop if self.training else 0.0
+        if cache is None or cache.length == 0:
+            out = multi_order_sdpa(qs, ks, v, pos, key_mask, self.causal, self.sequential, drop)
+            if cache is not None:
+                real = x.new_ones(b, n, dtype=torch.bool) if key_mask is None else key_mask
+                cache.update(torch.stack(ks), v, pos, real)
+        else:
+            real = x.new_ones(b, n, dtype=torch.bool) if key_mask is None else key_mask
+            cache.update(torch.stack(ks), v, pos, real)
+            out = self._cached(qs, cache, pos, real, drop)
+        w = self.mix_weights(x)
+        self.router_weights = w
+        out = mix_orders(out, w)
+        return self.proj(out.transpose(1, 2).reshape(b, n, -1))
+
+    def _cached(self, qs: list[Tensor], cache: MultiOrderCache, pos: Tensor, real: Tensor, drop: float) -> Tensor:
+        n, t = pos.shape[-1], cache.length
+        gqa = self.num_heads != self.num_kv_heads
+        own = torch.zeros(n, t, dtype=torch.bool, device=pos.device)
+        own[:, t - n :] = torch.eye(n, dtype=torch.bool, device=pos.device)  # padding queries see themselves
+        outs = []
+        for i, qi in enumerate(qs):
+            mask = (cache.pos[i][:, None, :] <= pos[i][:, :, None]) & cache.mask[:, None, :]  # (B, n, T)
+            mask = mask | (own & ~real[:, :, None])
+            outs.append(
+                F.scaled_dot_product_attention(
+                    qi, cache.keys[i], cache.values, attn_mask=mask[:, None], dropout_p=drop, enable_gqa=gqa
+                )
+            )
+        return torch.stack(outs)
+
+
+class TPERouter(nn.Module):
+    """The 2D-TPE router: ``softmax(gate_3(SiLU(gate_1(h)) * gate_2(h)))`` on each head-sized slice ``h``.
+
+    ``forward(x (B, N, H * head_dim)) -> (B, N, H, K)``; the gates are shared by the heads.
+    """
+
+    def __init__(self, head_dim: int, num_orders: int = 2, hidden: int | None = None) -> None:
+        super().__init__()
+        if num_orders < 1:
+            raise ValueError(f"num_orders must be >= 1, got {num_orders}")
+        hidden = 4 * head_dim if hidden is None else hidden
+        self.head_dim = head_dim
+        self.gate_1 = nn.Linear(head_dim, hidden)
+        self.gate_2 = nn.Linear(head_dim, hidden)
+        self.gate_3 = nn.Linear(hidden, num_orders)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.unflatten(-1, (-1, self.head_dim))  # (B, N, H, head_dim)
+        logits = self.gate_3(F.silu(self.gate_1(h)) * self.gate_2(h))
+        return logits.float().softmax(-1).to(x.dtype)
+
+
+class TPEAttention(MultiOrderAttention):
+    """2D-TPE attention: :class:`MultiOrderAttention` mixed by a :class:`TPERouter`.
+
+    Same arguments as :class:`MultiOrderAttention`, plus ``router_hidden`` (default ``4 * head_dim``).
+    """
+
+    def __init__(self, dim: int, num_heads: int, orders: Sequence[str] = ("row", "col"), router_hidden=None, **kwargs):
+        super().__init__(dim, num_heads, orders, **kwargs)
+        self.router = TPERouter(self.head_dim, self.num_orders, router_hidden)
+
+    def mix_weights(self, x: Tensor) -> Tensor:
+        return self.router(x)

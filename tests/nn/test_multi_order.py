@@ -1,0 +1,176 @@
+"""Multi-order attention and 2D-TPE: single order = causal RoPE, exact un-permutation, cache, router."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from mmpos import Coords, create
+from mmpos.layout import Text
+from mmpos.nn import Attention, MultiOrderCache, TPEAttention
+from mmpos.nn.multi_order import order_permutation, router_entropy, router_entropy_loss
+from mmpos.table import Table, build
+
+ORDERS = ("row", "col", "diag")
+
+
+def _rope(x, pos, theta=10000.0):
+    """Independent RoPE (rotate_half convention): x (B, H, N, D), pos (B, N)."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2).float() / d)
+    ang = pos[:, None, :, None].float() * inv  # (B, 1, N, D/2)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def _reference(m, x, pos, mask, causal=True):
+    """Dense eager 2D-TPE: per order, token i sees real keys j with pos[j] <= pos[i]."""
+    b, n, _ = x.shape
+    h, hk, d = m.num_heads, m.num_kv_heads, m.head_dim
+    q = m.q(x).view(b, n, h, d).transpose(1, 2)
+    k, v = m.kv(x).view(b, n, 2, hk, d).permute(2, 0, 3, 1, 4)
+    k, v = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+    w = m.mix_weights(x)  # (B, N, H, K)
+    out = 0
+    for i in range(pos.shape[-1]):
+        p = pos[..., i]
+        logits = _rope(q, p) @ _rope(k, p).transpose(-1, -2) / d**0.5
+        allowed = ((p[:, None, :] <= p[:, :, None]) | (not causal)) & mask[:, None, :]
+        allowed = allowed | (torch.eye(n, dtype=torch.bool) & ~mask[:, :, None])
+        o = logits.masked_fill(~allowed[:, None], float("-inf")).softmax(-1) @ v
+        out = out + w[..., i].transpose(1, 2).unsqueeze(-1) * o
+    return m.proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+def _ragged_batch(padding_side="right"):
+    samples = [
+        [Text(3), Table(((1, 2), (2, 1, 3), (1,)), rule_rows=True), Text(4)],
+        [Text(1), Table.grid(2, 3, cell_tokens=2), Text(2)],
+        [Text(2), Table(((3,), (1, 1, 1, 1)), col_sep=0), Text(1), Table.grid(2, 2), Text(2)],
+    ]
+    return build(samples, orders=ORDERS, padding_side=padding_side)
+
+
+@pytest.mark.parametrize("sequential", [("seq",), ()])
+def test_single_order_equals_causal_rope_attention(sequential):
+    torch.manual_seed(0)
+    m = TPEAttention(32, 4, orders=("seq",), num_kv_heads=2, sequential_orders=sequential)
+    ref = Attention(32, 4, 2, [create("rope", dim=32, num_heads=4)], causal=True, qkv_bias=False, proj_bias=False)
+    ref.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("router")})
+    x = torch.randn(2, 11, 32)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 8:] = False
+    coords = replace(Coords.sequence(11, batch=2), mask=mask)
+    out = m(x, coords)
+    assert torch.allclose(out, ref(x, coords), atol=1e-5)
+    assert torch.equal(m.router_weights, torch.ones(2, 11, 4, 1))
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_permuted_attention_matches_dense_reference_on_ragged_tables(padding_side):
+    torch.manual_seed(1)
+    layout = _ragged_batch(padding_side)
+    c = layout.order_coords
+    m = TPEAttention(32, 4, orders=ORDERS, num_kv_heads=2).eval()
+    x = torch.randn(c.batch_size, c.num_tokens, 32)
+    out = m(x, c)
+    ref = _reference(m, x, c.pos, c.mask)
+    real = c.mask
+    assert torch.allclose(out[real], ref[real], atol=1e-5)
+
+
+def test_inverse_permutation_is_exact_for_ragged_tables():
+    layout = _ragged_batch("left")
+    for i in range(len(ORDERS)):
+        pos = layout.order_coords.pos[..., i]
+        perm, inv = order_permutation(pos, layout.mask)
+        x = torch.randn(pos.shape)
+        assert torch.equal(x.gather(1, perm).gather(1, inv), x)
+        sorted_pos = pos.gather(1, perm)
+        n_real = layout.mask.sum(1)
+        for b in range(pos.shape[0]):  # real tokens first, in increasing order
+            assert torch.all(sorted_pos[b, : n_real[b]].diff() > 0)
+
+
+def test_batched_tables_of_different_shapes_equal_single_runs():
+    torch.manual_seed(2)
+    samples = [[Text(2), Table.grid(3, 2), Text(2)], [Text(1), Table(((2, 1), (1,), (1, 1, 1))), Text(3)]]
+    m = TPEAttention(16, 2, orders=ORDERS).eval()
+    xs = [torch.randn(1, build([s]).order_coords.num_tokens, 16) for s in samples]
+    batch = build(samples, orders=ORDERS, padding_side="left")
+    n = batch.order_coords.num_tokens
+    x = torch.cat([torch.nn.functional.pad(t, (0, 0, n - t.shape[1], 0)) for t in xs])
+    out = m(x, batch.order_coords)
+    for b, (s, t) in enumerate(zip(samples, xs)):
+        alone = m(t, build([s], orders=ORDERS).order_coords)
+        assert torch.allclose(out[b, n - t.shape[1] :], alone[0], atol=1e-5)
+
+
+def test_cached_decoding_equals_full_forward():
+    torch.manual_seed(3)
+    layout = build(
+        [[Text(2), Table(((1, 2), (2,), (1, 1, 1))), Text(5)], [Text(1), Table.grid(2, 2), Text(4)]], ORDERS, "left"
+    )
+    c = layout.order_coords
+    m = TPEAttention(32, 4, orders=ORDERS, num_kv_heads=1).eval()
+    x = torch.randn(2, c.num_tokens, 32)
+    full = m(x, c)
+    cache, split = MultiOrderCache(), c.num_tokens - 3
+
+    def part(a, b):
+        return Coords(c.pos[:, a:b], c.axes, mask=c.mask[:, a:b])
+
+    outs = [m(x[:, :split], part(0, split), cache=cache)]
+    for i in range(split, c.num_tokens):
+        outs.append(m(x[:, i : i + 1], part(i, i + 1), cache=cache))
+    assert cache.keys.shape == (3, 2, 1, c.num_tokens, 8) and cache.values.shape == (2, 1, c.num_tokens, 8)
+    assert torch.allclose(torch.cat(outs, 1)[c.mask], full[c.mask], atol=1e-5)
+    nxt = layout.decode(2)  # positions of generated tokens: same under every order
+    assert torch.equal(nxt[:, 0, 0], c.pos[:, -1, 0] + 1) and torch.equal(nxt[..., 0], nxt[..., 2])
+
+
+def test_gradients_reach_the_router_and_entropy_loss():
+    torch.manual_seed(4)
+    layout = _ragged_batch()
+    c = layout.order_coords
+    m = TPEAttention(32, 4, orders=ORDERS)
+    x = torch.randn(c.batch_size, c.num_tokens, 32, requires_grad=True)
+    out = m(x, c)
+    (out.square().mean() + router_entropy_loss(m, layout.table_mask)).backward()
+    for name, p in m.router.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    w = m.router_weights.detach()
+    assert torch.allclose(w.sum(-1), torch.ones(()))
+    uniform = torch.full_like(w, 1 / 3)
+    assert torch.isclose(router_entropy(uniform, layout.table_mask), torch.log(torch.tensor(3.0)))
+    onehot = torch.zeros_like(w)
+    onehot[..., 0] = 1
+    assert router_entropy(onehot, layout.table_mask) < 1e-6
+
+
+def test_non_causal_attends_to_every_real_key_in_every_order():
+    torch.manual_seed(5)
+    layout = _ragged_batch()
+    c = layout.order_coords
+    m = TPEAttention(16, 2, orders=ORDERS, causal=False).eval()
+    x = torch.randn(c.batch_size, c.num_tokens, 16)
+    ref = _reference(m, x, c.pos, c.mask, causal=False)
+    assert torch.allclose(m(x, c)[c.mask], ref[c.mask], atol=1e-5)
+    with pytest.raises(ValueError, match="causal"):
+        m(x, c, cache=MultiOrderCache())
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match="divisible"):
+        TPEAttention(30, 4)
+    with pytest.raises(ValueError, match="orders"):
+        TPEAttention(32, 4, orders=("row", "row"))
+    with pytest.raises(ValueError, match="sequential_orders"):
+        TPEAttention(32, 4, orders=("col",))
+    m = TPEAttention(32, 4)
+    c = build([[Text(2), Table.grid(2, 2)]]).order_coords
+    with pytest.raises(ValueError, match="masks"):
+        m(torch.randn(1, c.num_tokens, 32), c, attn_mask=torch.ones(1, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match="axis"):
+        m(torch.randn(1, 4, 32), Coords.sequence(4))
