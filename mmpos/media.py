@@ -1,0 +1,506 @@
+"""Image and video files to vision patches and layout segments, as the Qwen-VL processors do.
+
+:func:`image_patches` and :func:`video_patches` take a file (or bytes, a ``PIL.Image``, an
+array) and return the pixel rows the Qwen-VL vision towers take, ``(N, C * T * P * P)``
+float32, with the :class:`~mmpos.layout.Image` / :class:`~mmpos.layout.Video` segment that
+:func:`mmpos.layout.build` turns into positions. The rules are those of the Hugging Face
+processors (transformers 5.24 and 4.57, read for facts in
+``models/qwen2_vl/image_processing_pil_qwen2_vl.py``, ``image_processing_qwen2_vl.py``,
+``video_processing_qwen2_vl.py``, ``models/qwen3_vl/video_processing_qwen3_vl.py``,
+``processing_qwen2_5_vl.py``, ``processing_qwen3_vl.py``); the tests compare grids and
+pixel rows against those processors directly.
+
+* **Load**: EXIF orientation applied; transparency composited onto white, every other mode
+  converted to RGB (as transformers 5.x and ``qwen-vl-utils`` do; transformers 4.57 drops
+  the alpha channel instead).
+* **Resize** (:func:`smart_resize`): both sides a multiple of ``patch_size * merge_size``,
+  area within ``[min_pixels, max_pixels]``, aspect ratio kept; bicubic. ``resample="pil"``
+  is Pillow's bicubic on uint8 (the PIL image processors), ``resample="torch"`` is
+  ``torch.nn.functional.interpolate(mode="bicubic", antialias=True)`` on uint8 (what
+  torchvision does on CPU: the torchvision image processors and every video processor).
+* **Normalise**: ``(x / 255 - mean) / std`` in float32 (``"pil"``: rescale in float64 then
+  cast, as NumPy transformers does; ``"torch"``: ``(x - 255 mean) / (255 std)``, torchvision's
+  fused form).
+* **Patchify**: frames padded to a multiple of ``temporal_patch_size`` by repeating the last
+  one (a still image is repeated ``temporal_patch_size`` times); row ``r`` is patch
+  ``(t, h, w)`` in the order ``t``, ``h // m``, ``w // m``, ``h % m``, ``w % m``
+  (``m = merge_size``), so the ``m * m`` patches of one merged token are consecutive rows and
+  the merged tokens run in raster order -- the order :mod:`mmpos.layout` assigns positions
+  in. Each row holds ``(C, T, P, P)`` values.
+* **Videos** are read with OpenCV (frame count and rate from the container). Frame sampling
+  follows ``frames``: ``"qwen2-vl"`` (Qwen2-VL / Qwen2.5-VL: all frames, or ``fps`` /
+  ``num_frames`` rounded to ``temporal_patch_size``, indices ``arange(0, n, n / k)``) or
+  ``"qwen3-vl"`` (``fps=2`` by default, clamped to ``[min_frames, max_frames]``, indices
+  ``linspace(0, n - 1, k).round()``, and the joint (frames, height, width) resize).
+  ``second_per_grid = temporal_patch_size / sampled_fps`` with ``sampled_fps`` the real
+  rate of the kept frames (transformers 5.x; 4.57 used the *requested* fps), and
+  :attr:`VideoPatches.timestamps` are Qwen3-VL's per temporal patch (mean of its first and
+  last frame's time).
+
+Shapes: ``pixel_values`` ``(t * h * w, 3 * temporal_patch_size * patch_size ** 2)`` with
+``(t, h, w) = segment.grid_thw`` in patches before the spatial merge.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image as PILImage
+from PIL import ImageOps, UnidentifiedImageError
+from torch import Tensor
+
+from .layout import Image, Text, Video
+
+__all__ = [
+    "IMAGE_SPECS",
+    "VIDEO_SPECS",
+    "ImagePatches",
+    "MediaSpec",
+    "VideoPatches",
+    "image_patches",
+    "load_image",
+    "read_video",
+    "sample_frame_indices",
+    "smart_resize",
+    "smart_resize_video",
+    "video_patches",
+]
+
+ImageSource = str | os.PathLike | bytes | PILImage.Image | np.ndarray
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OPENAI_CLIP_MEAN in transformers.image_utils
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+HALF = (0.5, 0.5, 0.5)  # IMAGENET_STANDARD_MEAN / _STD
+RESAMPLES = ("pil", "torch")
+FRAME_RULES = ("qwen2-vl", "qwen3-vl")
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class MediaSpec:
+    """How one processor turns pixels into patch rows (defaults of the HF processor classes).
+
+    Attributes:
+        patch_size: vision patch side ``P`` (14 in Qwen2/2.5-VL, 16 in Qwen3-VL).
+        merge_size: patches merged per token along h and w (``m``).
+        temporal_patch_size: frames per temporal patch (``T``).
+        min_pixels, max_pixels: area bounds of the resized image / frame (for ``"qwen3-vl"``
+            frames: of the whole clip, frames x height x width).
+        mean, std: per-channel normalisation (RGB).
+        resample: ``"pil"`` or ``"torch"`` bicubic (see the module docstring).
+        frames: video frame sampling and resize rule, ``"qwen2-vl"`` or ``"qwen3-vl"``.
+        fps: frames sampled per second of video (``None``: every frame under ``"qwen2-vl"``).
+        num_frames: frames to sample instead of ``fps`` (exclusive with it).
+        min_frames, max_frames: bounds of the sampled frame count when sampling by ``fps``.
+
+    Checkpoints ship their own ``preprocessor_config.json`` (e.g. other ``min_pixels`` /
+    ``max_pixels``): pass those values as overrides.
+    """
+
+    patch_size: int
+    min_pixels: int
+    max_pixels: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    resample: str
+    merge_size: int = 2
+    temporal_patch_size: int = 2
+    frames: str = "qwen2-vl"
+    fps: float | None = None
+    num_frames: int | None = None
+    min_frames: int = 4
+    max_frames: int = 768
+
+    def __post_init__(self) -> None:
+        for name in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels", "max_frames"):
+            _check_int(getattr(self, name), f"MediaSpec.{name}", 1)
+        _check_int(self.min_frames, "MediaSpec.min_frames", 0)
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"MediaSpec.min_pixels={self.min_pixels} must be <= max_pixels={self.max_pixels}")
+        for name in ("mean", "std"):
+            value = tuple(getattr(self, name))
+            if len(value) != 3 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in value):
+                raise ValueError(f"MediaSpec.{name} must hold 3 finite numbers (R, G, B), got {getattr(self, name)!r}")
+            object.__setattr__(self, name, value)
+        if not all(s > 0 for s in self.std):
+            raise ValueError(f"MediaSpec.std must be positive, got {self.std!r}")
+        if self.resample not in RESAMPLES:
+            raise ValueError(f"MediaSpec.resample must be one of {RESAMPLES}, got {self.resample!r}")
+        if self.frames not in FRAME_RULES:
+            raise ValueError(f"MediaSpec.frames must be one of {FRAME_RULES}, got {self.frames!r}")
+        if self.fps is not None and self.num_frames is not None:
+            raise ValueError("MediaSpec.fps and num_frames are exclusive: set one of them to None")
+        if self.fps is not None and (
+            isinstance(self.fps, bool) or not isinstance(self.fps, (int, float)) or not 0 < self.fps < math.inf
+        ):
+            raise ValueError(f"MediaSpec.fps must be a positive number or None, got {self.fps!r}")
+        if self.num_frames is not None:
+            _check_int(self.num_frames, "MediaSpec.num_frames", 1)
+
+
+#: image processors: ``Qwen2VLImageProcessor`` defaults (Qwen2.5-VL and Qwen3-VL reuse that class;
+#: Qwen3-VL checkpoints set ``patch_size=16`` and mean = std = 0.5)
+IMAGE_SPECS: dict[str, MediaSpec] = {
+    "qwen2-vl": MediaSpec(14, 56 * 56, 28 * 28 * 1280, CLIP_MEAN, CLIP_STD, "pil"),
+    "qwen2.5-vl": MediaSpec(14, 56 * 56, 28 * 28 * 1280, CLIP_MEAN, CLIP_STD, "pil"),
+    "qwen3-vl": MediaSpec(16, 56 * 56, 28 * 28 * 1280, HALF, HALF, "pil"),
+}
+#: video processors: ``Qwen2VLVideoProcessor`` (also Qwen2.5-VL's) and ``Qwen3VLVideoProcessor`` defaults
+VIDEO_SPECS: dict[str, MediaSpec] = {
+    "qwen2-vl": MediaSpec(14, 128 * 28 * 28, 28 * 28 * 768, CLIP_MEAN, CLIP_STD, "torch"),
+    "qwen2.5-vl": MediaSpec(14, 128 * 28 * 28, 28 * 28 * 768, CLIP_MEAN, CLIP_STD, "torch"),
+    "qwen3-vl": MediaSpec(16, 128 * 32 * 32, 32 * 32 * 768, HALF, HALF, "torch", frames="qwen3-vl", fps=2),
+}
+
+
+def _resolve(spec: str | MediaSpec, table: dict[str, MediaSpec], overrides: dict) -> MediaSpec:
+    if isinstance(spec, str):
+        if spec not in table:
+            raise ValueError(f"spec must be a MediaSpec or one of {tuple(table)}, got {spec!r}")
+        spec = table[spec]
+    elif not isinstance(spec, MediaSpec):
+        raise TypeError(f"spec must be a MediaSpec or a model name, got {type(spec).__name__}")
+    known = {f.name for f in fields(MediaSpec)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"unknown MediaSpec field(s) {unknown}; valid: {sorted(known)}")
+    if "fps" in overrides and overrides["fps"] is not None and "num_frames" not in overrides:
+        overrides = {**overrides, "num_frames": None}  # an explicit fps replaces the preset's num_frames ...
+    if "num_frames" in overrides and overrides["num_frames"] is not None and "fps" not in overrides:
+        overrides = {**overrides, "fps": None}  # ... and the other way round
+    return replace(spec, **overrides)
+
+
+# --------------------------------------------------------------------------- images
+def _name(source: object) -> str:
+    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"<{type(source).__name__}>"
+
+
+def _to_rgb(image: PILImage.Image) -> PILImage.Image:
+    """Transparency onto a white background, anything else converted to RGB."""
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        background = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return PILImage.alpha_composite(background, rgba).convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def load_image(source: ImageSource) -> PILImage.Image:
+    """An RGB ``PIL.Image`` from a path, encoded bytes, a ``PIL.Image`` or a uint8 array.
+
+    Arrays are ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` (RGB) or ``(H, W, 4)`` (RGBA), uint8.
+    EXIF orientation is applied to files, bytes and ``PIL`` images. A file that cannot be
+    decoded (missing, not an image, truncated) raises ``ValueError`` naming it.
+    """
+    if isinstance(source, np.ndarray):
+        if source.dtype != np.uint8:
+            raise TypeError(f"image array must be uint8, got dtype {source.dtype}")
+        if not (source.ndim == 2 or (source.ndim == 3 and source.shape[2] in (1, 3, 4))):
+            raise ValueError(f"image array must be (H, W) or (H, W, C) with C in (1, 3, 4), got {source.shape}")
+        if source.shape[0] == 0 or source.shape[1] == 0:
+            raise ValueError(f"image array must not be empty, got {source.shape}")
+        array = source[..., 0] if source.ndim == 3 and source.shape[2] == 1 else source
+        return _to_rgb(PILImage.fromarray(np.ascontiguousarray(array)))
+    if isinstance(source, PILImage.Image):
+        return _to_rgb(ImageOps.exif_transpose(source))
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        opener: object = io.BytesIO(bytes(source))
+    elif isinstance(source, (str, os.PathLike)):
+        opener = Path(source)
+        if not opener.is_file():
+            raise ValueError(f"image file {_name(source)} does not exist")
+    else:
+        raise TypeError(f"image must be a path, bytes, PIL.Image or uint8 array, got {type(source).__name__}")
+    try:
+        with PILImage.open(opener) as image:  # type: ignore[arg-type]
+            image.load()  # decode now: a truncated file fails here, not later
+            return _to_rgb(ImageOps.exif_transpose(image))
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise ValueError(f"cannot decode image {_name(source)}: {err}") from err
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen-VL target size ``(h, w)``: multiples of ``factor`` nearest to ``(height, width)``,
+    scaled (aspect ratio kept) into ``[min_pixels, max_pixels]`` when the rounded area falls out.
+
+    Raises ``ValueError`` when the aspect ratio exceeds 200, as the reference does.
+    """
+    for value, name in ((height, "height"), (width, "width"), (factor, "factor")):
+        _check_int(value, name, 1)
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"aspect ratio must be at most 200, got {height}x{width}")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def smart_resize_video(
+    num_frames: int, height: int, width: int, temporal_factor: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """Qwen3-VL frame size ``(h, w)``: as :func:`smart_resize` with the clip's volume
+    ``frames x h x w`` bounded instead of the area; frames smaller than ``factor`` are first
+    scaled up. Needs ``num_frames >= temporal_factor`` (the reference raises otherwise)."""
+    for value, name in ((num_frames, "num_frames"), (height, "height"), (width, "width"), (factor, "factor")):
+        _check_int(value, name, 1)
+    if num_frames < temporal_factor:
+        raise ValueError(
+            f"Qwen3-VL resizing needs at least temporal_patch_size={temporal_factor} frames, got {num_frames}"
+        )
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"aspect ratio must be at most 200, got {height}x{width}")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt(num_frames * height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _resize_normalize(frames: np.ndarray, size: tuple[int, int], spec: MediaSpec) -> Tensor:
+    """uint8 frames ``(F, H, W, 3)`` -> normalised float32 ``(F, 3, h, w)``."""
+    h, w = size
+    if spec.resample == "pil":
+        resized = [
+            np.asarray(PILImage.fromarray(f).resize((w, h), PILImage.Resampling.BICUBIC)) if f.shape[:2] != size else f
+            for f in frames
+        ]
+        x = np.stack(resized).astype(np.float64) * (1 / 255)  # rescale in float64, then cast (NumPy transformers)
+        x = (x.astype(np.float32) - np.array(spec.mean, np.float32)) / np.array(spec.std, np.float32)
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    x = torch.from_numpy(np.array(frames)).permute(0, 3, 1, 2)  # (F, 3, H, W) uint8
+    if x.shape[-2:] != size:  # uint8 bicubic with antialias, as torchvision resizes on CPU
+        x = torch.nn.functional.interpolate(x, size=[h, w], mode="bicubic", align_corners=False, antialias=True)
+    mean = torch.tensor(spec.mean) * (1.0 / (1 / 255))  # torchvision's fused rescale + normalise
+    std = torch.tensor(spec.std) * (1.0 / (1 / 255))
+    return (x.float() - mean.view(3, 1, 1)) / std.view(3, 1, 1)
+
+
+def _patchify(x: Tensor, spec: MediaSpec) -> tuple[Tensor, tuple[int, int, int]]:
+    """Frames ``(F, C, H, W)`` -> rows ``(t * h * w, C * T * P * P)`` and ``grid_thw``."""
+    p, m, tp = spec.patch_size, spec.merge_size, spec.temporal_patch_size
+    if pad := -x.shape[0] % tp:  # repeat the last frame up to a whole temporal patch
+        x = torch.cat([x, x[-1:].expand(pad, -1, -1, -1)])
+    f, c, height, width = x.shape
+    gt, gh, gw = f // tp, height // p, width // p
+    x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
+    x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (t, h/m, w/m, m, m, C, T, P, P)
+    return x.reshape(gt * gh * gw, c * tp * p * p).contiguous(), (gt, gh, gw)
+
+
+@dataclass(frozen=True, eq=False)
+class ImagePatches:
+    """One image as vision patches.
+
+    Attributes:
+        pixel_values: ``(h * w, 3 * T * P * P)`` float32 rows (``T`` copies of the image).
+        segment: :class:`~mmpos.layout.Image` with ``grid_thw = (1, h, w)`` in patches.
+        size: the resized ``(height, width)`` in pixels.
+    """
+
+    pixel_values: Tensor
+    segment: Image
+    size: tuple[int, int]
+
+
+def image_patches(source: ImageSource, spec: str | MediaSpec = "qwen2-vl", **overrides) -> ImagePatches:
+    """Load, resize, normalise and patchify one image.
+
+    Args:
+        source: path, encoded bytes, ``PIL.Image`` or uint8 array (see :func:`load_image`).
+        spec: a key of :data:`IMAGE_SPECS` or a :class:`MediaSpec`.
+        **overrides: :class:`MediaSpec` fields to change (``min_pixels=...``, ``resample="torch"``).
+    """
+    spec = _resolve(spec, IMAGE_SPECS, overrides)
+    rgb = np.array(load_image(source))  # (H, W, 3) uint8
+    size = smart_resize(rgb.shape[0], rgb.shape[1], spec.patch_size * spec.merge_size, spec.min_pixels, spec.max_pixels)
+    rows, grid = _patchify(_resize_normalize(rgb[None], size, spec), spec)
+    return ImagePatches(rows, Image(grid), size)
+
+
+# --------------------------------------------------------------------------- videos
+def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -> np.ndarray:
+    """Indices of the frames kept from a clip of ``total_frames`` at ``video_fps`` (int64,
+    sorted, may repeat under ``"qwen3-vl"``), by ``spec.frames`` (see the module docstring)."""
+    _check_int(total_frames, "total_frames", 1)
+    tp = spec.temporal_patch_size
+    if spec.frames == "qwen3-vl":
+        n = spec.num_frames
+        if n is None and spec.fps is not None:
+            n = min(max(int(total_frames / video_fps * spec.fps), spec.min_frames), spec.max_frames, total_frames)
+        if n is None:
+            n = min(max(total_frames, spec.min_frames), spec.max_frames)
+        return np.linspace(0, total_frames - 1, n).round().astype(np.int64)
+    if spec.num_frames is not None:
+        n = round(spec.num_frames / tp) * tp
+    elif spec.fps is not None:
+        most = math.floor(min(spec.max_frames, total_frames) / tp) * tp
+        n = math.floor(min(max(total_frames / video_fps * spec.fps, spec.min_frames), most, total_frames) / tp) * tp
+    else:
+        return np.arange(total_frames, dtype=np.int64)
+    if not 0 < n <= total_frames:
+        raise ValueError(
+            f"cannot sample {n} frames (a multiple of temporal_patch_size={tp}) from a clip of {total_frames} frames; "
+            f"lower fps / num_frames or sample all frames (fps=None, num_frames=None)"
+        )
+    return torch.arange(0, total_frames, total_frames / n).int().numpy().astype(np.int64)  # as the reference
+
+
+def read_video(
+    path: str | os.PathLike, spec: str | MediaSpec = "qwen2-vl", **overrides
+) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """Decode the sampled frames of a video file with OpenCV.
+
+    Returns ``frames`` ``(F, H, W, 3)`` uint8 RGB, their ``indices`` ``(F,)``, the container's
+    frame rate and frame count. An unreadable file, a clip of zero frames, a frame rate that
+    is not positive or fewer decodable frames than the container reports raise ``ValueError``
+    naming the file.
+    """
+    import cv2
+
+    spec = _resolve(spec, VIDEO_SPECS, overrides)
+    name = _name(path)
+    if not Path(path).is_file():
+        raise ValueError(f"video file {name} does not exist")
+    cap = cv2.VideoCapture(os.fspath(path))
+    try:
+        if not cap.isOpened():
+            raise ValueError(f"cannot open video file {name} (not a video OpenCV can decode)")
+        total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+        fps = float(cap.get(cv2.CAP_PROP_FPS))
+        if total <= 0:
+            raise ValueError(f"video file {name} has no frames (container reports {total})")
+        if not (math.isfinite(fps) and fps > 0):
+            raise ValueError(f"video file {name} has frame rate {fps}; a positive frame rate is needed for timestamps")
+        indices = sample_frame_indices(total, fps, spec)
+        wanted, frames = set(indices.tolist()), {}
+        last = int(indices.max())
+        for i in range(last + 1):
+            if not cap.grab():
+                raise ValueError(
+                    f"video file {name}: the container reports {total} frames but frame {i} cannot be decoded"
+                )
+            if i in wanted:
+                ok, frame = cap.retrieve()
+                if not ok:
+                    raise ValueError(f"video file {name}: frame {i} cannot be decoded")
+                frames[i] = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+    finally:
+        cap.release()
+    return np.stack([frames[i] for i in indices.tolist()]), indices, fps, total
+
+
+@dataclass(frozen=True, eq=False)
+class VideoPatches:
+    """One clip as vision patches.
+
+    Attributes:
+        pixel_values: ``(t * h * w, 3 * T * P * P)`` float32 rows.
+        segment: :class:`~mmpos.layout.Video` with ``grid_thw = (t, h, w)`` and
+            ``second_per_grid = T / sampled_fps`` (Qwen2.5-VL).
+        frame_indices: ``(F,)`` indices of the sampled frames in the clip (before padding).
+        video_fps: the clip's frame rate.
+        timestamps: ``t`` seconds, one per temporal patch (Qwen3-VL's, mean of the patch's
+            first and last frame time).
+        size: the resized frame ``(height, width)``.
+    """
+
+    pixel_values: Tensor
+    segment: Video
+    frame_indices: np.ndarray
+    video_fps: float
+    timestamps: tuple[float, ...]
+    size: tuple[int, int]
+
+    def qwen3_segments(self, text_tokens: Callable[[str], int]) -> list[Text | Video]:
+        """Qwen3-VL's interleaving: before each temporal patch the text ``"<{s:.1f} seconds>"``,
+        then that patch as a one-frame :class:`~mmpos.layout.Video`. ``text_tokens(text)`` gives
+        the number of tokens the text (with any vision start / end tokens around it) takes."""
+        _, h, w = self.segment.grid_thw
+        out: list[Text | Video] = []
+        for s in self.timestamps:
+            out += [Text(_check_int(text_tokens(f"<{s:.1f} seconds>"), "text_tokens(...)", 1)), Video((1, h, w))]
+        return out
+
+
+def _timestamps(indices: np.ndarray, video_fps: float, tp: int) -> tuple[float, ...]:
+    idx = indices.tolist()
+    idx += [idx[-1]] * (-len(idx) % tp)  # padded like the frames
+    seconds = [i / video_fps for i in idx]
+    return tuple((seconds[i] + seconds[i + tp - 1]) / 2 for i in range(0, len(seconds), tp))
+
+
+def video_patches(
+    source: str | os.PathLike | np.ndarray,
+    spec: str | MediaSpec = "qwen2-vl",
+    *,
+    video_fps: float | None = None,
+    **overrides,
+) -> VideoPatches:
+    """Read (or take), sample, resize, normalise and patchify one clip.
+
+    Args:
+        source: a video file, or decoded frames ``(F, H, W, 3)`` uint8 RGB (then ``video_fps``
+            is required and frames are sampled from them as from a file).
+        spec: a key of :data:`VIDEO_SPECS` or a :class:`MediaSpec`.
+        video_fps: frame rate of an array ``source`` (a file's comes from its container).
+        **overrides: :class:`MediaSpec` fields to change (``fps=1``, ``num_frames=8``, ...).
+    """
+    spec = _resolve(spec, VIDEO_SPECS, overrides)
+    if isinstance(source, np.ndarray):
+        if source.dtype != np.uint8 or source.ndim != 4 or source.shape[3] != 3 or 0 in source.shape:
+            raise ValueError(f"video array must be non-empty uint8 (F, H, W, 3), got {source.dtype} {source.shape}")
+        if isinstance(video_fps, bool) or not isinstance(video_fps, (int, float)) or not 0 < video_fps < math.inf:
+            raise ValueError(f"video_fps must be a positive number for an array video, got {video_fps!r}")
+        fps, total = float(video_fps), source.shape[0]
+        indices = sample_frame_indices(total, fps, spec)
+        frames = source[indices]
+        name = "<ndarray>"
+    else:
+        if video_fps is not None:
+            raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
+        frames, indices, fps, total = read_video(source, spec)
+        name = _name(source)
+    factor = spec.patch_size * spec.merge_size
+    height, width = frames.shape[1:3]
+    try:
+        if spec.frames == "qwen3-vl":
+            size = smart_resize_video(
+                len(frames), height, width, spec.temporal_patch_size, factor, spec.min_pixels, spec.max_pixels
+            )
+        else:
+            size = smart_resize(height, width, factor, spec.min_pixels, spec.max_pixels)
+    except ValueError as err:
+        raise ValueError(f"video {name}: {err}") from err
+    rows, grid = _patchify(_resize_normalize(frames, size, spec), spec)
+    sampled_fps = len(indices) / total * fps
+    segment = Video(grid, spec.temporal_patch_size / sampled_fps)
+    ts = _timestamps(indices, fps, spec.temporal_patch_size)
+    return VideoPatches(rows, segment, indices, fps, ts, size)

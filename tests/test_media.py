@@ -1,0 +1,384 @@
+"""mmpos.media against the Hugging Face Qwen-VL image and video processors, on files written here."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image as PILImage
+
+from mmpos import layout, media
+
+cv2 = pytest.importorskip("cv2")
+transformers = pytest.importorskip("transformers")
+HF5 = int(transformers.__version__.split(".")[0]) >= 5
+try:
+    import torchvision  # noqa: F401
+
+    HAS_TORCHVISION = True
+except ImportError:
+    HAS_TORCHVISION = False
+needs_tv = pytest.mark.skipif(not HAS_TORCHVISION, reason="the HF torchvision / video processors need torchvision")
+
+
+def _image_processor(resample: str):
+    """The HF image processor class that resizes as ``resample`` does (5.x: ``...Pil`` / torchvision;
+    4.x: the NumPy ``Qwen2VLImageProcessor`` / ``Qwen2VLImageProcessorFast``)."""
+    if resample == "torch" and not HAS_TORCHVISION:
+        pytest.skip("the torchvision image processor needs torchvision")
+    if HF5:
+        if resample == "pil":
+            return importlib.import_module(
+                "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl"
+            ).Qwen2VLImageProcessorPil
+        return importlib.import_module("transformers.models.qwen2_vl.image_processing_qwen2_vl").Qwen2VLImageProcessor
+    if resample == "pil":
+        return importlib.import_module("transformers.models.qwen2_vl.image_processing_qwen2_vl").Qwen2VLImageProcessor
+    return importlib.import_module(
+        "transformers.models.qwen2_vl.image_processing_qwen2_vl_fast"
+    ).Qwen2VLImageProcessorFast
+
+
+def _kwargs(spec: media.MediaSpec) -> dict:
+    return {
+        "size": {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels},
+        "patch_size": spec.patch_size,
+        "merge_size": spec.merge_size,
+        "temporal_patch_size": spec.temporal_patch_size,
+        "image_mean": list(spec.mean),
+        "image_std": list(spec.std),
+    }
+
+
+def _hf_image(spec: media.MediaSpec, image: PILImage.Image):
+    proc = _image_processor(spec.resample)(**_kwargs(spec))
+    out = proc(images=[image], return_tensors="pt")
+    return out["pixel_values"], tuple(out["image_grid_thw"][0].tolist())
+
+
+def _hf_video(spec: media.MediaSpec, frames: np.ndarray):
+    name = "qwen3_vl" if spec.frames == "qwen3-vl" else "qwen2_vl"
+    module = importlib.import_module(f"transformers.models.{name}.video_processing_{name}")
+    cls = module.Qwen3VLVideoProcessor if name == "qwen3_vl" else module.Qwen2VLVideoProcessor
+    kwargs = {"cap_pixels_per_frame": False} if HF5 else {}
+    proc = cls(**_kwargs(spec), do_sample_frames=False, **kwargs)
+    out = proc(videos=[torch.from_numpy(frames).permute(0, 3, 1, 2)], return_tensors="pt")
+    return out["pixel_values_videos"], tuple(out["video_grid_thw"][0].tolist())
+
+
+def _noise(h: int, w: int, seed: int = 0, channels: int = 3) -> np.ndarray:
+    """A smooth gradient plus noise, so resampling has structure to get wrong."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = (yy * 255 // max(h - 1, 1) + xx * 127 // max(w - 1, 1))[..., None] + np.arange(channels) * 40
+    return ((base + rng.integers(-30, 30, (h, w, channels))) % 256).astype(np.uint8)
+
+
+def _write_clip(path, frames: np.ndarray, fps: float) -> None:
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (frames.shape[2], frames.shape[1]))
+    assert writer.isOpened()
+    for frame in frames:
+        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    writer.release()
+
+
+# --------------------------------------------------------------------------- images
+# (height, width, overrides): odd, exact, tiny (scaled up to min_pixels), extreme aspect ratios, and
+# larger than max_pixels (scaled down; a lowered max_pixels keeps the test fast)
+IMAGE_SIZES = [
+    (37, 91, {}),
+    (28, 28, {}),
+    (5, 7, {}),
+    (3, 500, {}),
+    (640, 11, {}),
+    (1200, 1700, {"max_pixels": 160_000}),
+]
+
+
+@pytest.mark.parametrize("model", ["qwen2-vl", "qwen3-vl"])
+@pytest.mark.parametrize("resample", ["pil", "torch"])
+@pytest.mark.parametrize("case", IMAGE_SIZES, ids=lambda c: f"{c[0]}x{c[1]}")
+def test_image_parity_with_hf(tmp_path, model, resample, case):
+    h, w, overrides = case
+    path = tmp_path / "x.bmp"  # fast to write at the large size
+    PILImage.fromarray(_noise(h, w)).save(path)
+    spec = media._resolve(model, media.IMAGE_SPECS, {"resample": resample, **overrides})
+    ours = media.image_patches(path, spec)
+    ref, grid = _hf_image(spec, media.load_image(path))
+    assert ours.segment == layout.Image(grid)
+    assert ours.pixel_values.dtype == torch.float32
+    assert torch.equal(ours.pixel_values, ref)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P", "L", "CMYK"])
+def test_image_modes_parity_with_hf(tmp_path, mode):
+    rgba = _noise(45, 61, channels=4)
+    image = PILImage.fromarray(rgba, "RGBA")
+    if mode == "P":
+        image = image.convert("RGB").quantize(16)
+        image.info["transparency"] = 3
+    else:
+        image = image.convert(mode)
+    path = tmp_path / ("x.tiff" if mode == "CMYK" else "x.png")
+    image.save(path)
+    has_alpha = mode in ("RGBA", "LA", "P")
+    if has_alpha and not HF5:
+        pytest.skip("transformers 4.x drops the alpha channel; mmpos composites onto white as 5.x does")
+    spec = media.IMAGE_SPECS["qwen2-vl"]
+    ref, grid = _hf_image(spec, PILImage.open(path))
+    ours = media.image_patches(path)
+    assert ours.segment.grid_thw == grid
+    assert torch.equal(ours.pixel_values, ref)
+
+
+def test_image_inputs_agree(tmp_path):
+    rgb = _noise(50, 70)
+    path = tmp_path / "x.png"
+    PILImage.fromarray(rgb).save(path)
+    want = media.image_patches(rgb).pixel_values
+    for source in (path, str(path), path.read_bytes(), PILImage.open(path), rgb[..., :3]):
+        assert torch.equal(media.image_patches(source).pixel_values, want)
+    gray = rgb[..., 0]
+    assert torch.equal(
+        media.image_patches(gray).pixel_values, media.image_patches(np.repeat(gray[..., None], 3, -1)).pixel_values
+    )
+    assert torch.equal(media.image_patches(gray[..., None]).pixel_values, media.image_patches(gray).pixel_values)
+
+
+def test_exif_orientation(tmp_path):
+    rgb = _noise(30, 80)
+    image = PILImage.fromarray(rgb)
+    exif = image.getexif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    path = tmp_path / "x.jpg"
+    image.save(path, exif=exif)
+    loaded = media.load_image(path)
+    assert loaded.size == (30, 80)  # (W, H): the displayed image is upright, 80 tall
+    assert np.array_equal(np.asarray(loaded), np.asarray(PILImage.open(path).transpose(PILImage.Transpose.ROTATE_270)))
+
+
+def test_rows_follow_layout_token_order():
+    """Row r is patch (t, h, w) with h, w walked as (h // m, w // m, h % m, w % m): the m * m rows of
+    merged token k are rows 4k .. 4k + 3, and merged tokens run in raster order."""
+    spec = media.MediaSpec(2, 1, 10**6, (0, 0, 0), (1 / 255,) * 3, "pil", temporal_patch_size=1)
+    h, w = 8, 12  # 4 x 6 patches of 2 x 2 pixels, 2 x 3 merged tokens
+    x = np.zeros((h, w, 3), np.uint8)
+    x[..., 0] = np.arange(h)[:, None] // 2  # red = patch row, green = patch column
+    x[..., 1] = np.arange(w)[None, :] // 2
+    out = media.image_patches(x, spec)
+    assert out.segment.grid_thw == (1, 4, 6)
+    rows = out.pixel_values.view(-1, 3, 2, 2)[:, :2, 0, 0]  # (24, 2): (patch row, patch col) per row
+    expect = [(2 * bi + i, 2 * bj + j) for bi in range(2) for bj in range(3) for i in range(2) for j in range(2)]
+    assert rows.tolist() == [list(map(float, e)) for e in expect]
+
+
+@pytest.mark.parametrize("hw", [(2, 500), (1000, 3)])
+def test_aspect_ratio_over_200_rejected_like_hf(hw):
+    with pytest.raises(ValueError, match="aspect ratio"):
+        media.image_patches(_noise(*hw))
+    with pytest.raises(ValueError):
+        _hf_image(media.IMAGE_SPECS["qwen2-vl"], PILImage.fromarray(_noise(*hw)))
+
+
+def test_bad_image_files(tmp_path):
+    good = tmp_path / "good.jpg"
+    PILImage.fromarray(_noise(64, 64)).save(good, quality=90)
+    truncated = tmp_path / "cut.jpg"
+    truncated.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    with pytest.raises(ValueError, match="cut.jpg"):
+        media.image_patches(truncated)
+    junk = tmp_path / "junk.png"
+    junk.write_bytes(b"not an image at all")
+    with pytest.raises(ValueError, match="junk.png"):
+        media.load_image(junk)
+    with pytest.raises(ValueError, match="missing.png.*does not exist"):
+        media.load_image(tmp_path / "missing.png")
+    with pytest.raises(ValueError, match="cannot decode image <bytes>"):
+        media.load_image(b"\x89PNG broken")
+    with pytest.raises(TypeError, match="uint8"):
+        media.load_image(np.zeros((4, 4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"\(H, W\)"):
+        media.load_image(np.zeros((4, 4, 2), np.uint8))
+    with pytest.raises(TypeError, match="image must be"):
+        media.load_image(123)
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="spec must be"):
+        media.image_patches(_noise(8, 8), "qwen9")
+    with pytest.raises(TypeError, match="unknown MediaSpec field"):
+        media.image_patches(_noise(8, 8), patchsize=16)
+    with pytest.raises(ValueError, match="resample"):
+        media.image_patches(_noise(8, 8), resample="bilinear")
+    with pytest.raises(ValueError, match="min_pixels"):
+        media.MediaSpec(14, 100, 10, media.CLIP_MEAN, media.CLIP_STD, "pil")
+    with pytest.raises(ValueError, match="exclusive"):
+        media.MediaSpec(14, 1, 10, media.CLIP_MEAN, media.CLIP_STD, "pil", fps=1, num_frames=4)
+    with pytest.raises(ValueError, match="std"):
+        media.MediaSpec(14, 1, 10, media.CLIP_MEAN, (1, 0, 1), "pil")
+
+
+# --------------------------------------------------------------------------- videos
+def _metadata(total, fps, indices=None):
+    from transformers.video_utils import VideoMetadata
+
+    return VideoMetadata(total_num_frames=total, fps=fps, frames_indices=indices)
+
+
+def _hf_sampler(rule):
+    name = "qwen3_vl" if rule == "qwen3-vl" else "qwen2_vl"
+    module = importlib.import_module(f"transformers.models.{name}.video_processing_{name}")
+    return module.Qwen3VLVideoProcessor() if name == "qwen3_vl" else module.Qwen2VLVideoProcessor()
+
+
+@needs_tv
+@pytest.mark.parametrize("total,video_fps", [(1, 25.0), (7, 30.0), (16, 24.0), (125, 29.97), (900, 30.0)])
+@pytest.mark.parametrize("rule", ["qwen2-vl", "qwen3-vl"])
+@pytest.mark.parametrize("want", [{"fps": 2.0}, {"fps": 0.5}, {"num_frames": 6}, {}])
+def test_frame_indices_parity_with_hf(total, video_fps, rule, want):
+    spec = media._resolve(rule, media.VIDEO_SPECS, {"fps": None, "num_frames": None, **want})
+    proc = _hf_sampler(rule)
+    if rule == "qwen2-vl" and not want:  # HF's Qwen2-VL default is do_sample_frames=False: every frame
+        np.testing.assert_array_equal(media.sample_frame_indices(total, video_fps, spec), np.arange(total))
+        return
+    try:
+        ref = np.asarray(proc.sample_frames(_metadata(total, video_fps), **want)).astype(np.int64)
+    except (ValueError, ZeroDivisionError):
+        with pytest.raises(ValueError, match="cannot sample"):
+            media.sample_frame_indices(total, video_fps, spec)
+        return
+    if rule == "qwen3-vl" and not want:  # HF then samples at its default 2 fps; mmpos's preset does the same
+        spec = media.VIDEO_SPECS["qwen3-vl"]
+    np.testing.assert_array_equal(media.sample_frame_indices(total, video_fps, spec), ref)
+
+
+CLIPS = [  # frames, height, width, fps, spec overrides
+    (1, 40, 60, 10.0, {}),
+    (5, 37, 53, 10.0, {}),
+    (9, 64, 48, 7.0, {"fps": 2.0}),
+    (12, 30, 170, 24.0, {"num_frames": 4}),
+]
+
+
+@needs_tv
+@pytest.mark.parametrize("model", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"])
+@pytest.mark.parametrize("clip", CLIPS, ids=lambda c: f"{c[0]}f{c[1]}x{c[2]}")
+def test_video_parity_with_hf(tmp_path, model, clip):
+    n, h, w, fps, overrides = clip
+    path = tmp_path / "clip.avi"
+    _write_clip(path, np.stack([_noise(h, w, seed=i) for i in range(n)]), fps)
+    spec = media._resolve(model, media.VIDEO_SPECS, dict(overrides))
+    frames, indices, video_fps, total = media.read_video(path, spec)
+    assert (total, video_fps) == (n, fps)
+    if model == "qwen3-vl" and len(frames) < spec.temporal_patch_size:
+        with pytest.raises(ValueError, match="clip.avi.*at least temporal_patch_size"):
+            media.video_patches(path, spec)
+        with pytest.raises(ValueError):  # the reference refuses too
+            _hf_video(spec, frames)
+        return
+    ours = media.video_patches(path, spec)
+    ref, grid = _hf_video(spec, frames)
+    assert ours.segment.grid_thw == grid
+    assert torch.equal(ours.pixel_values, ref)
+    np.testing.assert_array_equal(ours.frame_indices, indices)
+    # Qwen2.5-VL seconds per temporal patch: temporal_patch_size / sampled fps (transformers 5.x)
+    meta = _metadata(total, video_fps, indices.tolist())
+    assert math.isclose(ours.segment.second_per_grid, spec.temporal_patch_size / meta.sampled_fps, rel_tol=1e-12)
+    qwen3 = importlib.import_module("transformers.models.qwen3_vl.processing_qwen3_vl").Qwen3VLProcessor
+    assert list(ours.timestamps) == qwen3._calculate_timestamps(None, indices, video_fps, spec.temporal_patch_size)
+
+
+@needs_tv
+def test_video_decoding_matches_hf_opencv_reader(tmp_path):
+    from transformers.video_utils import read_video_opencv
+
+    path = tmp_path / "clip.avi"
+    _write_clip(path, np.stack([_noise(33, 47, seed=i) for i in range(11)]), 12.0)
+    frames, indices, _, _ = media.read_video(path, "qwen3-vl")
+    ref, meta = read_video_opencv(str(path), sample_indices_fn=lambda metadata, **kw: indices)
+    assert meta.total_num_frames == 11 and meta.fps == 12.0
+    np.testing.assert_array_equal(frames, np.asarray(ref))
+
+
+@needs_tv
+@pytest.mark.skipif(
+    not HF5, reason="transformers 4.x Qwen3-VL refuses frames smaller than 32 pixels; 5.x scales them up"
+)
+def test_qwen3_tiny_frames_parity_with_hf():
+    frames = np.stack([_noise(9, 20, seed=i) for i in range(4)])
+    spec = media.VIDEO_SPECS["qwen3-vl"]
+    ours = media.video_patches(frames, spec, video_fps=4.0, fps=None, num_frames=4)
+    ref, grid = _hf_video(spec, frames)
+    assert ours.segment.grid_thw == grid
+    assert torch.equal(ours.pixel_values, ref)
+
+
+def test_array_video_equals_file_and_layout(tmp_path):
+    frames = np.stack([_noise(40, 56, seed=i) for i in range(6)])
+    path = tmp_path / "clip.avi"
+    _write_clip(path, frames, 3.0)
+    decoded, _, _, _ = media.read_video(path)
+    from_file = media.video_patches(path, "qwen2.5-vl", fps=1.0)
+    from_array = media.video_patches(decoded, "qwen2.5-vl", video_fps=3.0, fps=1.0)
+    assert torch.equal(from_file.pixel_values, from_array.pixel_values)
+    assert from_file.segment == from_array.segment
+    t, h, w = from_file.segment.grid_thw
+    assert from_file.pixel_values.shape == (t * h * w, 3 * 2 * 14 * 14)
+    # fps=1 asks for 2 of the 6 frames at 3 fps; min_frames=4 keeps 4, a real rate of 2 fps
+    np.testing.assert_array_equal(from_file.frame_indices, [0, 1, 3, 4])
+    assert from_file.segment.second_per_grid == pytest.approx(2 / 2.0)
+    out = layout.build([[layout.Text(3), from_file.segment, layout.Text(2)]], "qwen2.5-vl")
+    assert out.position_ids.shape == (3, 1, 3 + t * h * w // 4 + 2)
+    segs = from_file.qwen3_segments(lambda text: len(text.split()) + 2)
+    assert segs[::2] == [layout.Text(4)] * t and segs[1::2] == [layout.Video((1, h, w))] * t
+
+
+def test_bad_video_files(tmp_path):
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00" * 2048)
+    with pytest.raises(ValueError, match="junk.mp4"):
+        media.video_patches(junk)
+    with pytest.raises(ValueError, match="nothere.mp4.*does not exist"):
+        media.video_patches(tmp_path / "nothere.mp4")
+    empty = tmp_path / "empty.avi"  # a container with no frames
+    writer = cv2.VideoWriter(str(empty), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (32, 32))
+    writer.release()
+    with pytest.raises(ValueError, match="empty.avi"):
+        media.video_patches(empty)
+    frames = np.stack([_noise(32, 32, seed=i) for i in range(20)])
+    path = tmp_path / "cut.avi"
+    _write_clip(path, frames, 10.0)
+    data = path.read_bytes()
+    (tmp_path / "cut2.avi").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ValueError, match="cut2.avi"):
+        media.video_patches(tmp_path / "cut2.avi")
+    with pytest.raises(ValueError, match="video_fps must be a positive number"):
+        media.video_patches(frames, video_fps=0)
+    with pytest.raises(ValueError, match="video_fps applies to array videos only"):
+        media.video_patches(path, video_fps=10.0)
+    with pytest.raises(ValueError, match="cannot sample"):
+        media.video_patches(frames[:1], video_fps=10.0, fps=2.0)
+
+
+def test_zero_fps_container(tmp_path, monkeypatch):
+    """A container whose frame rate reads 0 (OpenCV returns 0 when the stream has none)."""
+    path = tmp_path / "nofps.avi"
+    _write_clip(path, np.stack([_noise(32, 32, seed=i) for i in range(4)]), 10.0)
+    real = cv2.VideoCapture
+
+    class ZeroFps:
+        def __init__(self, name):
+            self._cap = real(name)
+
+        def get(self, prop):
+            return 0.0 if prop == cv2.CAP_PROP_FPS else self._cap.get(prop)
+
+        def __getattr__(self, name):
+            return getattr(self._cap, name)
+
+    monkeypatch.setattr(cv2, "VideoCapture", ZeroFps)
+    with pytest.raises(ValueError, match="nofps.avi.? has frame rate 0.0"):
+        media.video_patches(path)
