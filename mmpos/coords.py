@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from dataclasses import InitVar, dataclass, replace
 from typing import Sequence
 
@@ -36,6 +37,20 @@ class Modality(enum.IntEnum):
     VIDEO = 2
     POINTS = 3
     SPECIAL = 4  # prefix tokens: class / register tokens
+
+
+#: Largest integer below which every integer is exact, per half-precision dtype.
+_HALF_EXACT = {torch.float16: 2048, torch.bfloat16: 256}
+#: Most tokens a builder makes; beyond it (or int32 indexing) a clear error, before allocating.
+_MAX_TOKENS = 2**31 - 1
+
+
+def _half_warning(dtype: torch.dtype) -> str:
+    return (
+        f"coordinates in {dtype} hold integer positions exactly only up to {_HALF_EXACT[dtype]}; larger "
+        "positions are rounded (several tokens share one position). Build coordinates in float32 "
+        "(encoders compute their angles and tables in float32 anyway)."
+    )
 
 
 def _positive_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
@@ -64,6 +79,8 @@ class Coords:
         if not isinstance(pos, Tensor) or pos.dim() != 3 or not pos.is_floating_point():
             got = tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__
             raise ValueError(f"pos must be a floating tensor of shape (B, N, A), got {got}")
+        if pos.dtype in _HALF_EXACT and not torch.compiler.is_compiling():
+            warnings.warn(_half_warning(pos.dtype), stacklevel=3)
         object.__setattr__(self, "axes", tuple(self.axes))
         if len(self.axes) != pos.shape[-1]:
             raise ValueError(f"axes must name the {pos.shape[-1]} position axes, got {self.axes!r}")
@@ -102,6 +119,8 @@ class Coords:
     ) -> "Coords":
         """1-D positions ``start, start+1, ...``: ``pos`` ``(batch, n, 1)``, axis ``"seq"``."""
         (n, batch) = _positive_sizes((n, batch), "n and batch")
+        if n > _MAX_TOKENS:
+            raise ValueError(f"n={n:,} tokens is more than the {_MAX_TOKENS:,} a Coords may hold")
         if not math.isfinite(start):
             raise ValueError(f"start must be finite, got {start!r}")
         pos = torch.arange(n, dtype=dtype, device=device).add_(start)
@@ -135,6 +154,11 @@ class Coords:
         if not isinstance(prefix, int) or prefix < 0:
             raise ValueError(f"prefix must be a non-negative int, got {prefix!r}")
         (batch,) = _positive_sizes((batch,), "batch")
+        if math.prod(sizes) + prefix > _MAX_TOKENS:
+            raise ValueError(
+                f"sizes {sizes} with prefix={prefix} make {math.prod(sizes) + prefix:,} tokens, more than the "
+                f"{_MAX_TOKENS:,} a Coords may hold"
+            )
         ranges = [torch.arange(s, dtype=dtype, device=device) for s in sizes]
         cells = torch.stack(torch.meshgrid(*ranges, indexing="ij"), dim=-1).reshape(-1, len(sizes))
         pos = torch.cat([cells.new_zeros(prefix, len(sizes)), cells], dim=0)
@@ -231,12 +255,13 @@ class Coords:
         return self.axes.index(name)
 
     def select(self, *axes: str) -> "Coords":
-        """Keep only the named axes, in the given order."""
+        """Keep only the named axes, in the given order.
+
+        The tokens keep their order, so ``grid_shape`` survives only when all axes are kept in
+        their order (a reordered grid is not row-major in the new axis order: ``None``).
+        """
         idx = [self.axis(a) for a in axes]
-        grid = None
-        if self.grid_shape is not None and len(self.grid_shape) == self.num_axes:
-            grid_ok = sorted(idx) == list(range(self.num_axes))
-            grid = tuple(self.grid_shape[i] for i in idx) if grid_ok else None
+        grid = self.grid_shape if idx == list(range(self.num_axes)) else None
         return replace(self, pos=self.pos[..., idx], axes=tuple(axes), grid_shape=grid, _trusted=True)
 
     def _per_axis(self, value: float | Sequence[float], name: str) -> Tensor:

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from .._validate import check_int
 from ..coords import Coords
 from ..rotary import FrequencyPlan, Rotation, coords_angles
 
@@ -70,12 +71,18 @@ class RotaryEncoder(PositionEncoder):
             self.register_buffer("weight", plan.weight.clone(), persistent=False)
 
     def _apply(self, fn, recurse=True):
-        # Keep a fixed plan in its own precision: ``model.to(torch.bfloat16)`` moves it but
-        # must not round the frequencies (large positions would get wrong angles).
-        fixed = self._buffers.get("weight")
+        # Keep the plan in its own precision, fixed or learnable (RoPE-Mixed): ``model.to(torch.bfloat16)``
+        # moves it but must not round the frequencies (large positions would get wrong angles).
+        fixed, learned = self._buffers.get("weight"), self._parameters.get("weight")
+        kept = learned.data if learned is not None else None
         super()._apply(fn, recurse)
         if fixed is not None and self._buffers["weight"].dtype != fixed.dtype:
             self._buffers["weight"] = fixed.to(self._buffers["weight"].device)
+        new = self._parameters.get("weight")
+        if kept is not None and new is not None and new.dtype != kept.dtype:
+            new.data = kept.to(new.device)
+            if new.grad is not None:
+                new.grad = new.grad.to(kept.dtype)
         return self
 
     def positions(self, coords: Coords) -> Coords:
@@ -95,6 +102,7 @@ class RotaryEncoder(PositionEncoder):
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
         coords.check_tokens(q.shape[0], q.shape[2], "q")
+        coords.check_tokens(k.shape[0], k.shape[2], "k")
         return self.rotation(coords).rotate(q, k)
 
     def extra_repr(self) -> str:
@@ -121,10 +129,18 @@ class BiasEncoder(PositionEncoder):
 
 def resolve_head_dim(dim: int | None, num_heads: int | None, head_dim: int | None) -> int:
     """``head_dim``, or ``dim // num_heads``; ``ValueError`` when neither is usable."""
+    dim = None if dim is None else check_int(dim, "dim")
+    num_heads = None if num_heads is None else check_int(num_heads, "num_heads")
     if head_dim is not None:
+        head_dim = check_int(head_dim, "head_dim")
+        if dim is not None and num_heads is not None and dim != head_dim * num_heads:
+            raise ValueError(
+                f"head_dim={head_dim} disagrees with dim={dim} / num_heads={num_heads}; pass head_dim alone "
+                "or dim and num_heads"
+            )
         return head_dim
     if dim is None or num_heads is None:
         raise ValueError("pass head_dim, or dim and num_heads")
-    if num_heads <= 0 or dim % num_heads:
+    if dim % num_heads:
         raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
     return dim // num_heads

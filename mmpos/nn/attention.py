@@ -105,11 +105,13 @@ def attention(
     outputs = [enc for enc in biases if enc.has_output]
     if not outputs:
         return F.scaled_dot_product_attention(q, kq, vq, attn_mask=logit_bias.to(q.dtype), dropout_p=dropout_p)
-    logits = (q @ kq.transpose(-2, -1)) * d**-0.5 + logit_bias
+    # scale q before the product (as SDPA does: no fp16 overflow of q.k), softmax in float32
+    acc = torch.promote_types(q.dtype, torch.float32)  # float32, or float64 for float64 inputs
+    logits = ((q * d**-0.5) @ kq.transpose(-2, -1)).to(acc) + logit_bias.to(acc)
     attn = logits.softmax(dim=-1)
     if dropout_p:
         attn = F.dropout(attn, dropout_p)
-    out = attn @ vq
+    out = attn.to(vq.dtype) @ vq
     for enc in outputs:
         out = out + enc.output(attn, coords).to(out.dtype)
     return out

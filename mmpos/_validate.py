@@ -1,0 +1,73 @@
+"""Argument checks shared by the constructors and builders (never called inside ``forward``).
+
+Each check returns the value it accepted (normalised to a plain ``int`` / ``float`` / ``tuple``)
+or raises a ``ValueError`` that names the argument, the expected value and what it got. Nothing
+is coerced silently: ``2.0`` is not an int, ``"64"`` is not a number, ``True`` is neither.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+__all__: list[str] = []
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_int(value: Any, name: str, low: int = 1) -> int:
+    """An int ``>= low`` (default: positive)."""
+    if not _is_int(value) or value < low:
+        want = "a positive int" if low == 1 else f"an int >= {low}"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return int(value)
+
+
+def check_float(value: Any, name: str, low: float = 0.0, strict: bool = True, high: float = math.inf) -> float:
+    """A finite real number ``> low`` (``>= low`` when not ``strict``) and ``<= high``."""
+    ok = _is_real(value) and math.isfinite(value) and (value > low if strict else value >= low) and value <= high
+    if not ok:
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        bound += f" and <= {high:g}" if math.isfinite(high) else ""
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def check_ints(value: Any, name: str, low: int = 1, length: int | tuple[int, int] | None = None) -> tuple[int, ...]:
+    """A list/tuple of ints ``>= low``; ``length`` an exact count or an inclusive ``(min, max)``."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of ints, got {value!r}")
+    items = tuple(value)
+    lo, hi = (length, length) if isinstance(length, int) else (length or (1, math.inf))
+    if not lo <= len(items) <= hi or not all(_is_int(v) and v >= low for v in items):
+        count = "" if length is None else (f"{lo} " if lo == hi else f"{lo} to {hi} ")
+        kind = "positive ints" if low == 1 else f"ints >= {low}"
+        raise ValueError(f"{name} must hold {count}{kind}, got {value!r}")
+    return tuple(int(v) for v in items)
+
+
+def check_axes(value: Any, name: str = "axes", min_len: int = 1) -> tuple[str, ...]:
+    """Distinct non-empty axis names (a list/tuple, not a string), at least ``min_len`` of them."""
+    items = tuple(value) if isinstance(value, (list, tuple)) else None
+    if (
+        items is None
+        or len(items) < min_len
+        or not all(isinstance(a, str) and a for a in items)
+        or len(set(items)) != len(items)
+    ):
+        raise ValueError(f"{name} must be a tuple of at least {min_len} distinct axis names, got {value!r}")
+    return items
+
+
+def check_choice(value: Any, name: str, choices: tuple[Any, ...]) -> Any:
+    """One of ``choices``."""
+    if not isinstance(value, type(choices[0])) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
