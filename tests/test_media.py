@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -382,3 +384,15 @@ def test_zero_fps_container(tmp_path, monkeypatch):
     monkeypatch.setattr(cv2, "VideoCapture", ZeroFps)
     with pytest.raises(ValueError, match="nofps.avi.? has frame rate 0.0"):
         media.video_patches(path)
+
+
+def test_docs_example(tmp_path, monkeypatch):
+    """Every ``python`` block of docs/media.md, in order, in one namespace (files written to tmp_path)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "media.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert len(blocks) == 5
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/media.md", "exec"), namespace)  # noqa: S102 (the docs are ours)
+    assert namespace["tokens"].shape[1] == len(namespace["prompt"]) + 4
