@@ -1,8 +1,9 @@
-"""The ``mmpos`` command: ``list``, ``run``, ``info``.
+"""The ``mmpos`` command: ``list``, ``run``, ``info``, ``plot``.
 
     mmpos list                                   encoders with kind and paper
     mmpos run RECIPE [key=value ...] [--resume RUN_FOLDER] [--out DIR]
     mmpos info                                   versions and device
+    mmpos plot {similarity,extrapolation,plan,layout} ...   figures of an encoder (mmpos.viz)
 
 ``RECIPE`` is a YAML path or the name of a shipped recipe (e.g. ``quickstart``); overrides
 use dotted keys with YAML values (``optim.lr=3e-4 encoders=[none,rope]``). Under
@@ -69,9 +70,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .viz.cli import main as plot_main  # matplotlib is loaded only here
+
+    try:
+        return plot_main(args.args)
+    except SystemExit as e:  # argparse inside mmpos plot: help (0) or a one-line mistake (2)
+        return e.code if isinstance(e.code, int) else 2
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mmpos", description="Position encoders for multimodal and structured data.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,info}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,info,plot}")
     sub.add_parser("list", help="list the registered encoders (name, kind, paper)").set_defaults(fn=_cmd_list)
     sub.add_parser("info", help="versions of mmpos and its dependencies, and the device").set_defaults(fn=_cmd_info)
     run = sub.add_parser("run", help="run a recipe (a YAML path or the name of a shipped recipe)")
@@ -80,6 +90,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_FOLDER", help="continue an interrupted run folder")
     run.add_argument("--out", metavar="DIR", help="root folder of the runs (default: the config's out, 'runs')")
     run.set_defaults(fn=_cmd_run)
+    plot = sub.add_parser(  # no options of its own: everything after "plot" goes to mmpos.viz.cli
+        "plot",
+        help="figures: similarity, extrapolation, plan, layout (mmpos plot -h)",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    plot.add_argument("args", nargs=argparse.REMAINDER, help="arguments of mmpos plot")
+    plot.set_defaults(fn=_cmd_plot)
     return p
 
 

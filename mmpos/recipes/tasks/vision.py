@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ...data.layout_images import layout_images, render, sample_scenes
 from ...integrations.timm import create_vit, load_state_dict_report
+from ...nn.placement import no_weight_decay
 from . import Task, encoder_names, register_task
 
 __all__ = ["build_vit_finetune", "build_vit_spatial", "scratch_suffix"]
@@ -126,12 +127,12 @@ def param_groups(weight_decay: float):
 
     def groups(model: nn.Module) -> list[dict[str, Any]]:
         skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+        skip |= no_weight_decay(model)  # additive / conv encoders, RoPE-Mixed frequencies (mmpos.nn.placement)
         decay, no_decay = [], []
         for name, p in model.named_parameters():
             if not p.requires_grad:
                 continue
-            positional = "pos_encoders." in name or "pos_convs." in name or name in skip
-            (no_decay if p.ndim <= 1 or name.endswith(".bias") or positional else decay).append(p)
+            (no_decay if p.ndim <= 1 or name.endswith(".bias") or name in skip else decay).append(p)
         return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
     return groups
