@@ -2,18 +2,20 @@
 
 from .attention import Attention, attention, attention_mask
 from .blocks import Block, Transformer
+from .graph_transformer import GraphTransformer
 from .multi_order import MultiOrderAttention, MultiOrderCache, TPEAttention, router_entropy_loss
 from .vit import VisionTransformer
 
 __all__ = [
-    "attention",
-    "attention_mask",
     "Attention",
     "Block",
-    "Transformer",
-    "VisionTransformer",
+    "GraphTransformer",
     "MultiOrderAttention",
     "MultiOrderCache",
     "TPEAttention",
+    "Transformer",
+    "VisionTransformer",
+    "attention",
+    "attention_mask",
     "router_entropy_loss",
 ]
