@@ -72,11 +72,12 @@ def _hf_video(spec: media.MediaSpec, frames: np.ndarray):
 
 
 def _noise(h: int, w: int, seed: int = 0, channels: int = 3) -> np.ndarray:
-    """A smooth gradient plus noise, so resampling has structure to get wrong."""
+    """A gradient plus noise in uint8 (wrapping), so resampling has structure to get wrong."""
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w]
-    base = (yy * 255 // max(h - 1, 1) + xx * 127 // max(w - 1, 1))[..., None] + np.arange(channels) * 40
-    return ((base + rng.integers(-30, 30, (h, w, channels))) % 256).astype(np.uint8)
+    rows = (np.arange(h) * 255 // max(h - 1, 1)).astype(np.uint8)[:, None, None]
+    cols = (np.arange(w) * 127 // max(w - 1, 1)).astype(np.uint8)[None, :, None]
+    shift = (np.arange(channels) * 40).astype(np.uint8)
+    return rows + cols + shift + rng.integers(0, 60, (h, w, channels), dtype=np.uint8)
 
 
 def _write_clip(path, frames: np.ndarray, fps: float) -> None:
