@@ -399,8 +399,11 @@ def read_video(
             raise ValueError(f"video file {name} has no frames (container reports {total})")
         if not (math.isfinite(fps) and fps > 0):
             raise ValueError(f"video file {name} has frame rate {fps}; a positive frame rate is needed for timestamps")
-        indices = sample_frame_indices(total, fps, spec)
-        wanted, frames = set(indices.tolist()), {}
+        try:
+            indices = sample_frame_indices(total, fps, spec)
+        except ValueError as err:
+            raise ValueError(f"video file {name}: {err}") from err
+        wanted, frames = set(indices.tolist()), {}  # decoded in order up to the last index: exact, no seeking
         last = int(indices.max())
         for i in range(last + 1):
             if not cap.grab():
