@@ -53,7 +53,8 @@ def order_permutation(pos: Tensor, key_mask: Tensor | None = None) -> tuple[Tens
     ``y.gather(1, inv)`` undoes it exactly.
     """
     if key_mask is not None:
-        pos = pos.masked_fill(~key_mask, float("inf"))
+        last = float("inf") if pos.is_floating_point() else torch.iinfo(pos.dtype).max
+        pos = pos.masked_fill(~key_mask, last)
     perm = torch.sort(pos, dim=-1, stable=True).indices
     arange = torch.arange(pos.shape[-1], device=pos.device).expand_as(perm)
     return perm, torch.empty_like(perm).scatter_(-1, perm, arange)

@@ -1,0 +1,155 @@
+"""2D-TPE attention installed on a Hugging Face Llama- or Qwen2-style text model instance.
+
+:func:`install_tpe` ``(model, orders=("row", "col"))`` gives every decoder layer's
+``self_attn`` a :class:`~mmpos.nn.multi_order.TPERouter` (``self_attn.tpe_router``, part of
+the state dict) and replaces that module's ``forward`` on the *instance* (nothing
+module-level is patched; :func:`uninstall_tpe` restores it). The new forward keeps the
+model's own projections, its ``rotary_emb`` (called once per order with that order's
+positions, so RoPE scaling and ``rope_theta`` are the model's) and its
+``apply_rotary_pos_emb`` (looked up in the attention class's module), then attends under
+each order with :func:`~mmpos.nn.multi_order.multi_order_sdpa` and mixes the orders with the
+router, as 2D-TPE does (Li et al. 2024, arXiv:2409.19700; JinaLeejnl/2D-TPE
+``TPE-Llama/modeling_llama.py``).
+
+Call the model with two extra keyword arguments, which transformers hands down to every
+attention layer (``**kwargs``, in 4.57 and 5.x alike):
+
+* ``tpe_positions`` ``(K, B, L)`` int64: each token's position under each order
+  (:attr:`mmpos.table.TableLayout.order_coords` ``.pos.permute(2, 0, 1)``);
+* ``tpe_mask`` ``(B, T)`` bool, ``True`` on real tokens, ``T`` = cached + new tokens
+  (optional; no padding when absent).
+
+Decoding: with a cache (``use_cache=True`` / ``past_key_values``) the layer stores the keys
+of all ``K`` orders side by side in the cache's key tensor (``(B, Hk, T, K * D)``; the cache
+grows by ``(K + 1) / 2``), and tokens after the first forward attend to every cached token
+and causally to each other -- the reference's decoding rule (new tokens follow the table in
+every order, at positions ``next_position + i`` for every order).
+
+Feature detection, not version strings: the cache argument is read as ``cache`` (5.x) or
+``past_key_values`` (4.x); ``cache.update`` is called with its three positional arguments.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
+
+__all__ = ["decoder_layers", "install_tpe", "uninstall_tpe"]
+
+
+def decoder_layers(model: nn.Module) -> tuple[nn.Module, Sequence[nn.Module]]:
+    """``(text model, its decoder layers)`` of a ``*ForCausalLM`` or a bare text model."""
+    base = getattr(model, "model", model)
+    layers = getattr(base, "layers", None)
+    if layers is None or not hasattr(base, "rotary_emb"):
+        raise TypeError(
+            f"model must be a Llama- or Qwen2-style text model (a .layers list and a .rotary_emb), got {type(model).__name__}"
+        )
+    return base, layers
+
+
+def _tpe_forward(
+    attn: nn.Module,
+    rotary: nn.Module,
+    rotate: Any,
+    orders: int,
+    sequential: tuple[bool, ...],
+    hidden_states: Tensor,
+    position_embeddings: Any = None,
+    attention_mask: Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    positions = kwargs.get("tpe_positions")
+    if positions is None:
+        raise ValueError("a model with 2D-TPE attention needs tpe_positions=(K, B, L) positions per order")
+    key_mask = kwargs.get("tpe_mask")
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    b, n, _ = hidden_states.shape
+    d = attn.head_dim
+    q = attn.q_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
+    k = attn.k_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
+    v = attn.v_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
+    qs, ks = [], []
+    for i in range(orders):
+        cos, sin = rotary(v, positions[i])
+        qi, ki = rotate(q, k, cos, sin)
+        qs.append(qi)
+        ks.append(ki)
+    past = 0 if cache is None else cache.get_seq_length(attn.layer_idx)
+    if cache is not None:
+        keys, v = cache.update(torch.cat(ks, dim=-1), v, attn.layer_idx)
+        ks = list(keys.split(d, dim=-1))
+    if past == 0:
+        mask = None if key_mask is None else key_mask.bool()
+        out = multi_order_sdpa(qs, ks, v, positions, mask, True, sequential)
+    else:  # every cached token, then causal among the new ones (they follow everything in every order)
+        t = past + n
+        allowed = torch.ones(n, t, dtype=torch.bool, device=q.device).tril(past)
+        allowed = allowed if key_mask is None else allowed & key_mask.bool()[:, None, :]
+        gqa = q.shape[1] != v.shape[1]
+        out = torch.stack(
+            [
+                torch.nn.functional.scaled_dot_product_attention(
+                    qi, ki, v, attn_mask=allowed.unsqueeze(-3), enable_gqa=gqa
+                )
+                for qi, ki in zip(qs, ks)
+            ]
+        )
+    out = mix_orders(out, attn.tpe_router(hidden_states))
+    return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1)), None
+
+
+def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[int] = (0,)) -> nn.Module:
+    """Install 2D-TPE attention with ``orders`` orders on every decoder layer of ``model`` (in place).
+
+    Args:
+        model: a transformers ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (or its ``.model``).
+        orders: number of orders ``K`` (2 in 2D-TPE: row-major, column-major).
+        sequential_orders: indices of orders whose positions follow the token sequence (the
+            row-major order of a serialised table), attended without a permutation.
+
+    Returns ``model``. The routers are new parameters (SwiGLU-style gates, random init), in the
+    dtype and on the device of each layer's ``q_proj``.
+    """
+    base, layers = decoder_layers(model)
+    if not isinstance(orders, int) or isinstance(orders, bool) or orders < 1:
+        raise ValueError(f"orders must be an int >= 1, got {orders!r}")
+    if any(not isinstance(i, int) or not 0 <= i < orders for i in sequential_orders):
+        raise ValueError(f"sequential_orders must hold order indices in [0, {orders}), got {sequential_orders!r}")
+    sequential = tuple(i in sequential_orders for i in range(orders))
+    for layer in layers:
+        attn = layer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "layer_idx"):
+            if not hasattr(attn, name):
+                raise TypeError(f"{type(attn).__name__} has no {name!r}: not a Llama- or Qwen2-style attention")
+        heads = attn.q_proj.out_features // attn.head_dim
+        if attn.q_proj.in_features != heads * attn.head_dim:
+            raise ValueError(
+                f"the 2D-TPE router reads head-sized slices of the hidden state: hidden_size "
+                f"{attn.q_proj.in_features} must equal num_heads * head_dim = {heads} * {attn.head_dim}"
+            )
+        rotate = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
+        if rotate is None:
+            raise TypeError(f"the module of {type(attn).__name__} defines no apply_rotary_pos_emb")
+        weight = attn.q_proj.weight
+        attn.tpe_router = TPERouter(attn.head_dim, orders).to(device=weight.device, dtype=weight.dtype)
+        bound = (attn, base.rotary_emb, rotate, orders, sequential)
+        attn.forward = lambda *args, _bound=bound, **kw: _tpe_forward(*_bound, *args, **kw)
+    return model
+
+
+def uninstall_tpe(model: nn.Module) -> nn.Module:
+    """Remove what :func:`install_tpe` added (routers and forwards); returns ``model``."""
+    _, layers = decoder_layers(model)
+    for layer in layers:
+        attn = layer.self_attn
+        attn.__dict__.pop("forward", None)
+        if "tpe_router" in attn._modules:
+            del attn._modules["tpe_router"]
+    return model

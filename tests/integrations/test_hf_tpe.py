@@ -1,0 +1,91 @@
+"""2D-TPE on a tiny transformers Llama / Qwen2: one order reproduces the model's logits; cache; router."""
+
+import inspect
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from mmpos.integrations.hf_tpe import install_tpe, uninstall_tpe
+from mmpos.layout import Text
+from mmpos.table import Table, build
+
+
+def _model(kind):
+    common = {
+        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 128,
+    }  # fmt: skip
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(**common)
+        cls = transformers.LlamaForCausalLM
+    else:
+        cfg = transformers.Qwen2Config(**common)
+        cls = transformers.Qwen2ForCausalLM
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return cls(cfg).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_one_order_reproduces_the_unpatched_logits(kind):
+    model = _model(kind)
+    ids = torch.randint(64, (2, 13))
+    with torch.no_grad():
+        ref = model(ids).logits
+        install_tpe(model, orders=1, sequential_orders=())  # the permuted path, with the identity order
+        pos = torch.arange(13).expand(1, 2, 13)
+        out = model(ids, tpe_positions=pos).logits
+        assert torch.allclose(out, ref, atol=1e-5)
+        # two equal orders: the router mixes two equal outputs, whatever its weights
+        uninstall_tpe(model)
+        install_tpe(model, orders=2)
+        assert torch.allclose(model(ids, tpe_positions=pos.expand(2, 2, 13)).logits, ref, atol=1e-5)
+        uninstall_tpe(model)
+        assert torch.equal(model(ids).logits, ref) and "tpe_router" not in dict(model.named_modules())
+
+
+def test_table_orders_cached_decoding_and_router_gradients():
+    model = _model("llama")
+    install_tpe(model, orders=2)
+    layout = build([[Text(3), Table(((1, 2), (1,), (2, 1))), Text(2)]], orders=("row", "col"))
+    n = layout.order_coords.num_tokens
+    pos = layout.order_coords.pos.permute(2, 0, 1).long()  # (2, 1, n)
+    ids = torch.randint(64, (1, n + 3))
+    full_pos = torch.cat([pos, (layout.next_position + torch.arange(3)).expand(2, 1, 3)], dim=-1)
+    with torch.no_grad():
+        full = model(ids, tpe_positions=full_pos).logits
+        out = model(ids[:, :n], tpe_positions=pos, use_cache=True)
+        cache, steps = out.past_key_values, [out.logits]
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.x / 4.x
+        for i in range(3):
+            new = ids[:, n + i : n + i + 1]
+            out = model(new, tpe_positions=full_pos[..., n + i : n + i + 1], use_cache=True, **{name: cache})
+            steps.append(out.logits)
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+    model.train()
+    model(ids, tpe_positions=full_pos).logits.square().mean().backward()
+    router = model.model.layers[0].self_attn.tpe_router
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in router.parameters())
+    assert any(k.endswith("self_attn.tpe_router.gate_3.weight") for k in model.state_dict())
+
+
+def test_padding_and_errors():
+    model = _model("qwen2")
+    install_tpe(model, orders=2)
+    layout = build([[Text(2), Table.grid(2, 2)], [Text(1), Table.grid(3, 2), Text(1)]], ("row", "col"), "left")
+    pos = layout.order_coords.pos.permute(2, 0, 1).long()
+    ids = torch.randint(64, pos.shape[1:])
+    with torch.no_grad():
+        batch = model(ids, tpe_positions=pos, tpe_mask=layout.mask).logits
+        alone = build([[Text(2), Table.grid(2, 2)]], ("row", "col")).order_coords.pos.permute(2, 0, 1).long()
+        k = alone.shape[-1]
+        single = model(ids[:1, -k:], tpe_positions=alone).logits
+    assert torch.allclose(batch[0, -k:], single[0], atol=1e-5)
+    with pytest.raises(ValueError, match="tpe_positions"):
+        model(ids)
+    with pytest.raises(ValueError, match="orders"):
+        install_tpe(_model("llama"), orders=0)
+    with pytest.raises(TypeError, match="Llama"):
+        install_tpe(torch.nn.Linear(2, 2))
