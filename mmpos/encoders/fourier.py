@@ -25,6 +25,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_axes, check_float, check_int
 from ..coords import Coords
 from ..registry import register_encoder
 from .base import AdditiveEncoder
@@ -57,7 +58,9 @@ class LearnableFourierFeatures(AdditiveEncoder):
         gamma: float = 1.0,
     ) -> None:
         super().__init__()
-        self.axes = tuple(axes)
+        self.axes = check_axes(axes)
+        gamma = check_float(gamma, "gamma")
+        dim, groups, hidden_dim = check_int(dim, "dim"), check_int(groups, "groups"), check_int(hidden_dim, "hidden_dim")
         fourier_dim = dim if fourier_dim is None else fourier_dim
         if not isinstance(groups, int) or groups <= 0 or not self.axes or len(self.axes) % groups:
             raise ValueError(

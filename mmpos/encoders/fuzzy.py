@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._validate import check_float, check_int, check_ints
 from ..coords import Coords
 from ..registry import register_encoder
 from .base import AdditiveEncoder
@@ -73,13 +74,10 @@ class FuzzyPositionEmbedding(AdditiveEncoder):
         std: float = 0.02,
     ) -> None:
         super().__init__()
-        size = tuple(grid_size)
-        if len(size) != 2 or any(not isinstance(s, int) or s <= 0 for s in size):
-            raise ValueError(f"grid_size must be two positive ints (gh, gw), got {tuple(grid_size)!r}")
+        dim, size = check_int(dim, "dim"), check_ints(grid_size, "grid_size", length=2)
+        jitter, std = check_float(jitter, "jitter", strict=False, high=0.5), check_float(std, "std")
         if coordinates not in ("grid", "normalized"):
             raise ValueError(f"coordinates must be 'grid' or 'normalized', got {coordinates!r}")
-        if not 0 <= jitter <= 0.5:
-            raise ValueError(f"jitter must be in [0, 0.5] cell units, got {jitter!r}")
         self.dim = dim
         self.grid_size = size
         self.coordinates = coordinates

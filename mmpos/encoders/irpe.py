@@ -27,13 +27,14 @@ Shapes: q, k ``(B, H, N, D)``; tables ``(H', buckets)`` (bias), ``(H', D, bucket
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Sequence
+from collections import OrderedDict
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_ints
 from ..coords import Coords
 from ..registry import register_encoder
 from .base import BiasEncoder, resolve_head_dim
@@ -159,14 +160,52 @@ def _table_ids(method: str, ratio: float, table_size: int, grid: tuple[int, ...]
     return ids + torch.tensor([0, table_size]).view(2, 1, 1)
 
 
+class _BytesLRU:
+    """Least-recently-used cache bounded by the bytes of the tensors it holds, not by their count.
+
+    Ids of an ``N``-token grid take ``8 N^2`` bytes (134 MB for 64 x 64 + 1), so a count bound
+    lets a few large grids fill the memory; a tensor larger than the whole budget is not kept.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.bytes = max_bytes, 0
+        self._items: OrderedDict[tuple, Tensor] = OrderedDict()
+
+    def get(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = make()
+        size = value.numel() * value.element_size()
+        if size <= self.max_bytes:
+            self._items[key] = value
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self.bytes -= old.numel() * old.element_size()
+        return value
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.bytes = 0
+
+
 # Ids depend on static ints only: every layer (and encoder) with the same settings shares
-# one tensor per device. Never modified in place.
-_shared_table_ids = functools.lru_cache(maxsize=16)(_table_ids)
+# one tensor per device (never modified in place), within a budget of 256 MiB.
+_ID_CACHE = _BytesLRU(256 * 2**20)
 
 
-@functools.lru_cache(maxsize=16)
+def _shared_table_ids(method: str, ratio: float, table_size: int, grid: tuple, prefix: int) -> Tensor:
+    key = (method, ratio, table_size, grid, prefix, torch.device("cpu"))
+    return _ID_CACHE.get(key, lambda: _table_ids(method, ratio, table_size, grid, prefix))
+
+
 def _table_ids_on(method: str, ratio: float, table_size: int, grid: tuple, prefix: int, device: torch.device) -> Tensor:
-    return _shared_table_ids(method, ratio, table_size, grid, prefix).to(device)
+    device = torch.device(device)
+    if device.type == "cpu":
+        return _shared_table_ids(method, ratio, table_size, grid, prefix)
+    key = (method, ratio, table_size, grid, prefix, device)
+    return _ID_CACHE.get(key, lambda: _shared_table_ids(method, ratio, table_size, grid, prefix).to(device))
 
 
 @register_encoder("irpe", kind="bias", paper=_PAPER)
@@ -208,7 +247,7 @@ class IRPE(BiasEncoder):
         super().__init__()
         self.head_dim = resolve_head_dim(dim, num_heads, head_dim)
         self.method = _check_method(method)
-        if mode not in _MODES:
+        if not isinstance(mode, str) or mode not in _MODES:
             raise ValueError(f"mode must be one of {tuple(_MODES)}, got {mode!r}")
         self.mode = _MODES[mode]
         _coefficients(ratio)
@@ -218,6 +257,8 @@ class IRPE(BiasEncoder):
         if "v" in rpe_on and self.mode == "bias":
             raise ValueError("rpe_on with 'v' needs mode='ctx': the reference has no bias mode on values")
         self.rpe_on = "".join(t for t in "qkv" if t in rpe_on)
+        if not isinstance(shared_head, bool):
+            raise TypeError(f"shared_head must be a bool, got {shared_head!r}")
         if not shared_head and num_heads is None:
             raise ValueError("num_heads must be given when shared_head=False")
         self.shared_head = shared_head
@@ -238,9 +279,7 @@ class IRPE(BiasEncoder):
         for target in "qkv":
             table = nn.Parameter(torch.zeros(shapes[target])) if target in self.rpe_on else None
             self.register_parameter(f"{target}_table", table)
-        if grid_size is not None and (len(grid_size) != 2 or min(grid_size) <= 0):
-            raise ValueError(f"grid_size must be the training grid (H, W), got {tuple(grid_size)}")
-        self.grid_size = None if grid_size is None else tuple(int(s) for s in grid_size)
+        self.grid_size = None if grid_size is None else check_ints(grid_size, "grid_size", length=2)
         train_ids = None if grid_size is None else self.table_ids(self.grid_size, skip)
         self.register_buffer("train_ids", train_ids, persistent=False)  # (maps, N, N), shared on CPU
 

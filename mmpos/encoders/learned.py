@@ -15,14 +15,18 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from timm.layers import resample_abs_pos_embed
 from torch import Tensor, nn
 
+from .._validate import check_choice, check_float, check_int, check_ints
 from ..coords import Coords
 from ..registry import register_encoder
 from .base import AdditiveEncoder
 
 __all__ = ["LearnedPositionEmbedding"]
+
+
+# F.interpolate modes of a 2-D grid (timm's resample_abs_pos_embed); 1-D / 3-D grids resample (tri)linearly
+_INTERPOLATIONS = ("bicubic", "bilinear", "nearest", "nearest-exact", "area")
 
 
 @register_encoder("learned", kind="additive", paper="Dosovitskiy et al. 2021, ViT (arXiv:2010.11929)")
@@ -47,13 +51,11 @@ class LearnedPositionEmbedding(AdditiveEncoder):
         std: float = 0.02,
     ) -> None:
         super().__init__()
-        self.grid_size = tuple(int(s) for s in grid_size)
-        if not 1 <= len(self.grid_size) <= 3 or min(self.grid_size) <= 0:
-            raise ValueError(f"grid_size must hold 1 to 3 positive sizes, got {tuple(grid_size)}")
-        if num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}")
-        self.num_prefix_tokens = num_prefix_tokens
-        self.interpolation = interpolation
+        dim = check_int(dim, "dim")
+        self.grid_size = check_ints(grid_size, "grid_size", length=(1, 3))
+        self.num_prefix_tokens = check_int(num_prefix_tokens, "num_prefix_tokens", low=0)
+        self.interpolation = check_choice(interpolation, "interpolation", _INTERPOLATIONS)
+        std = check_float(std, "std", strict=False)
         n = num_prefix_tokens + math.prod(self.grid_size)
         self.pos_embed = nn.Parameter(torch.randn(1, n, dim) * std)
 
@@ -64,6 +66,8 @@ class LearnedPositionEmbedding(AdditiveEncoder):
         if tuple(grid_shape) == self.grid_size:
             return self.pos_embed
         if len(grid_shape) == 2:
+            from timm.layers import resample_abs_pos_embed  # here, so `mmpos list` does not load timm
+
             return resample_abs_pos_embed(
                 self.pos_embed, list(grid_shape), list(self.grid_size), self.num_prefix_tokens, self.interpolation
             )

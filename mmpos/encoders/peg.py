@@ -26,6 +26,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_int
 from ..coords import Coords
 from ..registry import register_encoder
 from .base import ConvEncoder
@@ -50,9 +51,8 @@ class PositionEncodingGenerator(ConvEncoder):
 
     def __init__(self, dim: int, kernel_size: int = 3, grid_dims: int = 2) -> None:
         super().__init__()
-        if not isinstance(dim, int) or dim <= 0:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
-        if not isinstance(kernel_size, int) or kernel_size <= 0 or kernel_size % 2 == 0:
+        dim = check_int(dim, "dim")
+        if check_int(kernel_size, "kernel_size") % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
         if grid_dims not in _CONVS:
             raise ValueError(f"grid_dims must be 2 (h, w) or 3 (t, h, w), got {grid_dims!r}")

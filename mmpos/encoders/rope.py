@@ -10,6 +10,7 @@ Shapes: q, k ``(B, H, N, D)``; angles ``(B, N, rotary_dim / 2)``.
 
 from __future__ import annotations
 
+from .._validate import check_float
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan
@@ -39,7 +40,8 @@ class Rope1d(RotaryEncoder):
         rotary_dim: int | None = None,
         convention: str = "half",
     ) -> None:
-        super().__init__(FrequencyPlan.rope(resolve_head_dim(dim, num_heads, head_dim), theta, rotary_dim, "seq", convention))
+        head_dim = resolve_head_dim(dim, num_heads, head_dim)
+        super().__init__(FrequencyPlan.rope(head_dim, check_float(theta, "theta"), rotary_dim, "seq", convention))
 
     def positions(self, coords: Coords) -> Coords:
         if "seq" in coords.axes:

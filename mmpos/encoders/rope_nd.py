@@ -31,6 +31,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .._validate import check_axes, check_float, check_ints
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan
 from .base import RotaryEncoder, resolve_head_dim
@@ -113,6 +114,8 @@ class AxialRope(RotaryEncoder):
         convention: str = "half",
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
+        axes, theta = check_axes(axes), check_float(theta, "theta")
+        sections = None if sections is None else check_ints(sections, "sections", low=0, length=len(axes))
         super().__init__(FrequencyPlan.axial(head_dim, axes, sections, theta, rotary_dim, convention))
 
 
@@ -149,6 +152,8 @@ class MixedRope(RotaryEncoder):
         generator: torch.Generator | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
+        axes, theta = check_axes(axes, min_len=2), check_float(theta, "theta")
+        sections = None if sections is None else check_ints(sections, "sections", low=0, length=len(axes))
         heads = num_kv_heads if num_kv_heads is not None else num_heads
         if not isinstance(heads, int) or heads <= 0:
             raise ValueError(

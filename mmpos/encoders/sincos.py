@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._validate import check_float, check_int
 from ..coords import Coords
 from ..registry import register_encoder
 from .base import AdditiveEncoder
@@ -45,8 +46,8 @@ class SinCosPositionEmbedding(AdditiveEncoder):
 
     def __init__(self, dim: int, temperature: float = 10000.0) -> None:
         super().__init__()
-        self.dim = dim
-        self.temperature = temperature
+        self.dim = check_int(dim, "dim")
+        self.temperature = check_float(temperature, "temperature")
 
     def embed(self, coords: Coords) -> Tensor:
         emb = sincos_embed(coords.pos, self.dim, self.temperature)
