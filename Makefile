@@ -1,11 +1,12 @@
 # Two entry points for a fresh machine:
 #   make demo  -- create .venv, install mmpos, run the quickstart recipe (CPU, ~3 min)
-#   make test  -- create .venv, install mmpos with the test extra, run the tests
+#   make test  -- create .venv, install mmpos with the test extra, lint (ruff), run the tests,
+#                 then build the sdist + wheel and run the wheel outside the checkout (wheel-check)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test install install-test bench clean
+.PHONY: demo test lint wheel-check install install-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +21,18 @@ install-test: $(BIN)/python
 demo: install
 	$(BIN)/mmpos run quickstart
 
-test: install-test
+test: install-test lint
 	$(BIN)/python -m pytest -n 2 --durations=15
+	.ci/wheel_check.sh $(BIN)/python
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# python -m build + twine check, then the wheel in a fresh venv outside the checkout runs
+# mmpos list / list recipes / info / run quickstart profile=smoke (see the script's header)
+wheel-check: install-test
+	.ci/wheel_check.sh $(BIN)/python
 
 bench: install-test
 	$(BIN)/python benchmarks/vision.py
@@ -30,4 +41,4 @@ bench: install-test
 	$(BIN)/python benchmarks/mrope.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache build dist

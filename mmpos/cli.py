@@ -1,13 +1,18 @@
-"""The ``mmpos`` command: ``list``, ``run``, ``info``, ``plot``.
+"""The ``mmpos`` command: ``list``, ``run``, ``cp``, ``info``, ``plot``.
 
-    mmpos list                                   encoders with kind and paper
+    mmpos list [encoders]                        encoders with kind and paper
+    mmpos list recipes                           shipped recipes with their descriptions
     mmpos run RECIPE [key=value ...] [--resume RUN_FOLDER] [--out DIR]
+    mmpos cp RECIPE DEST [--force]               copy a shipped recipe to edit and run as your own
     mmpos info                                   versions and device
     mmpos plot {similarity,extrapolation,plan,layout} ...   figures of an encoder (mmpos.viz)
 
 ``RECIPE`` is a YAML path or the name of a shipped recipe (e.g. ``quickstart``); overrides
 use dotted keys with YAML values (``optim.lr=3e-4 encoders=[none,rope]``). Under
 ``torchrun --nproc_per_node N -m mmpos.cli run ...`` the run uses DDP.
+
+Every command imports only what it uses: ``list recipes``, ``cp`` and ``info`` load no
+model library (timm, open_clip, transformers); ``list`` loads the encoder modules.
 """
 
 from __future__ import annotations
@@ -17,11 +22,11 @@ import importlib.metadata
 import platform
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 __all__ = ["main"]
 
 _PACKAGES = (
-    ("mmpos", "mmpos-torch"),
     ("torch", "torch"),
     ("timm", "timm"),
     ("open_clip", "open_clip_torch"),
@@ -31,6 +36,15 @@ _PACKAGES = (
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "recipes":
+        from .recipes.config import list_recipes, recipe_description
+
+        names = list_recipes()
+        width = max(len(n) for n in names) if names else 4
+        print(f"{'name':<{width}}  description")
+        for name in names:
+            print(f"{name:<{width}}  {recipe_description(name)}")
+        return 0
     from . import list_encoders
 
     infos = list_encoders()
@@ -51,6 +65,9 @@ def _version(dist: str) -> str | None:
 def _cmd_info(args: argparse.Namespace) -> int:
     import torch
 
+    from . import __version__
+
+    print(f"mmpos            {__version__} ({Path(__file__).resolve().parent})")
     print(f"python           {platform.python_version()} ({sys.executable})")
     for module, dist in _PACKAGES:
         version = _version(dist)
@@ -70,6 +87,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cp(args: argparse.Namespace) -> int:
+    from .recipes.config import shipped_recipe
+
+    source = shipped_recipe(args.recipe)  # FileNotFoundError names the shipped recipes
+    dest = Path(args.dest)
+    if dest.is_dir():
+        dest = dest / source.name
+    if dest.exists() and not args.force:
+        raise FileExistsError(f"{dest} exists; add --force to overwrite it")
+    if not dest.parent.is_dir():
+        raise FileNotFoundError(f"folder {dest.parent} does not exist")
+    try:
+        dest.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    except OSError as e:  # e.g. no permission: one line, exit 2
+        raise ValueError(f"cannot write {dest}: {e.strerror}") from None
+    print(f"copied {source.name} to {dest}; run it with: mmpos run {dest}")
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from .viz.cli import main as plot_main  # matplotlib is loaded only here
 
@@ -81,8 +117,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mmpos", description="Position encoders for multimodal and structured data.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,info,plot}")
-    sub.add_parser("list", help="list the registered encoders (name, kind, paper)").set_defaults(fn=_cmd_list)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,cp,info,plot}")
+    lst = sub.add_parser("list", help="list the registered encoders, or the shipped recipes")
+    lst.add_argument("what", nargs="?", choices=("encoders", "recipes"), default="encoders")
+    lst.set_defaults(fn=_cmd_list)
     sub.add_parser("info", help="versions of mmpos and its dependencies, and the device").set_defaults(fn=_cmd_info)
     run = sub.add_parser("run", help="run a recipe (a YAML path or the name of a shipped recipe)")
     run.add_argument("recipe", help="YAML path or recipe name, e.g. quickstart (ignored with --resume)")
@@ -90,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_FOLDER", help="continue an interrupted run folder")
     run.add_argument("--out", metavar="DIR", help="root folder of the runs (default: the config's out, 'runs')")
     run.set_defaults(fn=_cmd_run)
+    cp = sub.add_parser("cp", help="copy a shipped recipe to a file of your own (then: mmpos run FILE)")
+    cp.add_argument("recipe", help="name of a shipped recipe (mmpos list recipes)")
+    cp.add_argument("dest", help="destination file, or an existing folder (the file keeps the recipe's name)")
+    cp.add_argument("--force", action="store_true", help="overwrite the destination if it exists")
+    cp.set_defaults(fn=_cmd_cp)
     plot = sub.add_parser(  # no options of its own: everything after "plot" goes to mmpos.viz.cli
         "plot",
         help="figures: similarity, extrapolation, plan, layout (mmpos plot -h)",

@@ -4,12 +4,25 @@ Nothing in the library imports this package. Shipped recipes are package data in
 ``configs/`` (:func:`list_recipes`, :func:`find_recipe`). Entry points: :func:`run_recipe` (what
 ``mmpos run`` calls), :func:`resolve_config`, and :mod:`mmpos.recipes.tasks` for the
 task contract and registry.
+
+Only the config module (PyYAML) loads with the package; the runner, sweeps and tasks load
+on first use of their names, so ``mmpos list recipes`` and ``mmpos cp`` start quickly.
 """
 
+import importlib
+from typing import Any
+
 from .config import ConfigError, find_recipe, list_recipes, load_yaml, parse_overrides, resolve_config
-from .runner import train_run
-from .sweep import run_recipe
-from .tasks import Task, get_task, list_tasks, register_task
+
+# name -> submodule that defines it (imported on first access, PEP 562)
+_LAZY = {
+    "train_run": "runner",
+    "run_recipe": "sweep",
+    "Task": "tasks",
+    "get_task": "tasks",
+    "list_tasks": "tasks",
+    "register_task": "tasks",
+}
 
 __all__ = [
     "ConfigError",
@@ -25,3 +38,15 @@ __all__ = [
     "run_recipe",
     "train_run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

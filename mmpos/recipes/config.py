@@ -18,10 +18,12 @@ import importlib.resources
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from importlib.resources.abc import Traversable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:  # importlib.resources.abc is Python >= 3.11
+    from importlib.resources.abc import Traversable
 
 __all__ = [
     "RUNNER_DEFAULTS",
@@ -110,17 +112,17 @@ def list_recipes() -> list[str]:
     folder = _configs()
     if not folder.is_dir():
         return []
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml") and p.is_file())
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml") and p.is_file())
 
 
 def shipped_recipe(name: str) -> Traversable:
     """The package resource of the shipped recipe ``name`` (``quickstart`` or ``quickstart.yaml``)."""
-    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    stem = name.removesuffix(".yaml")
     names = list_recipes()
     if stem not in names:
         close = difflib.get_close_matches(stem, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise FileNotFoundError(f"no recipe {name!r}: not a file, and not a shipped recipe{hint} (shipped: {names})")
+        raise FileNotFoundError(f"no shipped recipe {name!r}{hint} (shipped: {names})")
     return _configs() / f"{stem}.yaml"
 
 
@@ -139,8 +141,12 @@ def find_recipe(recipe: str | Path) -> Path:
     path = Path(recipe)
     if path.is_file():
         return path
+    try:
+        resource = shipped_recipe(str(recipe))
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"no recipe {str(recipe)!r}: not a file, and {e}") from None
     # A wheel installs package data as plain files, so the resource is a filesystem path.
-    return Path(str(shipped_recipe(str(recipe))))
+    return Path(str(resource))
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
