@@ -54,8 +54,8 @@ def _half_warning(dtype: torch.dtype) -> str:
 
 
 def _positive_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
-    out = tuple(sizes)
-    if not out or any(not isinstance(s, int) or isinstance(s, bool) or s <= 0 for s in out):
+    out = tuple(sizes)  # torch.SymInt too: a grid from a dynamic image size under torch.export
+    if not out or any(not isinstance(s, (int, torch.SymInt)) or isinstance(s, bool) or s <= 0 for s in out):
         raise ValueError(f"{name} must be positive integers, got {sizes!r}")
     return out
 
