@@ -1,7 +1,7 @@
 """mmpos: position encoders for multimodal and structured data.
 
 Public API: the names below and the documented submodules (``docs/api.md``):
-:mod:`mmpos.rotary`, :mod:`mmpos.layout`, :mod:`mmpos.registry`, :mod:`mmpos.encoders`,
+:mod:`mmpos.rotary`, :mod:`mmpos.layout`, :mod:`mmpos.table`, :mod:`mmpos.registry`, :mod:`mmpos.encoders`,
 :mod:`mmpos.nn`, :mod:`mmpos.layers`, :mod:`mmpos.integrations`, :mod:`mmpos.data`,
 :mod:`mmpos.recipes`, :mod:`mmpos.media`.
 """

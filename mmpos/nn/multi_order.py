@@ -38,6 +38,7 @@ __all__ = [
     "MultiOrderCache",
     "TPEAttention",
     "TPERouter",
+    "mix_orders",
     "multi_order_sdpa",
     "order_permutation",
     "router_entropy",
