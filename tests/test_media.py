@@ -56,8 +56,11 @@ def _kwargs(spec: media.MediaSpec) -> dict:
 
 
 def _hf_image(spec: media.MediaSpec, image: PILImage.Image):
-    proc = _image_processor(spec.resample)(**_kwargs(spec))
-    out = proc(images=[image], return_tensors="pt")
+    # transformers 4.57's NumPy image processor ignores a valid ``size`` (keeps its defaults): give min/max too
+    proc = _image_processor(spec.resample)(**_kwargs(spec), min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
+    # 4.x guesses the channel axis from the shape (wrong for an image 3 pixels tall): tell it
+    extra = {} if HF5 else {"input_data_format": "channels_last"}
+    out = proc(images=[image], return_tensors="pt", **extra)
     return out["pixel_values"], tuple(out["image_grid_thw"][0].tolist())
 
 
@@ -287,9 +290,9 @@ def test_video_parity_with_hf(tmp_path, model, clip):
     assert ours.segment.grid_thw == grid
     assert torch.equal(ours.pixel_values, ref)
     np.testing.assert_array_equal(ours.frame_indices, indices)
-    # Qwen2.5-VL seconds per temporal patch: temporal_patch_size / sampled fps (transformers 5.x)
-    meta = _metadata(total, video_fps, indices.tolist())
-    assert math.isclose(ours.segment.second_per_grid, spec.temporal_patch_size / meta.sampled_fps, rel_tol=1e-12)
+    if HF5:  # Qwen2.5-VL seconds per temporal patch: temporal_patch_size / sampled fps (4.x used the asked fps)
+        meta = _metadata(total, video_fps, indices.tolist())
+        assert math.isclose(ours.segment.second_per_grid, spec.temporal_patch_size / meta.sampled_fps, rel_tol=1e-12)
     qwen3 = importlib.import_module("transformers.models.qwen3_vl.processing_qwen3_vl").Qwen3VLProcessor
     assert list(ours.timestamps) == qwen3._calculate_timestamps(None, indices, video_fps, spec.temporal_patch_size)
 
