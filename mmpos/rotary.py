@@ -22,8 +22,8 @@ Two layouts of the pairs inside a head are supported:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -31,13 +31,14 @@ from torch import Tensor
 from .coords import Coords
 
 __all__ = [
-    "FrequencyPlan",
-    "rope_frequencies",
-    "plan_angles",
-    "apply_rotary",
-    "rotate_qk",
-    "coords_angles",
     "CONVENTIONS",
+    "FrequencyPlan",
+    "Rotation",
+    "apply_rotary",
+    "coords_angles",
+    "plan_angles",
+    "rope_frequencies",
+    "rotate_qk",
 ]
 
 CONVENTIONS = ("half", "interleaved")
@@ -103,7 +104,9 @@ class FrequencyPlan:
         pairs = _check_head_dim(self.head_dim, None)
         w = self.weight
         if w.dim() not in (2, 3) or w.shape[-2] != len(self.axes):
-            raise ValueError(f"weight must be (A, P) or (H, A, P) with A={len(self.axes)} axes {self.axes}, got {tuple(w.shape)}")
+            raise ValueError(
+                f"weight must be (A, P) or (H, A, P) with A={len(self.axes)} axes {self.axes}, got {tuple(w.shape)}"
+            )
         if not 0 < w.shape[-1] <= pairs:
             raise ValueError(f"weight must cover 1..{pairs} rotary pairs (head_dim={self.head_dim}), got {w.shape[-1]}")
         if self.convention not in CONVENTIONS:
@@ -128,7 +131,7 @@ class FrequencyPlan:
         axes: Sequence[str],
         head_dim: int,
         convention: str = "half",
-    ) -> "FrequencyPlan":
+    ) -> FrequencyPlan:
         """Pair ``p`` reads axis ``axis_index[(h,) p]`` at frequency ``freq[(h,) p]``.
 
         ``axis_index`` is ``(P,)`` or ``(H, P)`` long; ``-1`` leaves the pair unrotated.
@@ -151,7 +154,7 @@ class FrequencyPlan:
         rotary_dim: int | None = None,
         axis: str = "seq",
         convention: str = "half",
-    ) -> "FrequencyPlan":
+    ) -> FrequencyPlan:
         """1-D RoPE (Su et al., 2021) on axis ``axis``; ``rotary_dim < head_dim`` for partial rotary."""
         pairs = _check_head_dim(head_dim, rotary_dim)
         freq = rope_frequencies(pairs, theta)
@@ -166,7 +169,7 @@ class FrequencyPlan:
         theta: float = 100.0,
         rotary_dim: int | None = None,
         convention: str = "half",
-    ) -> "FrequencyPlan":
+    ) -> FrequencyPlan:
         """Axial N-D RoPE: consecutive ``sections`` of pairs read ``axes`` in order.
 
         Each section ``s`` has its own 1-D spectrum ``theta ** (-k / s)``, ``k < s``
@@ -191,7 +194,7 @@ class FrequencyPlan:
         axes: Sequence[str] = ("t", "h", "w"),
         theta: float = 10000.0,
         convention: str = "half",
-    ) -> "FrequencyPlan":
+    ) -> FrequencyPlan:
         """Axes take turns over the shared 1-D spectrum (Qwen3-VL, MRoPE-I).
 
         Pair ``p`` reads axis ``a = p mod A`` while ``p < A * sections[a]``; the pairs left
@@ -215,7 +218,7 @@ class FrequencyPlan:
         axes: Sequence[str] = ("t", "h", "w"),
         theta: float = 10000.0,
         convention: str = "half",
-    ) -> "FrequencyPlan":
+    ) -> FrequencyPlan:
         """Consecutive sections of the *shared* 1-D spectrum per axis (M-RoPE, Qwen2/2.5-VL).
 
         ``sections`` count rotary pairs, e.g. ``[16, 24, 24]`` for ``head_dim=128``: pairs
@@ -236,7 +239,7 @@ class FrequencyPlan:
         axes: Sequence[str] = ("t", "h", "w"),
         theta: float = 10000.0,
         convention: str = "half",
-    ) -> "FrequencyPlan":
+    ) -> FrequencyPlan:
         """Each head reads one axis with the full spectrum (MHRoPE).
 
         ``head_sections`` count heads per axis (e.g. ``[2, 3, 3]`` of 8 KV heads); heads
@@ -307,7 +310,44 @@ def rotate_qk(q: Tensor, k: Tensor, angles: Tensor, convention: str = "half") ->
     return apply_rotary(q, cos, sin, convention), apply_rotary(k, cos, sin, convention)
 
 
-def coords_angles(plan_weight: Tensor, axes: tuple[str, ...], coords: Coords, dtype: torch.dtype | None = None) -> Tensor:
+@dataclass(frozen=True, eq=False)
+class Rotation:
+    """The ``cos`` / ``sin`` of one rotary encoder at one set of coordinates.
+
+    Made once per forward (:meth:`mmpos.encoders.base.RotaryEncoder.rotation`) and applied by
+    every layer of a stack, as timm's EVA and Hugging Face models compute their rotary
+    tables once and hand them to every block. :func:`mmpos.nn.attention` accepts it in its
+    ``encoders`` list in place of the encoder.
+
+    Attributes:
+        cos, sin: ``(B, N, P)`` (plan shared by the heads) or ``(B, Hk, N, P)`` (per-head plan:
+            key heads ``Hk``, query heads grouped per key head), float32 or float64.
+        convention: ``"half"`` or ``"interleaved"``.
+        head_dim: ``D`` of q and k.
+    """
+
+    cos: Tensor
+    sin: Tensor
+    convention: str
+    head_dim: int
+
+    def rotate(self, q: Tensor, k: Tensor, coords: Coords | None = None) -> tuple[Tensor, Tensor]:
+        """Rotate ``q`` ``(B, Hq, N, D)`` and ``k`` ``(B, Hk, N, D)``; ``coords`` is not read."""
+        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
+            raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
+        if self.cos.dim() == 4 and (k.shape[1] != self.cos.shape[1] or q.shape[1] % self.cos.shape[1]):
+            raise ValueError(
+                f"per-head rotary angles for {self.cos.shape[1]} key heads: k must have {self.cos.shape[1]} heads and "
+                f"q a multiple of it, got q {q.shape[1]} and k {k.shape[1]} heads"
+            )
+        return apply_rotary(q, self.cos, self.sin, self.convention), apply_rotary(
+            k, self.cos, self.sin, self.convention
+        )
+
+
+def coords_angles(
+    plan_weight: Tensor, axes: tuple[str, ...], coords: Coords, dtype: torch.dtype | None = None
+) -> Tensor:
     """Angles for ``coords``: reads ``axes`` from ``coords`` and applies :func:`plan_angles`.
 
     Computed in float32, or float64 when the positions are float64.

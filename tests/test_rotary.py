@@ -10,9 +10,14 @@ from mmpos.rotary import apply_rotary, plan_angles, rope_frequencies, rotate_qk
 
 
 def _llama(head_dim, heads=4, theta=10000.0, partial=1.0):
-    cfg = LlamaConfig(
-        hidden_size=head_dim * heads, num_attention_heads=heads, rope_theta=theta, partial_rotary_factor=partial
-    )
+    if hasattr(LlamaConfig(), "rope_parameters"):  # transformers >= 5: rope settings live in rope_parameters
+        # "linear" at factor 1 is the default spectrum and, unlike "default" there, honours partial_rotary_factor
+        rope = {"rope_type": "linear", "factor": 1.0, "rope_theta": theta, "partial_rotary_factor": partial}
+        cfg = LlamaConfig(hidden_size=head_dim * heads, num_attention_heads=heads, rope_parameters=rope)
+    else:
+        cfg = LlamaConfig(
+            hidden_size=head_dim * heads, num_attention_heads=heads, rope_theta=theta, partial_rotary_factor=partial
+        )
     return LlamaRotaryEmbedding(cfg)
 
 

@@ -9,7 +9,9 @@ or an ``open_clip.transformer.VisionTransformer`` in place. What changes:
   :class:`PositionalResidualBlock` whose :class:`PositionalCLIPAttention` keeps the
   block's ``in_proj_weight`` / ``in_proj_bias`` / ``out_proj`` (and ``ln_q`` / ``ln_k``,
   ``head_scale``, ``ln_inner`` of the custom block): same state-dict keys; it runs
-  :func:`mmpos.nn.attention` with the rotary and bias encoders of its layer;
+  :func:`mmpos.nn.attention` with the rotary and bias encoders of its layer (placed by
+  :class:`mmpos.nn.placement.Placement`: fixed-plan rotary encoders once in the tower's
+  ``pos_rotary``, their cos / sin computed once per forward and handed to every block);
 * additive encoders are added after ``positional_embedding``, conv encoders run after the
   blocks in ``conv_after``;
 * ``positional_embedding`` is removed, or kept with ``keep_abs_pos=True`` (by default only
@@ -30,7 +32,8 @@ Shapes: images ``(B, 3, H, W)``; tokens ``(B, 1 + h * w, width)``, ``h = H // pa
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import open_clip
 import torch
@@ -49,20 +52,22 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..coords import Coords
+from ..nn import placement
 from ..nn.attention import attention
+from ..nn.placement import Placement, apply_additive, apply_convs, rotations
+from ..rotary import Rotation
 from . import timm as mmpos_timm
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
-from .positions import PositionSetup, apply_additive, apply_convs
 
 __all__ = [
+    "OPEN_CLIP_ALIASES",
     "PositionalCLIPAttention",
-    "PositionalResidualBlock",
     "PositionalCLIPVisionTransformer",
+    "PositionalResidualBlock",
     "convert",
     "create_model",
     "load_state_dict_report",
-    "OPEN_CLIP_ALIASES",
 ]
 
 #: open_clip's ``positional_embedding`` ``(N, D)`` and the ``learned`` encoder's table ``(1, N, D)``;
@@ -76,8 +81,8 @@ class PositionalCLIPAttention(nn.Module):
     ``attn`` is the ``nn.MultiheadAttention`` of a ``ResidualAttentionBlock`` (batch first,
     packed projection, no ``bias_k`` / ``add_zero_attn``) or the ``Attention`` of a
     ``CustomResidualAttentionBlock`` without scaled cosine attention.
-    ``forward(x (B, N, C), coords, attn_mask=None) -> (B, N, C)``; ``attn_mask`` is bool
-    (``True`` = attend).
+    ``forward(x (B, N, C), coords, attn_mask=None, rotations=()) -> (B, N, C)``; ``attn_mask`` is
+    bool (``True`` = attend); ``rotations``: the tower's shared rotary encoders at ``coords``.
     """
 
     def __init__(self, attn: nn.Module, encoders: nn.ModuleDict | None = None) -> None:
@@ -106,13 +111,15 @@ class PositionalCLIPAttention(nn.Module):
         self.out_proj = attn.out_proj
         self.pos_encoders = encoders if encoders is not None else nn.ModuleDict()
 
-    def forward(self, x: Tensor, coords: Coords | None, attn_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, coords: Coords | None, attn_mask: Tensor | None = None, rotations: Sequence[Rotation] = ()
+    ) -> Tensor:
         b, n, c = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
         q, k, v = qkv.reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, N, Dh)
         q, k = self.ln_q(q), self.ln_k(k)
         dropout = self.attn_drop.p if self.training else 0.0
-        out = attention(q, k, v, coords, list(self.pos_encoders.values()), False, attn_mask, dropout)
+        out = attention(q, k, v, coords, [*rotations, *self.pos_encoders.values()], False, attn_mask, dropout)
         if self.head_scale is not None:
             out = out * self.head_scale
         out = self.ln_inner(out.transpose(1, 2).reshape(b, n, c))
@@ -122,7 +129,7 @@ class PositionalCLIPAttention(nn.Module):
 class PositionalResidualBlock(nn.Module):
     """open_clip residual block (pre-norm, layer scale) around a :class:`PositionalCLIPAttention`.
 
-    ``forward(x (B, N, C), coords, attn_mask=None) -> (B, N, C)``.
+    ``forward(x (B, N, C), coords, attn_mask=None, rotations=()) -> (B, N, C)``.
     """
 
     def __init__(self, block: nn.Module, encoders: nn.ModuleDict | None = None) -> None:
@@ -140,19 +147,23 @@ class PositionalResidualBlock(nn.Module):
         self.mlp = block.mlp
         self.ls_2 = block.ls_2
 
-    def forward(self, x: Tensor, coords: Coords | None, attn_mask: Tensor | None = None) -> Tensor:
-        x = x + self.ls_1(self.ln_attn(self.attn(self.ln_1(x), coords, attn_mask)))
+    def forward(
+        self, x: Tensor, coords: Coords | None, attn_mask: Tensor | None = None, rotations: Sequence[Rotation] = ()
+    ) -> Tensor:
+        x = x + self.ls_1(self.ln_attn(self.attn(self.ln_1(x), coords, attn_mask, rotations)))
         return x + self.ls_2(self.mlp(self.ln_2(x)))
 
 
 class PositionalCLIPVisionTransformer(VisionTransformer):
     """open_clip ``VisionTransformer`` with mmpos position encoders, made by :func:`convert`.
 
-    Extra modules: ``pos_encoders`` (additive, by name) and ``pos_convs``
+    Extra modules: ``pos_encoders`` (additive, by name), ``pos_rotary`` (fixed-plan rotary
+    encoders shared by all blocks; no state-dict entries) and ``pos_convs``
     (``{str(block): {name: conv encoder}}``); ``positional_embedding`` may be ``None``.
     """
 
     pos_encoders: nn.ModuleDict
+    pos_rotary: nn.ModuleDict
     pos_convs: nn.ModuleDict
 
     def token_coords(self, image_size: Sequence[int], device: torch.device | None = None) -> Coords:
@@ -167,7 +178,7 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
             return table
         return resample_abs_pos_embed(table.unsqueeze(0), list(grid), list(self.grid_size), num_prefix_tokens=1)[0]
 
-    def _tokens(self, images: Tensor) -> tuple[Tensor, Coords]:
+    def _tokens(self, images: Tensor) -> tuple[Tensor, Coords, list[Rotation]]:
         coords = self.token_coords(images.shape[-2:], images.device)
         x = self.conv1(images)  # (B, C, h, w)
         b, c, h, w = x.shape
@@ -176,20 +187,21 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
         if self.positional_embedding is not None:
             x = x + self._abs_pos_embed((h, w)).to(x.dtype)
         x = apply_additive(x, self.pos_encoders, coords)
-        return self.ln_pre(self.patch_dropout(x)), coords
+        rot = rotations(self.pos_rotary, coords)  # cos / sin once, for every block
+        return self.ln_pre(self.patch_dropout(x)), coords, rot
 
-    def _run_block(self, i: int, x: Tensor, coords: Coords) -> Tensor:
+    def _run_block(self, i: int, x: Tensor, coords: Coords, rot: Sequence[Rotation]) -> Tensor:
         block = self.transformer.resblocks[i]
         if self.transformer.grad_checkpointing and not torch.jit.is_scripting():
-            x = checkpoint(block, x, coords, use_reentrant=False)
+            x = checkpoint(block, x, coords, None, rot, use_reentrant=False)
         else:
-            x = block(x, coords)
+            x = block(x, coords, None, rot)
         return apply_convs(x, self.pos_convs, i, coords)
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
-        x, coords = self._tokens(x)
+        x, coords, rot = self._tokens(x)
         for i in range(len(self.transformer.resblocks)):
-            x = self._run_block(i, x, coords)
+            x = self._run_block(i, x, coords, rot)
         pooled, tokens = self._pool(x)
         if self.proj is not None:
             pooled = pooled @ self.proj
@@ -210,10 +222,10 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = feature_take_indices(len(self.transformer.resblocks), indices)
         batch = x.shape[0]
-        x, coords = self._tokens(x)
+        x, coords, rot = self._tokens(x)
         intermediates = []
         for i in range(max_index + 1 if stop_early else len(self.transformer.resblocks)):
-            x = self._run_block(i, x, coords)
+            x = self._run_block(i, x, coords, rot)
             if i in take_indices:
                 intermediates.append(self.ln_post(x) if normalize_intermediates else x)
         prefix_tokens = [y[:, :1] for y in intermediates]
@@ -232,10 +244,9 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        """open_clip's set plus the parameters of additive and conv encoders."""
-        names = {f"pos_encoders.{n}" for n, _ in self.pos_encoders.named_parameters()}
-        names |= {f"pos_convs.{n}" for n, _ in self.pos_convs.named_parameters()}
-        return super().no_weight_decay() | names
+        """open_clip's set plus :func:`mmpos.nn.placement.no_weight_decay` (additive and conv
+        encoders, learnable rotary frequencies)."""
+        return super().no_weight_decay() | placement.no_weight_decay(self)
 
 
 def _convert_tower(
@@ -246,12 +257,8 @@ def _convert_tower(
     conv_after: Sequence[int],
 ) -> None:
     resblocks = tower.transformer.resblocks
-    setup = PositionSetup(pos, pos_kwargs, keep_abs_pos, conv_after, len(resblocks))
     if not tower.transformer.batch_first:
         raise ValueError("the tower's transformer must be batch_first")
-    if setup.needs_coords and not isinstance(tower.patch_dropout, nn.Identity):
-        raise ValueError("patch_dropout must be 0 with mmpos encoders (dropped patches would lose their coordinates)")
-    setup.set_default("learned", "num_prefix_tokens", 1)  # open_clip's table has a row for the class token
     blocks = [b if isinstance(b, PositionalResidualBlock) else PositionalResidualBlock(b) for b in resblocks]
     attn = blocks[0].attn
     context = {
@@ -263,8 +270,12 @@ def _convert_tower(
         "grid_size": tuple(tower.grid_size),
         "axes": ("h", "w"),
     }
-    layer_encoders = [setup.attention(context, i) for i in range(len(blocks))]
-    additive, convs = setup.additive(context), setup.convs(context)
+    setup = Placement(pos, pos_kwargs, context, conv_after, keep_abs_pos)
+    if setup.needs_coords and not isinstance(tower.patch_dropout, nn.Identity):
+        raise ValueError("patch_dropout must be 0 with mmpos encoders (dropped patches would lose their coordinates)")
+    setup.set_default("learned", "num_prefix_tokens", 1)  # open_clip's table has a row for the class token
+    layer_encoders = [setup.layer(i) for i in range(len(blocks))]
+    additive, convs = setup.additive(), setup.convs()
     device = tower.conv1.weight.device
     for block, encoders in zip(blocks, layer_encoders):
         block.attn.pos_encoders = encoders.to(device)
@@ -272,6 +283,7 @@ def _convert_tower(
     if not setup.keep_abs_pos:
         tower.positional_embedding = None
     tower.pos_encoders = additive.to(device)
+    tower.pos_rotary = setup.shared().to(device)
     tower.pos_convs = convs.to(device)
     tower.__class__ = PositionalCLIPVisionTransformer
 

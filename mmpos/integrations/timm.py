@@ -7,6 +7,10 @@ ViT and converts it; ``convert(model, pos=...)`` converts one in place. What cha
   :class:`PositionalAttention` that keeps the same ``qkv`` / ``q_norm`` / ``k_norm`` /
   ``norm`` / ``proj`` modules (same state-dict keys) and runs
   :func:`mmpos.nn.attention` with the rotary and bias encoders of its layer;
+* encoders are placed by :class:`mmpos.nn.placement.Placement`: fixed-plan rotary encoders
+  sit once in ``pos_rotary`` and their cos / sin are computed once per forward and handed
+  to every block; bias encoders and learnable rotary plans (RoPE-Mixed) sit in each
+  block's ``attn.pos_encoders``;
 * additive encoders (``learned``, ``sincos``, ...) are added to the tokens after the
   embedding stage, conv encoders (``peg``) run after the blocks in ``conv_after``;
 * the model's own absolute ``pos_embed`` is removed, or kept with ``keep_abs_pos=True``
@@ -26,7 +30,8 @@ Shapes: images ``(B, C, H, W)``; tokens ``(B, prefix + h * w, embed_dim)`` with
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import timm
 import torch
@@ -37,19 +42,21 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
 from ..coords import Coords
+from ..nn import placement
 from ..nn.attention import attention
+from ..nn.placement import Placement, apply_additive, apply_convs, rotations
+from ..rotary import Rotation
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
-from .positions import PositionSetup, apply_additive, apply_convs
 
 __all__ = [
+    "TIMM_ALIASES",
     "PositionalAttention",
     "PositionalBlock",
     "PositionalVisionTransformer",
     "convert",
     "create_vit",
     "load_state_dict_report",
-    "TIMM_ALIASES",
 ]
 
 #: timm's own learned table and mmpos's ``learned`` encoder hold the same ``(1, N, D)`` tensor.
@@ -61,7 +68,8 @@ class PositionalAttention(nn.Module):
 
     Takes over the projections and norms of ``attn`` (a plain ``timm.layers.Attention``),
     so state-dict keys are unchanged. ``forward(x (B, N, C), coords, attn_mask=None,
-    is_causal=False) -> (B, N, C)``; ``attn_mask`` is a bool mask (``True`` = attend).
+    is_causal=False, rotations=()) -> (B, N, C)``; ``attn_mask`` is a bool mask (``True`` = attend),
+    ``rotations`` the model's shared rotary encoders at ``coords`` (applied before ``pos_encoders``).
     """
 
     def __init__(self, attn: Attention, encoders: nn.ModuleDict | None = None) -> None:
@@ -82,14 +90,20 @@ class PositionalAttention(nn.Module):
         self.pos_encoders = encoders if encoders is not None else nn.ModuleDict()
 
     def forward(
-        self, x: Tensor, coords: Coords | None, attn_mask: Tensor | None = None, is_causal: bool = False
+        self,
+        x: Tensor,
+        coords: Coords | None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        rotations: Sequence[Rotation] = (),
     ) -> Tensor:
         b, n, _ = x.shape
         gate = self.gate(x).sigmoid() if self.gate is not None else None
         q, k, v = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)  # (B, H, N, Dh)
         dropout = self.attn_drop.p if self.training else 0.0
-        out = attention(q, k, v, coords, list(self.pos_encoders.values()), is_causal, attn_mask, dropout)
+        encoders = [*rotations, *self.pos_encoders.values()]
+        out = attention(q, k, v, coords, encoders, is_causal, attn_mask, dropout)
         out = self.norm(out.transpose(1, 2).reshape(b, n, self.attn_dim))
         if gate is not None:
             out = out * gate
@@ -99,7 +113,7 @@ class PositionalAttention(nn.Module):
 class PositionalBlock(nn.Module):
     """timm ``Block`` (pre-norm, layer scale, drop path) around a :class:`PositionalAttention`.
 
-    ``forward(x (B, N, C), coords, attn_mask=None, is_causal=False) -> (B, N, C)``.
+    ``forward(x (B, N, C), coords, attn_mask=None, is_causal=False, rotations=()) -> (B, N, C)``.
     """
 
     def __init__(self, block: Block, encoders: nn.ModuleDict | None = None) -> None:
@@ -116,9 +130,14 @@ class PositionalBlock(nn.Module):
         self.drop_path2 = block.drop_path2
 
     def forward(
-        self, x: Tensor, coords: Coords | None, attn_mask: Tensor | None = None, is_causal: bool = False
+        self,
+        x: Tensor,
+        coords: Coords | None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        rotations: Sequence[Rotation] = (),
     ) -> Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), coords, attn_mask, is_causal)))
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), coords, attn_mask, is_causal, rotations)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
@@ -127,11 +146,13 @@ class PositionalVisionTransformer(VisionTransformer):
 
     Built by :func:`convert` / :func:`create_vit`, or directly: the arguments of timm's
     ``VisionTransformer`` plus ``pos``, ``pos_kwargs``, ``keep_abs_pos`` and ``conv_after``
-    of :func:`convert`. Extra modules: ``pos_encoders`` (additive, by name) and
+    of :func:`convert`. Extra modules: ``pos_encoders`` (additive, by name), ``pos_rotary``
+    (fixed-plan rotary encoders shared by all blocks, by name; no state-dict entries) and
     ``pos_convs`` (``{str(block): {name: conv encoder}}``).
     """
 
     pos_encoders: nn.ModuleDict
+    pos_rotary: nn.ModuleDict
     pos_convs: nn.ModuleDict
 
     def __init__(
@@ -161,24 +182,31 @@ class PositionalVisionTransformer(VisionTransformer):
         return x
 
     def _run_block(
-        self, i: int, x: Tensor, coords: Coords, attn_mask: Tensor | None, is_causal: bool
+        self,
+        i: int,
+        x: Tensor,
+        coords: Coords,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        rot: Sequence[Rotation],
     ) -> Tensor:
         block = self.blocks[i]
         if self.grad_checkpointing and not torch.jit.is_scripting():
-            x = checkpoint(block, x, coords, attn_mask, is_causal)
+            x = checkpoint(block, x, coords, attn_mask, is_causal, rot)
         else:
-            x = block(x, coords, attn_mask, is_causal)
+            x = block(x, coords, attn_mask, is_causal, rot)
         return apply_convs(x, self.pos_convs, i, coords)
 
-    def _tokens(self, images: Tensor) -> tuple[Tensor, Coords]:
+    def _tokens(self, images: Tensor) -> tuple[Tensor, Coords, list[Rotation]]:
         coords = self.token_coords(images.shape[-2:], images.device)
         x = self.embed_positions(self.patch_embed(images), coords)
-        return self.norm_pre(self.patch_drop(x)), coords
+        rot = rotations(self.pos_rotary, coords)  # cos / sin once, for every block
+        return self.norm_pre(self.patch_drop(x)), coords, rot
 
     def forward_features(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-        x, coords = self._tokens(x)
+        x, coords, rot = self._tokens(x)
         for i in range(len(self.blocks)):
-            x = self._run_block(i, x, coords, attn_mask, is_causal)
+            x = self._run_block(i, x, coords, attn_mask, is_causal, rot)
         return self.norm(x)
 
     def forward_intermediates(
@@ -199,10 +227,10 @@ class PositionalVisionTransformer(VisionTransformer):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
         batch = x.shape[0]
-        x, coords = self._tokens(x)
+        x, coords, rot = self._tokens(x)
         intermediates = []
         for i in range(max_index + 1 if stop_early else len(self.blocks)):
-            x = self._run_block(i, x, coords, attn_mask, is_causal)
+            x = self._run_block(i, x, coords, attn_mask, is_causal, rot)
             if i in take_indices:
                 intermediates.append(self.norm(x) if norm else x)
         p = self.num_prefix_tokens
@@ -226,10 +254,9 @@ class PositionalVisionTransformer(VisionTransformer):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        """timm's set plus the parameters of additive and conv encoders (tables and PEG, as CPVT)."""
-        names = {f"pos_encoders.{n}" for n, _ in self.pos_encoders.named_parameters()}
-        names |= {f"pos_convs.{n}" for n, _ in self.pos_convs.named_parameters()}
-        return super().no_weight_decay() | names
+        """timm's set plus :func:`mmpos.nn.placement.no_weight_decay`: additive and conv encoders
+        (tables and PEG, as CPVT) and learnable rotary frequencies (RoPE-Mixed, as rope-vit)."""
+        return super().no_weight_decay() | placement.no_weight_decay(self)
 
 
 def convert(
@@ -253,14 +280,11 @@ def convert(
     Encoders are created by ``mmpos.registry.create_in_model`` with ``dim``, ``num_heads``,
     ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size`` (the model's patch grid),
     ``axes=("h", "w")`` (the coordinate axes) and, for attention and conv encoders, ``layer``. ``learned`` defaults to
-    ``num_prefix_tokens`` like timm's table (0 with ``no_embed_class``).
+    ``num_prefix_tokens`` like timm's table (0 with ``no_embed_class``). Placement:
+    :class:`mmpos.nn.placement.Placement` (one shared instance per fixed-plan rotary encoder).
     """
     if type(model) not in (VisionTransformer, PositionalVisionTransformer):
         raise ValueError(f"model must be a timm VisionTransformer, got {type(model).__name__}")
-    setup = PositionSetup(pos, pos_kwargs, keep_abs_pos, conv_after, len(model.blocks))
-    if setup.needs_coords and not isinstance(model.patch_drop, nn.Identity):
-        raise ValueError("patch_drop_rate must be 0 with mmpos encoders (dropped patches would lose their coordinates)")
-    setup.set_default("learned", "num_prefix_tokens", 0 if model.no_embed_class else model.num_prefix_tokens)
     blocks = [b if isinstance(b, PositionalBlock) else PositionalBlock(b) for b in model.blocks]
     attn = blocks[0].attn
     context = {
@@ -272,8 +296,12 @@ def convert(
         "grid_size": tuple(model.patch_embed.grid_size),
         "axes": ("h", "w"),
     }
-    layer_encoders = [setup.attention(context, i) for i in range(len(blocks))]
-    additive, convs = setup.additive(context), setup.convs(context)
+    setup = Placement(pos, pos_kwargs, context, conv_after, keep_abs_pos)
+    if setup.needs_coords and not isinstance(model.patch_drop, nn.Identity):
+        raise ValueError("patch_drop_rate must be 0 with mmpos encoders (dropped patches would lose their coordinates)")
+    setup.set_default("learned", "num_prefix_tokens", 0 if model.no_embed_class else model.num_prefix_tokens)
+    layer_encoders = [setup.layer(i) for i in range(len(blocks))]
+    additive, convs = setup.additive(), setup.convs()
     device = model.patch_embed.proj.weight.device
     for block, encoders in zip(blocks, layer_encoders):
         block.attn.pos_encoders = encoders.to(device)
@@ -281,6 +309,7 @@ def convert(
     if not setup.keep_abs_pos:
         model.pos_embed = None
     model.pos_encoders = additive.to(device)
+    model.pos_rotary = setup.shared().to(device)
     model.pos_convs = convs.to(device)
     model.__class__ = PositionalVisionTransformer
     return model

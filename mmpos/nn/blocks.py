@@ -1,21 +1,25 @@
 """Transformer blocks and stacks that take position encoders by name.
 
-``Transformer(dim, depth, num_heads, pos="rope")`` builds one encoder per layer for
-rotary and bias kinds (each layer may learn its own, e.g. RoPE-Mixed), one additive
-encoder applied to the input tokens, and conv encoders after the blocks listed in
-``conv_after`` (CPVT places its PEG after block 0).
+``Transformer(dim, depth, num_heads, pos="rope")`` places its encoders with
+:class:`mmpos.nn.placement.Placement`: rotary encoders with a fixed plan are shared by all
+layers and their cos / sin computed once per forward; bias encoders and learnable rotary
+plans (RoPE-Mixed) have one instance per layer; additive encoders apply to the input
+tokens, conv encoders after the blocks listed in ``conv_after`` (CPVT: after block 0).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import re
+from collections.abc import Sequence
+from typing import Any
 
 from timm.layers import DropPath, Mlp
 from torch import Tensor, nn
 
 from ..coords import Coords
-from ..registry import create_in_model, encoder_info
+from ..rotary import Rotation
 from .attention import Attention
+from .placement import Placement, apply_additive, apply_convs, rotations
 
 __all__ = ["Block", "Transformer"]
 
@@ -41,15 +45,15 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None) -> Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), coords, attn_mask))
+    def forward(
+        self,
+        x: Tensor,
+        coords: Coords | None = None,
+        attn_mask: Tensor | None = None,
+        rotations: Sequence[Rotation] = (),
+    ) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), coords, attn_mask, rotations))
         return x + self.drop_path(self.mlp(self.norm2(x)))
-
-
-def _as_list(pos: str | Sequence[str] | None) -> list[str]:
-    if pos is None:
-        return []
-    return [pos] if isinstance(pos, str) else list(pos)
 
 
 class Transformer(nn.Module):
@@ -65,8 +69,15 @@ class Transformer(nn.Module):
         conv_after: block indices after which conv encoders run.
         drop_path: stochastic depth, linearly increasing to this rate.
 
+    Modules: ``additive`` (input encoders), ``rotary`` (fixed-plan rotary encoders shared by all
+    blocks, by name; no state-dict entries), ``blocks[i].attn.encoders`` (the encoders block ``i``
+    owns), ``convs`` (``{str(block): conv encoders}``).
+
     ``forward(x (B, N, dim), coords, attn_mask=None) -> (B, N, dim)`` (final norm applied).
     """
+
+    # 2: shared rotary encoders left the per-block lists (older state dicts are renumbered on load)
+    _version = 2
 
     def __init__(
         self,
@@ -85,13 +96,6 @@ class Transformer(nn.Module):
         drop_path: float = 0.0,
     ) -> None:
         super().__init__()
-        names = _as_list(pos)
-        pos_kwargs = dict(pos_kwargs or {})
-        unknown = set(pos_kwargs) - set(names)
-        if unknown:
-            raise ValueError(f"pos_kwargs names encoders {sorted(unknown)} that are not in pos={names}")
-        if any(not 0 <= i < depth for i in conv_after):
-            raise ValueError(f"conv_after must hold block indices in [0, {depth}), got {list(conv_after)}")
         context = {
             "dim": dim,
             "num_heads": num_heads,
@@ -103,41 +107,52 @@ class Transformer(nn.Module):
             context["grid_size"] = tuple(grid_size)
         if axes is not None:
             context["axes"] = tuple(axes)
-        kinds = {name: encoder_info(name).kind for name in names}
-
-        def build(name: str, **extra: Any) -> nn.Module | None:
-            return create_in_model(name, {**context, **extra}, **pos_kwargs.get(name, {}))
-
-        self.additive = nn.ModuleList(
-            [m for n in names if kinds[n] == "additive" for m in [build(n)] if m is not None]
-        )
-        self.conv_after = tuple(conv_after)
-        self.convs = nn.ModuleDict(
-            {str(i): nn.ModuleList([build(n, layer=i) for n in names if kinds[n] == "conv"]) for i in self.conv_after}
-        )
+        placement = Placement(pos, pos_kwargs, context, conv_after)
+        self.additive = nn.ModuleList(placement.additive().values())
+        self.conv_after = placement.conv_after
+        self.convs = nn.ModuleDict({i: nn.ModuleList(group.values()) for i, group in placement.convs().items()})
         self.blocks = nn.ModuleList(
             Block(
                 dim,
                 num_heads,
                 mlp_ratio,
                 num_kv_heads,
-                [build(n, layer=i) for n in names if kinds[n] in ("rotary", "bias")],
+                list(placement.layer(i).values()),
                 causal,
                 qkv_bias,
                 drop_path * i / max(depth - 1, 1),
             )
             for i in range(depth)
         )
+        self.rotary = placement.shared()
         self.norm = nn.LayerNorm(dim)
+        # index of each per-block encoder in version-1 state dicts (shared ones were listed there too)
+        attn_names = [n for n in placement.names if placement.kinds[n] in ("rotary", "bias")]
+        owned = [n for n in attn_names if n.replace(".", "_") not in self.rotary]
+        self._v1_index = {attn_names.index(n): j for j, n in enumerate(owned) if attn_names.index(n) != j}
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs) -> None:
+        version = local_metadata.get("version")
+        if self._v1_index and (version is None or version < 2):
+            pattern = re.compile(re.escape(prefix) + r"blocks\.(\d+)\.attn\.encoders\.(\d+)\.(.+)")
+            own = self.state_dict(prefix=prefix, keep_vars=True)
+            for key in [k for k in state_dict if pattern.fullmatch(k)]:
+                block, old, rest = pattern.fullmatch(key).groups()
+                if int(old) not in self._v1_index:
+                    continue
+                new = f"{prefix}blocks.{block}.attn.encoders.{self._v1_index[int(old)]}.{rest}"
+                # without metadata (a plain dict), renumber only keys that fit the old numbering alone
+                if version is not None or (key not in own and new in own and new not in state_dict):
+                    state_dict[new] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def forward(self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None) -> Tensor:
         if coords is not None:
             coords.check_tokens(x.shape[0], x.shape[1])
-        for enc in self.additive:
-            x = enc(x, coords)
+            x = apply_additive(x, self.additive, coords)
+        rot = rotations(self.rotary, coords)  # cos / sin once, for every block
         for i, block in enumerate(self.blocks):
-            x = block(x, coords, attn_mask)
-            if str(i) in self.convs:
-                for conv in self.convs[str(i)]:
-                    x = conv(x, coords)
+            x = block(x, coords, attn_mask, rot)
+            if coords is not None:
+                x = apply_convs(x, self.convs, i, coords)
         return self.norm(x)

@@ -33,7 +33,7 @@ def _registered(name):
 class SpyBias(BiasEncoder):
     def __init__(self, dim, head_dim, grid_size, layer):
         super().__init__()
-        self.context = dict(dim=dim, head_dim=head_dim, grid_size=grid_size, layer=layer)
+        self.context = {"dim": dim, "head_dim": head_dim, "grid_size": grid_size, "layer": layer}
         self.seen = []
 
     def bias(self, q, k, coords):
@@ -49,11 +49,14 @@ def spy(monkeypatch):
 
 
 # ---------------------------------------------------------------- faithfulness
-@pytest.mark.parametrize("vision", [
-    {},
-    {"ls_init_value": 0.1, "pool_type": "avg", "output_tokens": True},
-    {"qk_norm": True, "scale_heads": True, "scale_attn_inner": True, "scale_attn": True, "scale_fc": True},
-])
+@pytest.mark.parametrize(
+    "vision",
+    [
+        {},
+        {"ls_init_value": 0.1, "pool_type": "avg", "output_tokens": True},
+        {"qk_norm": True, "scale_heads": True, "scale_attn_inner": True, "scale_attn": True, "scale_fc": True},
+    ],
+)
 def test_no_change_equals_open_clip(vision):
     ref = _clip(**vision)
     model = mo.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
@@ -80,13 +83,14 @@ def test_forward_intermediates_equal_open_clip():
     model = mo.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
     x = _images()
     calls = [
-        dict(indices=2),
-        dict(indices=[0], normalize_intermediates=True, output_fmt="NLC", output_extra_tokens=True),
-        dict(indices=1, stop_early=True, intermediates_only=True),
+        {"indices": 2},
+        {"indices": [0], "normalize_intermediates": True, "output_fmt": "NLC", "output_extra_tokens": True},
+        {"indices": 1, "stop_early": True, "intermediates_only": True},
     ]
     for kw in calls:
-        torch.testing.assert_close(model.visual.forward_intermediates(x, **kw),
-                                   ref.visual.forward_intermediates(x, **kw), rtol=0, atol=0)
+        torch.testing.assert_close(
+            model.visual.forward_intermediates(x, **kw), ref.visual.forward_intermediates(x, **kw), rtol=0, atol=0
+        )
 
 
 def test_learned_from_open_clip_checkpoint_equals_open_clip():
@@ -109,7 +113,7 @@ def test_encoders_get_context_and_coords(spy):
     visual = model.visual
     assert visual.positional_embedding is not None  # bias only: kept by default
     encoders = [b.attn.pos_encoders["spy"] for b in visual.transformer.resblocks]
-    assert encoders[1].context == dict(dim=64, head_dim=16, grid_size=(4, 4), layer=1)
+    assert encoders[1].context == {"dim": 64, "head_dim": 16, "grid_size": (4, 4), "layer": 1}
     visual(_images(24, 40))  # the kept table is resampled to the 3 x 5 grid
     coords = encoders[0].seen[-1]
     assert coords.grid_shape == (3, 5) and coords.prefix == 1
@@ -150,8 +154,7 @@ def test_checkpoint_transfer_between_encoders():
 
 def test_contrastive_training_reduces_loss():
     torch.manual_seed(0)
-    model = mo.create_model("ViT-B-32", pos="rope", embed_dim=32, vision_cfg=_vision(), text_cfg=TEXT,
-                            output_dict=True)
+    model = mo.create_model("ViT-B-32", pos="rope", embed_dim=32, vision_cfg=_vision(), text_cfg=TEXT, output_dict=True)
     model.train()
     images = _images(b=8)
     text = torch.randint(0, 100, (8, 16), generator=torch.Generator().manual_seed(2))
@@ -182,12 +185,17 @@ def test_grad_checkpointing_gives_the_same_gradients():
 
 def test_timm_tower_is_converted_by_the_timm_integration():
     torch.manual_seed(0)
-    vision = {"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False, "timm_pool": "token",
-              "timm_proj": "linear", "image_size": 224}
+    vision = {
+        "timm_model_name": "vit_tiny_patch16_224",
+        "timm_model_pretrained": False,
+        "timm_pool": "token",
+        "timm_proj": "linear",
+        "image_size": 224,
+    }
     plain = open_clip.create_model("ViT-B-32", embed_dim=32, vision_cfg=vision, text_cfg=TEXT).eval()
     model = mo.convert(copy.deepcopy(plain), pos="rope")
     assert isinstance(model.visual.trunk, mt.PositionalVisionTransformer)
-    assert set(model.visual.trunk.blocks[0].attn.pos_encoders) == {"rope"}
+    assert set(model.visual.trunk.pos_rotary) == {"rope"}
     x = _images(224, 224, b=1)
     with torch.no_grad():
         assert model.encode_image(x).shape == (1, 32)

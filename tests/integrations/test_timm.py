@@ -10,7 +10,7 @@ from mmpos.encoders.base import BiasEncoder
 from mmpos.encoders.sincos import sincos_embed
 from mmpos.integrations import timm as mt
 
-TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+TINY = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 4, "num_classes": 5}
 
 
 def _vit(seed=0, **kwargs):
@@ -31,8 +31,15 @@ class SpyBias(BiasEncoder):
 
     def __init__(self, dim, num_heads, head_dim, depth, grid_size, layer, axes):
         super().__init__()
-        self.context = dict(dim=dim, num_heads=num_heads, head_dim=head_dim, depth=depth, grid_size=grid_size,
-                            layer=layer, axes=axes)
+        self.context = {
+            "dim": dim,
+            "num_heads": num_heads,
+            "head_dim": head_dim,
+            "depth": depth,
+            "grid_size": grid_size,
+            "layer": layer,
+            "axes": axes,
+        }
         self.seen = []
 
     def bias(self, q, k, coords):
@@ -50,10 +57,10 @@ def spy(monkeypatch):
 
 # ---------------------------------------------------------------- faithfulness
 CONFIGS = [
-    dict(),
-    dict(reg_tokens=2, dynamic_img_size=True),
-    dict(no_embed_class=True, reg_tokens=1, dynamic_img_size=True, qk_norm=True, init_values=0.1),
-    dict(class_token=False, global_pool="avg", dynamic_img_size=True),
+    {},
+    {"reg_tokens": 2, "dynamic_img_size": True},
+    {"no_embed_class": True, "reg_tokens": 1, "dynamic_img_size": True, "qk_norm": True, "init_values": 0.1},
+    {"class_token": False, "global_pool": "avg", "dynamic_img_size": True},
 ]
 
 
@@ -84,8 +91,11 @@ def test_forward_intermediates_equal_timm():
     model = mt.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
     x = _images(24, 40)
     with torch.no_grad():
-        for kw in [dict(indices=2), dict(indices=[0], norm=True, output_fmt="NLC", return_prefix_tokens=True),
-                   dict(indices=1, stop_early=True, output_dict=True, return_prefix_tokens=True)]:
+        for kw in [
+            {"indices": 2},
+            {"indices": [0], "norm": True, "output_fmt": "NLC", "return_prefix_tokens": True},
+            {"indices": 1, "stop_early": True, "output_dict": True, "return_prefix_tokens": True},
+        ]:
             got, want = model.forward_intermediates(x, **kw), ref.forward_intermediates(x, **kw)
             torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert [t.shape for t in model.get_intermediate_layers(x, 2, reshape=True)] == [(2, 32, 3, 5)] * 2
@@ -105,7 +115,8 @@ def test_learned_from_timm_checkpoint_equals_timm():
             torch.testing.assert_close(model(x), ref(x), rtol=0, atol=0)
     back = _vit(seed=7, reg_tokens=1, dynamic_img_size=True)
     assert mt.load_state_dict_report(back, model.state_dict()).renamed == (
-        ("pos_encoders.learned.pos_embed", "pos_embed"),)
+        ("pos_encoders.learned.pos_embed", "pos_embed"),
+    )
     assert torch.equal(back.pos_embed, ref.pos_embed)
 
 
@@ -115,8 +126,15 @@ def test_encoders_get_context_and_coords(spy):
     assert model.pos_embed is not None  # bias-only: the absolute embedding is kept by default
     encoders = [b.attn.pos_encoders["spy"] for b in model.blocks]
     assert [e.context["layer"] for e in encoders] == [0, 1, 2]
-    assert encoders[0].context == dict(dim=32, num_heads=4, head_dim=8, depth=3, grid_size=(4, 4), layer=0,
-                                       axes=("h", "w"))
+    assert encoders[0].context == {
+        "dim": 32,
+        "num_heads": 4,
+        "head_dim": 8,
+        "depth": 3,
+        "grid_size": (4, 4),
+        "layer": 0,
+        "axes": ("h", "w"),
+    }
     with torch.no_grad():
         model(_images(24, 40))
     coords = encoders[2].seen[-1]
@@ -146,9 +164,11 @@ def test_rope_is_applied_in_attention():
     x = torch.randn(2, 1 + 12, 32)
     coords = Coords.grid(3, 4, prefix=1)
     q, k, v = attn.qkv(x).reshape(2, 13, 3, 4, 8).permute(2, 0, 3, 1, 4)
-    q, k = attn.pos_encoders["rope"].rotate(q, k, coords)
+    rope = model.pos_rotary["rope"]  # a fixed plan: one instance shared by every block
+    assert len(attn.pos_encoders) == 0
+    q, k = rope.rotate(q, k, coords)
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 13, 32)
-    torch.testing.assert_close(attn(x, coords), attn.proj(expected))
+    torch.testing.assert_close(attn(x, coords, rotations=[rope.rotation(coords)]), attn.proj(expected))
     # the class token carries no position: position 0 leaves q / k unchanged
     q0, k0, _ = attn.qkv(x).reshape(2, 13, 3, 4, 8).permute(2, 0, 3, 1, 4)
     assert torch.equal(q[:, :, 0], q0[:, :, 0]) and torch.equal(k[:, :, 0], k0[:, :, 0])
@@ -157,7 +177,7 @@ def test_rope_is_applied_in_attention():
 def test_sincos_added_at_embedding_stage():
     model = mt.convert(_vit(reg_tokens=1, dynamic_img_size=True), pos="sincos")
     x = _images(16, 24)
-    tokens, coords = model._tokens(x)
+    tokens, _coords, _ = model._tokens(x)
     patches = model.patch_embed(x).reshape(2, 6, 32)
     rows, cols = torch.meshgrid(torch.arange(2.0), torch.arange(3.0), indexing="ij")
     grid = torch.stack([rows, cols], -1).reshape(1, 6, 2)  # row-major (h, w)
@@ -167,18 +187,19 @@ def test_sincos_added_at_embedding_stage():
 
 
 def test_create_vit_and_direct_class():
-    model = mt.create_vit("vit_tiny_patch16_224", pos=["rope", "sincos"], img_size=32, depth=1, num_classes=3,
-                          dynamic_img_size=True)
-    assert set(model.blocks[0].attn.pos_encoders) == {"rope"} and set(model.pos_encoders) == {"sincos"}
+    model = mt.create_vit(
+        "vit_tiny_patch16_224", pos=["rope", "sincos"], img_size=32, depth=1, num_classes=3, dynamic_img_size=True
+    )
+    assert set(model.pos_rotary) == {"rope"} and set(model.pos_encoders) == {"sincos"}
     assert model(_images(48, 32)).shape == (2, 3)
     direct = mt.PositionalVisionTransformer(pos="rope", **TINY)
-    assert set(direct.blocks[1].attn.pos_encoders) == {"rope"} and direct.pos_embed is None
+    assert set(direct.pos_rotary) == {"rope"} and direct.pos_embed is None
 
 
 def test_reconvert_replaces_encoders(spy):
     model = mt.convert(_vit(dynamic_img_size=True), pos="rope")
     mt.convert(model, pos=spy)
-    assert set(model.blocks[0].attn.pos_encoders) == {"spy"}
+    assert set(model.blocks[0].attn.pos_encoders) == {"spy"} and len(model.pos_rotary) == 0
     with torch.no_grad():
         model(_images())
 

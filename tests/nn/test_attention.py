@@ -25,7 +25,11 @@ class DistanceBias(BiasEncoder):
 
 def _qkv(b=2, h=4, hk=4, n=7, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(b, h, n, d, generator=g), torch.randn(b, hk, n, d, generator=g), torch.randn(b, hk, n, d, generator=g))
+    return (
+        torch.randn(b, h, n, d, generator=g),
+        torch.randn(b, hk, n, d, generator=g),
+        torch.randn(b, hk, n, d, generator=g),
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -55,7 +59,9 @@ def test_padding_does_not_change_real_tokens(side, causal):
     assert torch.isfinite(out).all()
     for i, n in enumerate(lengths):
         sl = slice(0, n) if side == "right" else slice(6 - n, 6)
-        alone = attention(q[i : i + 1, :, sl], k[i : i + 1, :, sl], v[i : i + 1, :, sl], Coords.sequence(n), [enc], causal=causal)
+        alone = attention(
+            q[i : i + 1, :, sl], k[i : i + 1, :, sl], v[i : i + 1, :, sl], Coords.sequence(n), [enc], causal=causal
+        )
         torch.testing.assert_close(out[i : i + 1, :, sl], alone)
 
 
@@ -106,9 +112,10 @@ def test_errors():
 
 
 def test_transformer_applies_encoders_at_their_hooks():
-    model = Transformer(32, 2, 4, pos=["sincos", "rope"], pos_kwargs={"rope": {"theta": 100.0}})
+    model = Transformer(32, 2, 4, pos=["sincos", "rope", "rope-mixed"], pos_kwargs={"rope": {"theta": 100.0}})
     assert len(model.additive) == 1
-    assert all(len(b.attn.encoders) == 1 for b in model.blocks)
+    assert set(model.rotary) == {"rope"}  # a fixed plan: one instance for all blocks
+    assert all(len(b.attn.encoders) == 1 for b in model.blocks)  # rope-mixed learns per layer
     assert model.blocks[0].attn.encoders[0] is not model.blocks[1].attn.encoders[0]
     coords = Coords.grid(3, 4, prefix=1, batch=2)
     assert model(torch.randn(2, 13, 32), coords).shape == (2, 13, 32)

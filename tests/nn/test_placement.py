@@ -1,0 +1,144 @@
+"""One placement path: shared fixed-plan rotary encoders, angles once per forward, old checkpoints, weight decay."""
+
+import copy
+
+import open_clip
+import pytest
+import timm
+import torch
+from timm.optim import create_optimizer_v2
+
+from mmpos import Coords
+from mmpos.encoders.base import RotaryEncoder
+from mmpos.integrations import open_clip as mo
+from mmpos.integrations import timm as mt
+from mmpos.nn import Transformer
+from mmpos.nn.attention import attention
+from mmpos.nn.placement import Placement, no_weight_decay
+
+TEXT = {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2, "layers": 1}
+VISION = {"image_size": 32, "patch_size": 8, "width": 32, "layers": 3, "head_width": 8}
+
+
+def _count_angles(monkeypatch):
+    calls = []
+    original = RotaryEncoder.angles
+
+    def counting(self, coords):
+        calls.append(type(self).__name__)
+        return original(self, coords)
+
+    monkeypatch.setattr(RotaryEncoder, "angles", counting)
+    return calls
+
+
+def test_fixed_plans_are_shared_learnable_plans_per_layer():
+    model = Transformer(32, 3, 4, pos=["rope-axial", "irpe", "rope-mixed"], grid_size=(3, 4), axes=("h", "w"))
+    assert set(model.rotary) == {"rope-axial"}
+    owned = [[type(e).__name__ for e in b.attn.encoders] for b in model.blocks]
+    assert owned == [["IRPE", "MixedRope"]] * 3
+    mixed = [b.attn.encoders[1].weight for b in model.blocks]
+    assert mixed[0] is not mixed[1] and not torch.equal(mixed[0], mixed[1])  # each layer its own random frame
+    assert not any(k.startswith("rotary.") for k in model.state_dict())  # a fixed plan is a non-persistent buffer
+
+
+@pytest.mark.parametrize("pos", [["rope-axial", "irpe"], ["rope", "rope-mixed"], ["mrope"]])
+def test_angles_once_per_forward_equal_per_layer_rotation(monkeypatch, pos):
+    torch.manual_seed(0)
+    depth = 3
+    model = Transformer(32, depth, 4, pos=pos, grid_size=(3, 4), axes=("h", "w") if pos != ["mrope"] else None).eval()
+    coords = Coords.grid(3, 4, prefix=1, batch=2)
+    if pos == ["mrope"]:
+        coords = Coords.grid(1, 3, 4, prefix=1, batch=2)
+    x = torch.randn(2, 13, 32)
+    calls = _count_angles(monkeypatch)
+    with torch.no_grad():
+        out = model(x, coords)
+    shared = len(model.rotary)
+    owned = sum(isinstance(e, RotaryEncoder) for e in model.blocks[0].attn.encoders)
+    assert len(calls) == shared + depth * owned  # shared plans: once per forward, not once per layer
+    # reference: every layer rotates with the encoder modules themselves (the per-layer path)
+    with torch.no_grad():
+        h = x
+        for block in model.blocks:
+            a, y = block.attn, block.norm1(h)
+            q = a.q(y).view(2, 13, 4, 8).transpose(1, 2)
+            k, v = a.kv(y).view(2, 13, 2, 4, 8).permute(2, 0, 3, 1, 4)
+            o = attention(q, k, v, coords, [*model.rotary.values(), *a.encoders])
+            h = h + a.proj(o.transpose(1, 2).reshape(2, 13, 32))
+            h = h + block.mlp(block.norm2(h))
+        torch.testing.assert_close(out, model.norm(h))
+
+
+def test_version_1_state_dict_with_per_layer_keys_loads():
+    """Before sharing, ``rope-axial`` sat in every block's list, so iRPE was ``encoders.1``: it still loads."""
+    torch.manual_seed(0)
+    model = Transformer(32, 2, 4, pos=["rope-axial", "irpe"], grid_size=(3, 4), axes=("h", "w"))
+    state = model.state_dict()
+    assert any(".attn.encoders.0." in k for k in state)
+    old = type(state)((k.replace(".attn.encoders.0.", ".attn.encoders.1."), v.clone() + 1) for k, v in state.items())
+    old._metadata = copy.deepcopy(state._metadata)
+    old._metadata[""]["version"] = 1  # what a version-1 Transformer saved
+    fresh = Transformer(32, 2, 4, pos=["rope-axial", "irpe"], grid_size=(3, 4), axes=("h", "w"))
+    fresh.load_state_dict(old)  # strict
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, state[key] + 1), key
+    # a plain dict (no metadata): keys only the old numbering explains are renumbered too
+    plain = {k.replace(".attn.encoders.0.", ".attn.encoders.1."): v for k, v in state.items()}
+    fresh.load_state_dict(plain)
+    assert torch.equal(fresh.blocks[1].attn.encoders[0].k_table, model.blocks[1].attn.encoders[0].k_table)
+    # and the current format round-trips unchanged
+    fresh.load_state_dict(model.state_dict())
+    assert torch.equal(fresh.blocks[0].attn.encoders[0].k_table, model.blocks[0].attn.encoders[0].k_table)
+
+
+def test_converted_models_share_fixed_plans_and_keep_their_keys(monkeypatch):
+    torch.manual_seed(0)
+    plain = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=3, num_classes=3)
+    keys = set(plain.state_dict()) - {"pos_embed"}
+    model = mt.convert(plain, pos=["rope-axial", "rope-mixed"])
+    assert set(model.pos_rotary) == {"rope-axial"}
+    assert all(set(b.attn.pos_encoders) == {"rope-mixed"} for b in model.blocks)
+    assert set(model.state_dict()) == keys | {f"blocks.{i}.attn.pos_encoders.rope-mixed.weight" for i in range(3)}
+    calls = _count_angles(monkeypatch)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 32, 32))
+    assert calls.count("AxialRope") == 1 and calls.count("MixedRope") == 3
+    clip = mo.create_model("ViT-B-32", pos="rope-axial", embed_dim=16, vision_cfg=VISION, text_cfg=TEXT)
+    calls.clear()
+    with torch.no_grad():
+        clip.encode_image(torch.randn(1, 3, 32, 32))
+    assert calls == ["AxialRope"]
+
+
+def test_no_weight_decay_lists_rope_mixed_frequencies():
+    model = mt.create_vit(
+        "vit_tiny_patch16_224", pos=["rope-mixed", "learned", "peg"], img_size=32, patch_size=8, depth=2, num_classes=3
+    )
+    names = model.no_weight_decay()
+    assert {"blocks.0.attn.pos_encoders.rope-mixed.weight", "blocks.1.attn.pos_encoders.rope-mixed.weight"} <= names
+    assert "pos_encoders.learned.pos_embed" in names and "pos_convs.0.peg.proj.weight" in names
+    # timm's optimizer factory reads no_weight_decay(): the frequencies land in the weight_decay=0 group
+    opt = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05)
+    frequencies = {id(b.attn.pos_encoders["rope-mixed"].weight) for b in model.blocks}
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert frequencies and not frequencies & decayed
+    stack = Transformer(32, 2, 4, pos=["rope-mixed", "irpe", "sincos"], grid_size=(3, 4), axes=("h", "w"))
+    assert no_weight_decay(stack) == {"blocks.0.attn.encoders.0.weight", "blocks.1.attn.encoders.0.weight"}
+    clip = mo.create_model("ViT-B-32", pos="rope-mixed", embed_dim=16, vision_cfg=VISION, text_cfg=TEXT)
+    assert "transformer.resblocks.2.attn.pos_encoders.rope-mixed.weight" in clip.visual.no_weight_decay()
+
+
+def test_placement_errors():
+    context = {"dim": 32, "num_heads": 4, "head_dim": 8, "depth": 2}
+    with pytest.raises(ValueError, match="repeat"):
+        Placement(["rope", "rope"], None, context)
+    with pytest.raises(ValueError, match="pos_kwargs"):
+        Placement("rope", {"irpe": {}}, context)
+    with pytest.raises(ValueError, match="conv_after"):
+        Placement("peg", None, context, conv_after=(2,))
+    with pytest.raises(ValueError, match="keep_abs_pos"):
+        Placement("rope", None, context, keep_abs_pos="yes")
+    with pytest.raises(ValueError, match="unknown encoder"):
+        Transformer(32, 2, 4, pos="nope")
+    assert open_clip is not None
