@@ -83,7 +83,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .recipes import run_recipe
 
-    run_recipe(args.recipe, args.overrides, out=args.out, resume=args.resume)
+    recipe, overrides = args.recipe, list(args.overrides)
+    if args.resume and recipe and "=" in recipe and not Path(recipe).exists():  # mmpos run --resume DIR k=v
+        recipe, overrides = None, [recipe, *overrides]
+    if not recipe and not args.resume:
+        raise ValueError("name a recipe (mmpos list recipes) or a run folder to continue with --resume")
+    run_recipe(recipe, overrides, out=args.out, resume=args.resume)
     return 0
 
 
@@ -123,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     lst.set_defaults(fn=_cmd_list)
     sub.add_parser("info", help="versions of mmpos and its dependencies, and the device").set_defaults(fn=_cmd_info)
     run = sub.add_parser("run", help="run a recipe (a YAML path or the name of a shipped recipe)")
-    run.add_argument("recipe", help="YAML path or recipe name, e.g. quickstart (ignored with --resume)")
+    run.add_argument("recipe", nargs="?", help="YAML path or recipe name, e.g. quickstart (ignored with --resume)")
     run.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, values parsed as YAML")
     run.add_argument("--resume", metavar="RUN_FOLDER", help="continue an interrupted run folder")
     run.add_argument("--out", metavar="DIR", help="root folder of the runs (default: the config's out, 'runs')")
@@ -146,12 +151,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mmpos`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "run" and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]  # key=value after --resume DIR / --out DIR
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.fn(args)
     except (ValueError, FileNotFoundError, FileExistsError) as e:  # bad recipe, override or folder: no traceback
         print(f"mmpos {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # a run that failed (e.g. its loss diverged): one line, marked failed, status 1
+        from .recipes.runner import TrainingDiverged
+
+        if not isinstance(e, TrainingDiverged):
+            raise
+        print(f"mmpos {args.command}: failed: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib.resources
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -94,7 +95,13 @@ def safe_load(text: str) -> Any:
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping with :func:`safe_load` (an empty file gives ``{}``)."""
     with open(path, encoding="utf-8") as f:
-        data = safe_load(f.read())
+        text = f.read()
+    try:
+        data = safe_load(text)
+    except yaml.YAMLError as e:  # one line: where and what
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -219,8 +226,8 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
             fail(key, f"an integer >= {low}")
     o = cfg["optim"]
     for key in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
-        if not isinstance(o[key], (int, float)) or isinstance(o[key], bool) or o[key] < 0:
-            fail(f"optim.{key}", "a number >= 0")
+        if not isinstance(o[key], (int, float)) or isinstance(o[key], bool) or not 0 <= o[key] < math.inf:
+            fail(f"optim.{key}", "a finite number >= 0")
     if not isinstance(o["warmup_steps"], int) or o["warmup_steps"] < 0:
         fail("optim.warmup_steps", "an integer >= 0")
     if not (isinstance(o["betas"], list) and len(o["betas"]) == 2):
@@ -268,7 +275,10 @@ def resolve_config(
     if task_defaults is None:
         from .tasks import get_task
 
-        task_defaults = get_task(cfg["task"], cfg.get("task_module")).defaults
+        try:
+            task_defaults = get_task(cfg["task"], cfg.get("task_module")).defaults
+        except ImportError as e:
+            raise ConfigError(f"config key 'task_module': cannot import {cfg.get('task_module')!r} ({e})") from None
     clash = set(task_defaults) & set(RUNNER_DEFAULTS)
     if clash:
         raise ConfigError(f"task {cfg['task']!r} declares keys the runner owns: {sorted(clash)}")

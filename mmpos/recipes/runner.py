@@ -5,6 +5,13 @@ Checkpoints hold only tensors and plain containers and are read back with
 ``torch.load(weights_only=True)``. Because a task's batches are a pure function of
 ``(seed, step)`` and ``last.pt`` holds the model, optimizer, scheduler, RNG states and
 step, a resumed run ends with exactly the metrics of an uninterrupted one.
+
+Files are written atomically (a temporary file, ``fsync``, then a rename): a killed run
+leaves the previous version, never half of a new one. ``last.pt`` keeps its predecessor as
+``prev.pt``; resuming falls back to it when ``last.pt`` is damaged, and drops a torn last
+line of ``metrics.jsonl`` (both with a warning naming the file). A run whose loss becomes
+non-finite stops with :class:`TrainingDiverged`, writes ``failed.json`` and no ``final.json``.
+See ``docs/reliability.md``.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import math
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +34,46 @@ from tqdm.auto import tqdm
 
 from .tasks import Task, get_task
 
-__all__ = ["Dist", "init_distributed", "resolve_device", "seed_everything", "shard", "to_device", "train_run"]
+__all__ = [
+    "Dist",
+    "RunError",
+    "TrainingDiverged",
+    "init_distributed",
+    "resolve_device",
+    "seed_everything",
+    "shard",
+    "to_device",
+    "train_run",
+]
+
+
+class RunError(ValueError):
+    """A run folder that cannot be used (damaged beyond recovery, busy, not a folder); names the file."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite; the run is marked failed (``failed.json``)."""
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write ``path`` as a whole or not at all: a temporary file, ``fsync``, rename, ``fsync`` of the folder."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    if os.name == "posix":  # a rename is durable once its folder is synced
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -50,7 +97,12 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto`` -> CUDA when present (``cuda:LOCAL_RANK`` under torchrun), else CPU."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device={name!r}: the runner trains on cpu, cuda or mps; use auto, cpu, cuda or cuda:N")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device={name!r} but CUDA is not available; use device=cpu or device=auto")
@@ -158,7 +210,7 @@ def _floats(metrics: Any, what: str) -> dict[str, float]:
 
 
 class _Writer:
-    """Rank-0 file output of one run folder (no-ops on other ranks)."""
+    """Rank-0 file output of one run folder (no-ops on other ranks); every file is written atomically."""
 
     def __init__(self, folder: Path, active: bool) -> None:
         self.folder, self.active = folder, active
@@ -166,27 +218,95 @@ class _Writer:
             folder.mkdir(parents=True, exist_ok=True)
 
     def log(self, record: dict[str, Any]) -> None:
+        """Append one line to ``metrics.jsonl`` (made durable with the next checkpoint)."""
         if self.active:
             with open(self.folder / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
     def truncate_after(self, step: int) -> None:
-        """Drop records written after ``step`` (by an interrupted run past its last checkpoint)."""
+        """Drop records written after ``step`` (by an interrupted run past its last checkpoint).
+
+        A torn last line (a run killed mid-write) is dropped with a warning; a damaged line
+        before the last one raises :class:`RunError` naming the file and line.
+        """
         path = self.folder / "metrics.jsonl"
-        if self.active and path.exists():
-            lines = path.read_text(encoding="utf-8").splitlines()
-            keep = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
-            path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        if not (self.active and path.exists()):
+            return
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        keep = []
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                record_step = record["step"]
+            except (ValueError, KeyError, TypeError):
+                if i == len(lines):
+                    warnings.warn(
+                        f"{path}: dropped a torn last line (line {i}) left by an interrupted run", stacklevel=2
+                    )
+                    continue
+                raise RunError(f"{path}: line {i} is damaged ({line[:60]!r}); the log cannot be resumed") from None
+            if record_step <= step:
+                keep.append(line)
+        atomic_write(path, "".join(line + "\n" for line in keep))
 
     def save(self, name: str, obj: dict[str, Any]) -> None:
-        if self.active:
-            tmp = self.folder / (name + ".tmp")
-            torch.save(obj, tmp)
-            os.replace(tmp, self.folder / name)  # never leave a half-written checkpoint
+        """Save a checkpoint atomically; ``last.pt`` moves to ``prev.pt`` first (a fallback for resume)."""
+        if not self.active:
+            return
+        log = self.folder / "metrics.jsonl"
+        if log.exists():  # the log up to this checkpoint is durable before the checkpoint is
+            with open(log, "rb+") as f:
+                os.fsync(f.fileno())
+        tmp = self.folder / f".{name}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        target = self.folder / name
+        if name == "last.pt" and target.exists():
+            os.replace(target, self.folder / "prev.pt")
+        os.replace(tmp, target)
+        _fsync_dir(self.folder)
 
     def json(self, name: str, obj: dict[str, Any]) -> None:
         if self.active:
-            (self.folder / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+            atomic_write(self.folder / name, json.dumps(obj, indent=2) + "\n")
+
+
+def _load_checkpoint(folder: Path) -> dict[str, Any] | None:
+    """The newest readable of ``last.pt`` and ``prev.pt`` (a warning names a damaged one), or ``None``."""
+    damaged = []
+    for name in ("last.pt", "prev.pt"):
+        path = folder / name
+        if not path.exists():
+            continue
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(ckpt, dict) or not {"model", "optimizer", "scheduler", "rng", "step"} <= set(ckpt):
+                raise ValueError("not a runner checkpoint")
+        except Exception as e:  # noqa: BLE001 -- any unreadable file: fall back, naming it
+            damaged.append(path)
+            warnings.warn(
+                f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}); trying an older checkpoint", stacklevel=2
+            )
+            continue
+        return ckpt
+    if damaged:
+        warnings.warn(
+            f"{folder}: no readable checkpoint ({', '.join(p.name for p in damaged)}); starting over", stacklevel=2
+        )
+    return None
+
+
+def _diverged(folder: Path, writer: _Writer, encoder: str, seed: int, step: int, loss: float) -> TrainingDiverged:
+    msg = (
+        f"{encoder} seed {seed}: the training loss became {loss} at step {step}; the run is marked failed "
+        f"({folder / 'failed.json'}) and its last good checkpoint is kept. Lower optim.lr or raise optim.warmup_steps."
+    )
+    writer.json("failed.json", {"encoder": encoder, "seed": seed, "step": step, "loss": str(loss), "error": msg})
+    return TrainingDiverged(msg)
 
 
 def train_run(
@@ -206,7 +326,10 @@ def train_run(
     folder, ddp = Path(folder), ddp or Dist()
     final_path = folder / "final.json"
     if resume and final_path.exists():
-        return json.loads(final_path.read_text(encoding="utf-8"))
+        try:
+            return json.loads(final_path.read_text(encoding="utf-8"))
+        except ValueError:
+            warnings.warn(f"{final_path} is damaged; finishing the run from its checkpoint again", stacklevel=2)
     if ddp.enabled and cfg["batch_size"] % ddp.world_size:
         raise ValueError(f"batch_size={cfg['batch_size']} must be divisible by the {ddp.world_size} processes")
     if cfg["threads"] and device.type == "cpu":
@@ -232,9 +355,8 @@ def train_run(
     out = _Writer(folder, ddp.is_main)
     sign = 1.0 if task.higher_is_better else -1.0
     step, best, best_step, elapsed = 0, -math.inf, -1, 0.0
-    last_path = folder / "last.pt"
-    if resume and last_path.exists():
-        ckpt = torch.load(last_path, map_location="cpu", weights_only=True)
+    ckpt = _load_checkpoint(folder) if resume else None
+    if ckpt is not None:
         raw.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
@@ -242,8 +364,10 @@ def train_run(
         step, best, best_step, elapsed = ckpt["step"], ckpt["best"], ckpt["best_step"], ckpt["elapsed"]
         out.truncate_after(step)
     elif ddp.is_main and folder.exists():
-        for name in ("metrics.jsonl", "last.pt", "best.pt", "final.json"):
+        for name in ("metrics.jsonl", "last.pt", "prev.pt", "best.pt", "final.json"):
             (folder / name).unlink(missing_ok=True)
+    if ddp.is_main:
+        (folder / "failed.json").unlink(missing_ok=True)
 
     def evaluate() -> dict[str, float]:
         raw.eval()
@@ -268,10 +392,12 @@ def train_run(
     raw.train()
     start = time.perf_counter() - elapsed
     metrics: dict[str, float] = {}
+    finite = torch.ones((), dtype=torch.bool, device=device)  # all losses finite so far (checked without a sync)
     while step < steps:
         batch = to_device(shard(task.train_batch(step), ddp.rank, ddp.world_size), device)
         result = task.loss(model, batch)
         loss, extra = result if isinstance(result, tuple) else (result, {})
+        finite &= torch.isfinite(loss.detach()).all()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if o["grad_clip"]:
@@ -280,14 +406,23 @@ def train_run(
         opt.step()
         sched.step()
         step += 1
-        if log_every and step % log_every == 0 or step == steps:
+        logging = bool(log_every and step % log_every == 0 or step == steps)
+        evaluating = bool(eval_every and step % eval_every == 0 or step == steps)
+        if logging or evaluating:  # before anything is logged or saved: a NaN never reaches a file
+            ok = finite.to(torch.int32)
+            if ddp.enabled:
+                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            if not bool(ok):
+                bar.close()
+                raise _diverged(folder, out, encoder, seed, step, float(loss.detach()))
+        if logging:
             value = loss.detach().float()
             if ddp.enabled:
                 dist.all_reduce(value)
                 value /= ddp.world_size
             out.log({"step": step, "loss": value.item(), "lr": lr, **{k: float(v) for k, v in extra.items()}})
             bar.set_postfix(loss=f"{value.item():.4f}", refresh=False)
-        if eval_every and step % eval_every == 0 or step == steps:
+        if evaluating:
             metrics = evaluate()
             out.log({"step": step, "eval": metrics})
             if sign * metrics[task.metric] > best:

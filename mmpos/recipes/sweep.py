@@ -4,12 +4,23 @@
 the run folder ``<out>/<recipe>/<name or timestamp>/`` (rank 0 only under torchrun),
 trains each pair with :func:`mmpos.recipes.runner.train_run` and writes ``results.md``
 (printed too), ``results.json`` and ``results.png``.
+
+Everything a config can get wrong is checked before the run folder is made (the run name,
+``--out``, ``model.pos_kwargs`` against the encoders' signatures, then one build of every
+encoder's task); a folder whose first run fails is removed. A running folder is locked
+(``.lock``), so a second ``--resume`` of it is refused. ``config.yaml`` holds the resolved
+config; resuming reads it back as is (the profile is not applied again).
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import inspect
 import json
 import math
+import os
+import shutil
 import statistics
 import time
 from collections.abc import Iterable, Mapping
@@ -21,7 +32,7 @@ import torch.distributed as dist
 import yaml
 
 from .config import ConfigError, find_recipe, load_yaml, resolve_config
-from .runner import Dist, init_distributed, train_run
+from .runner import Dist, RunError, atomic_write, init_distributed, seed_everything, train_run
 
 __all__ = ["RESUME_OVERRIDABLE", "find_recipe", "plot_results", "results_table", "run_recipe"]
 
@@ -98,6 +109,21 @@ def plot_results(finals: list[dict[str, Any]], path: str | Path, title: str = ""
     return path
 
 
+def _check_name(name: Any) -> None:
+    """A run name is one folder name: a string, no path separators, not ``.`` / ``..``."""
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise ConfigError(f"config key 'name' must be a string, got {name!r}; quote it: name: '{name}'")
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
+        raise ConfigError(f"config key 'name' must be one folder name inside --out (no '/', '..'), got {name!r}")
+
+
+def _check_root(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--out {root} is a file, not a folder")
+
+
 def _new_run_dir(root: Path, recipe_name: str, name: str | None) -> Path:
     base = root / recipe_name
     if name:
@@ -123,6 +149,92 @@ def _resume_dir(path: str | Path) -> Path:
     raise FileNotFoundError(f"--resume {path}: no config.yaml in it or in a folder above it; is it a run folder?")
 
 
+def _check_pos_kwargs(cfg: Mapping[str, Any]) -> None:
+    """``model.pos_kwargs``: registered encoder names, each with arguments its factory accepts."""
+    model = cfg.get("model")
+    pos_kwargs = model.get("pos_kwargs") if isinstance(model, Mapping) else None
+    if pos_kwargs is None:
+        return
+    if not isinstance(pos_kwargs, Mapping):
+        raise ConfigError(f"config key 'model.pos_kwargs' must map encoder names to arguments, got {pos_kwargs!r}")
+    from ..registry import encoder_info, list_encoders
+
+    known = [i.name for i in list_encoders()]
+    for enc, kwargs in pos_kwargs.items():
+        where = f"model.pos_kwargs.{enc}"
+        if enc not in known:
+            close = difflib.get_close_matches(str(enc), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"config key {where!r}: {enc!r} is not an encoder{hint} (mmpos list)")
+        if not isinstance(kwargs, Mapping):
+            raise ConfigError(f"config key {where!r} must be a mapping of arguments, got {kwargs!r}")
+        params = inspect.signature(encoder_info(enc).factory).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            continue
+        accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+        for arg in kwargs:
+            if arg not in accepted:
+                close = difflib.get_close_matches(str(arg), accepted, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"config key '{where}.{arg}': {enc} takes no argument {arg!r}{hint} (takes {accepted})"
+                )
+
+
+def _preflight(cfg: dict[str, Any], device: torch.device) -> None:
+    """Build every encoder's task once (and evaluate the first) before anything trains.
+
+    A bad argument value or data setting fails here, in a second, not after a partial sweep.
+    The global random state is left to each run's own seeding.
+    """
+    from .tasks import get_task
+
+    info = get_task(cfg["task"], cfg.get("task_module"))
+    for i, encoder in enumerate(cfg["encoders"]):
+        seed_everything(cfg["seeds"][0])
+        try:
+            task = info.build(cfg, encoder, cfg["seeds"][0], device)
+            if i == 0:
+                task.model.to(device).eval()
+                with torch.no_grad():
+                    task.evaluate(task.model)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"encoder {encoder!r}: {e}") from e
+        except (ArithmeticError, IndexError, KeyError, RuntimeError) as e:  # e.g. data.eval_size=0
+            raise ConfigError(
+                f"task {cfg['task']!r} with encoder {encoder!r} cannot be built and evaluated with this config "
+                f"({type(e).__name__}: {e}); check the model.* and data.* settings"
+            ) from e
+
+
+@contextlib.contextmanager
+def _locked(folder: Path, active: bool):
+    """Hold an exclusive lock on ``folder/.lock`` while the run runs (released when the process dies)."""
+    if not active:
+        yield
+        return
+    path = folder / ".lock"
+    f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 -- held for the whole run
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # not POSIX: the lock file's content is the best we have
+            pass
+        except OSError:
+            f.seek(0)
+            owner = f.read().strip() or "another process"
+            raise RunError(f"run folder {folder} is in use by {owner}; wait for it to finish") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"mmpos run (pid {os.getpid()})")
+        f.flush()
+        yield
+    finally:
+        f.close()
+
+
 def run_recipe(
     recipe: str | Path | Mapping[str, Any],
     overrides: Iterable[str] = (),
@@ -143,8 +255,20 @@ def run_recipe(
         bad = [o for o in overrides if o.partition("=")[0].strip() not in RESUME_OVERRIDABLE]
         if bad:
             raise ConfigError(f"with --resume only {list(RESUME_OVERRIDABLE)} may be overridden, got {bad}")
-        cfg = resolve_config(load_yaml(folder / "config.yaml"), overrides)
         recipe_name = folder.parent.name
+        if recipe is not None and not isinstance(recipe, Mapping):
+            given = Path(str(recipe)).name.removesuffix(".yaml").removesuffix(".yml")
+            if given != recipe_name:
+                raise ConfigError(
+                    f"--resume {folder} continues a run of recipe {recipe_name!r}, not {str(recipe)!r}; "
+                    "drop the recipe or name the same one"
+                )
+        if out is not None and Path(out).resolve() != folder.parent.parent:
+            raise ConfigError(f"--out {out} with --resume {folder}: the run stays in {folder.parent.parent}")
+        saved = load_yaml(folder / "config.yaml")
+        # config.yaml is the resolved config: read it as is (its profile was applied when it was written)
+        cfg = resolve_config({**saved, "profile": None}, overrides)
+        cfg["profile"] = saved.get("profile")
     else:
         if isinstance(recipe, Mapping):
             raw = dict(recipe)
@@ -153,6 +277,9 @@ def run_recipe(
             raw, name = load_yaml(path), path.stem
         cfg = resolve_config(raw, overrides)
         recipe_name = name
+        _check_name(cfg["name"])
+        _check_root(Path(out if out is not None else cfg["out"]))
+    _check_pos_kwargs(cfg)
     owns_group = not (dist.is_available() and dist.is_initialized())
     ddp, device = init_distributed(cfg["device"])
     try:
@@ -168,7 +295,9 @@ def _run(
     """The body of :func:`run_recipe`; ``folder`` is the run folder to resume, or ``None`` for a new run."""
     resume = folder is not None
     if not resume:
+        _preflight(cfg, device)
         root = Path(out if out is not None else cfg["out"])
+        cfg = {**cfg, "out": str(root)}  # the folder the run went to, whether from out: or --out
         folder = _new_run_dir(root, recipe_name, cfg["name"]) if ddp.is_main else None
         if ddp.enabled:
             shared = [str(folder) if folder else None]
@@ -176,8 +305,32 @@ def _run(
             folder = Path(shared[0])  # type: ignore[arg-type]
         if ddp.is_main:
             folder.mkdir(parents=True)  # type: ignore[union-attr]
-            (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")  # type: ignore[operator]
+            atomic_write(folder / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))  # type: ignore[operator]
     assert folder is not None
+    try:
+        with _locked(folder, ddp.is_main):
+            return _train_all(cfg, recipe_name, folder, ddp, device, resume)
+    except BaseException as e:
+        if ddp.is_main and not resume and _only_config(folder):
+            shutil.rmtree(folder, ignore_errors=True)  # nothing was trained: leave no half-written folder
+        elif ddp.is_main and isinstance(e, Exception) and not isinstance(e, RunError):  # not an interruption
+            atomic_write(folder / "failed.json", json.dumps({"error": f"{type(e).__name__}: {e}"}, indent=2) + "\n")
+        raise
+
+
+def _only_config(folder: Path) -> bool:
+    """``True`` when the run folder holds nothing but its config (and lock), or no pair wrote a file."""
+    if not folder.is_dir():
+        return False
+    return all(p.name in ("config.yaml", ".lock") or (p.is_dir() and not any(p.rglob("*.*"))) for p in folder.iterdir())
+
+
+def _train_all(
+    cfg: dict[str, Any], recipe_name: str, folder: Path, ddp: Dist, device: torch.device, resume: bool
+) -> dict[str, Any]:
+    """Train every (encoder, seed) pair into ``folder`` and write the results."""
+    if ddp.is_main:
+        (folder / "failed.json").unlink(missing_ok=True)
     pairs = [(e, s) for e in cfg["encoders"] for s in cfg["seeds"]]
     finals = []
     for i, (encoder, seed) in enumerate(pairs, 1):
@@ -188,8 +341,8 @@ def _run(
     if ddp.is_main:
         title = f"{recipe_name} ({cfg['task']}, {cfg['steps']} steps)"
         table = results_table(finals, title)
-        (folder / "results.md").write_text(table, encoding="utf-8")
-        (folder / "results.json").write_text(json.dumps(finals, indent=2) + "\n", encoding="utf-8")
+        atomic_write(folder / "results.md", table)
+        atomic_write(folder / "results.json", json.dumps(finals, indent=2) + "\n")
         plot_results(finals, folder / "results.png", title)
         print("\n" + table + f"\nrun folder: {folder}", flush=True)
     return {"folder": folder if ddp.is_main else None, "config": cfg, "finals": finals, "table": table}

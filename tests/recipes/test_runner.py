@@ -1,22 +1,28 @@
-"""Recipe runner: config resolution and errors, a training run, checkpoints, exact resume, sweeps."""
+"""Recipe runner: config resolution and errors, a training run, checkpoints, exact resume, sweeps, and
+reliability: resolved configs on resume, diverging runs, damaged files, locked folders, checks before training."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from mmpos.recipes import ConfigError, Task, parse_overrides, register_task, resolve_config, run_recipe
 from mmpos.recipes.config import RUNNER_DEFAULTS
+from mmpos.recipes.runner import RunError
 from mmpos.recipes.sweep import find_recipe, results_table
 
 # ---------------------------------------------------------------------------- a toy task
 
 _INTERRUPT = {"at": None}  # step at which train_batch raises, to simulate a killed run
+_NAN = {"at": None, "step": 0}  # step from which the loss is NaN, to simulate a diverging run
 _TOY_DEFAULTS = {"toy": {"hidden": 16, "dropout": 0.2, "classes": 3}}
 
 
@@ -36,13 +42,15 @@ def _build_toy(cfg, encoder, seed, device) -> Task:
     eval_x, eval_y = _blobs(64, 999, t["classes"])
 
     def train_batch(step: int):
+        _NAN["step"] = step
         if _INTERRUPT["at"] == step:
             raise KeyboardInterrupt(f"simulated interruption at step {step}")
         return _blobs(cfg["batch_size"], seed * 1_000_003 + step, t["classes"])
 
     def loss(model, batch):
         x, y = batch
-        return F.cross_entropy(model(x), y)
+        out = F.cross_entropy(model(x), y)
+        return out * math.nan if _NAN["at"] is not None and _NAN["at"] <= _NAN["step"] else out
 
     def evaluate(model):
         logits = model(eval_x.to(device))
@@ -154,7 +162,7 @@ def test_run_writes_folder_and_checkpoints_load_weights_only(tmp_path):
     folder = res["folder"]
     assert folder == tmp_path / "toy" / "a"
     run = folder / "none" / "seed0"
-    assert {p.name for p in run.iterdir()} == {"metrics.jsonl", "last.pt", "best.pt", "final.json"}
+    assert {p.name for p in run.iterdir()} == {"metrics.jsonl", "last.pt", "prev.pt", "best.pt", "final.json"}
     records = _records(folder)
     assert [r["step"] for r in records if "eval" in r] == [4, 8, 12]
     assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8, 10, 12]
@@ -243,3 +251,173 @@ def test_results_table_marks_a_metric_an_encoder_lacks():
     lines = results_table(finals).splitlines()
     assert lines[2] == "| 1 | b | 0.8500 ± 0.0707 | – | 1 | 1.0 |"
     assert lines[3].startswith("| 2 | a | 0.6000 ± 0.1414 | 0.3000 ± 0.1414 |")
+
+
+# ---------------------------------------------------------------------------- reliability (issue 10, issue 11 s.1)
+
+
+def _interrupted(tmp_path, at: int, **over) -> Path:
+    _INTERRUPT["at"] = at
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_recipe(_toy(**over), out=tmp_path, name="toy")
+    finally:
+        _INTERRUPT["at"] = None
+    return tmp_path / "toy" / over["name"]
+
+
+def test_resume_keeps_profile_and_overrides_of_the_saved_config(tmp_path):
+    profiled = {"profile": "small", "profiles": {"small": {"steps": 4, "eval_every": 2, "log_every": 1}}}
+    over = ["steps=12", "eval_every=4", "log_every=2"]  # overrides win over the profile
+    full = run_recipe(_toy(name="full", **profiled), over, out=tmp_path, name="toy")["folder"]
+    _INTERRUPT["at"] = 6
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_recipe(_toy(name="cut", **profiled), over, out=tmp_path, name="toy")
+    finally:
+        _INTERRUPT["at"] = None
+    cut = tmp_path / "toy" / "cut"
+    saved = yaml.safe_load((cut / "config.yaml").read_text())
+    assert saved["steps"] == 12 and saved["eval_every"] == 4 and saved["profile"] == "small"
+    res = run_recipe(None, ["progress=false"], resume=cut)
+    assert res["config"]["steps"] == 12 and res["config"]["eval_every"] == 4  # not the profile's 4 / 2
+    assert _final(cut)["step"] == 12 and _final(cut)["metrics"] == _final(full)["metrics"]
+    assert _records(cut) == _records(full)
+
+
+def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path):
+    from mmpos.recipes.runner import TrainingDiverged
+
+    _NAN["at"] = 6
+    try:
+        with pytest.raises(TrainingDiverged, match="loss became nan at step 8"):
+            run_recipe(_toy(name="nan"), out=tmp_path, name="toy")
+    finally:
+        _NAN["at"] = None
+    folder, run = tmp_path / "toy" / "nan", tmp_path / "toy" / "nan" / "none" / "seed0"
+    assert not (run / "final.json").exists() and not (folder / "results.md").exists()
+    assert json.loads((run / "failed.json").read_text())["step"] == 8
+    assert "TrainingDiverged" in json.loads((folder / "failed.json").read_text())["error"]
+    assert torch.load(run / "last.pt", weights_only=True)["step"] == 4  # the last good checkpoint
+    assert all(math.isfinite(r.get("loss", 0.0)) for r in _records(folder))  # no NaN reached the log
+    with pytest.raises(ConfigError, match="optim.lr' must be a finite number"):
+        resolve_config(_toy(), ["optim.lr=.inf"])
+
+
+def test_torn_metrics_tail_is_dropped_with_a_warning(tmp_path):
+    full = run_recipe(_toy(name="full"), out=tmp_path, name="toy")["folder"]
+    cut = _interrupted(tmp_path, 6, name="cut")
+    with open(cut / "none" / "seed0" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "lo')  # killed mid-line
+    with pytest.warns(UserWarning, match=r"metrics.jsonl: dropped a torn last line"):
+        run_recipe(None, resume=cut)
+    assert _records(cut) == _records(full) and _final(cut)["metrics"] == _final(full)["metrics"]
+
+
+def test_damaged_metrics_line_is_named(tmp_path):
+    cut = _interrupted(tmp_path, 6, name="cut")
+    log = cut / "none" / "seed0" / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0], "{garbage", *lines[1:]]) + "\n")
+    with pytest.raises(RunError, match=r"metrics.jsonl: line 2 is damaged"):
+        run_recipe(None, resume=cut)
+
+
+def test_truncated_last_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    full = run_recipe(_toy(name="full"), out=tmp_path, name="toy")["folder"]
+    cut = _interrupted(tmp_path, 10, name="cut")  # checkpoints at steps 4 (prev.pt) and 8 (last.pt)
+    run = cut / "none" / "seed0"
+    assert torch.load(run / "prev.pt", weights_only=True)["step"] == 4
+    data = (run / "last.pt").read_bytes()
+    (run / "last.pt").write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning, match=r"last.pt is damaged"):
+        run_recipe(None, resume=cut)
+    assert _final(cut)["metrics"] == _final(full)["metrics"] and _records(cut) == _records(full)
+
+
+def test_no_temporary_files_are_left(tmp_path):
+    folder = run_recipe(_toy(name="a"), out=tmp_path, name="toy")["folder"]
+    assert not [p for p in folder.rglob("*") if ".tmp" in p.name]
+
+
+def test_a_running_folder_is_locked(tmp_path):
+    cut = _interrupted(tmp_path, 6, name="cut")
+    with open(cut / ".lock", "a+") as held:  # another process holding the run
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunError, match="is in use"):
+            run_recipe(None, resume=cut)
+        assert not (cut / "none" / "seed0" / "final.json").exists()
+    run_recipe(None, resume=cut)  # released: it resumes
+    assert (cut / "none" / "seed0" / "final.json").exists()
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [("../x", "one folder name"), ("/tmp/abs", "one folder name"), ("a/b", "one folder name"), (2024, "a string")],
+)
+def test_run_names_stay_inside_out(tmp_path, name, message):
+    with pytest.raises(ConfigError, match=message):
+        run_recipe(_toy(name=name), out=tmp_path / "runs", name="toy")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "x").exists()
+
+
+def test_out_pointing_at_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is a file"):
+        run_recipe(_toy(name="a"), out=tmp_path / "file", name="toy")
+
+
+def test_saved_config_records_the_out_folder_used(tmp_path):
+    folder = run_recipe(_toy(name="a"), out=tmp_path / "elsewhere", name="toy")["folder"]
+    assert yaml.safe_load((folder / "config.yaml").read_text())["out"] == str(tmp_path / "elsewhere")
+
+
+def test_resume_refuses_another_recipe_or_out(tmp_path):
+    cut = _interrupted(tmp_path, 6, name="cut")
+    with pytest.raises(ConfigError, match="continues a run of recipe 'toy', not 'quickstart'"):
+        run_recipe("quickstart", resume=cut)
+    with pytest.raises(ConfigError, match="the run stays in"):
+        run_recipe(None, out=tmp_path / "other", resume=cut)
+    run_recipe("toy", out=tmp_path, resume=cut)  # the same recipe and out are fine
+
+
+def test_device_that_does_not_exist_is_a_value_error():
+    from mmpos.recipes.runner import resolve_device
+
+    with pytest.raises(ValueError, match="device='tpu'"):
+        resolve_device("tpu")
+
+
+_SMOKE = ["profile=smoke", "encoders=[none,learned]", "device=cpu", "progress=false"]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.pos_kwargs.learnd={std: 0.2}", "'learnd' is not an encoder; did you mean 'learned'"),
+        ("model.pos_kwargs.learned.stdd=0.2", "learned takes no argument 'stdd'; did you mean 'std'"),
+        ("model.pos_kwargs.learned.std=.nan", "encoder 'learned': std must be a finite number"),
+        ("data.eval_size=0", "cannot be built and evaluated with this config"),
+    ],
+)
+def test_bad_settings_fail_before_any_folder_is_made(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        run_recipe("quickstart", [*_SMOKE, override], out=tmp_path)
+    assert not (tmp_path / "quickstart").exists() or not any((tmp_path / "quickstart").iterdir())
+
+
+def test_a_first_run_that_fails_leaves_no_folder(tmp_path):
+    @register_task("toy_broken", defaults=_TOY_DEFAULTS)
+    def _build(cfg, encoder, seed, device):
+        task = _build_toy(cfg, encoder, seed, device)
+        calls = {"n": 0}
+
+        def train_batch(step):  # builds and evaluates fine, then fails in the first training step
+            calls["n"] += 1
+            raise ValueError("broken data")
+
+        return Task(task.model, train_batch, task.loss, task.evaluate, metric="acc")
+
+    with pytest.raises(ValueError, match="broken data"):
+        run_recipe(_toy(task="toy_broken", name="b"), out=tmp_path, name="toy")
+    assert not (tmp_path / "toy" / "b").exists()
