@@ -3,7 +3,7 @@
 A sample is a list of segments -- :class:`Text` ``(n)``, :class:`Image` ``(grid_thw)``,
 :class:`Video` ``(grid_thw, second_per_grid)`` with grids in vision patches *before*
 the spatial merge -- and :func:`build` turns a batch of samples into a :class:`Layout`
-under one *scheme* (how positions advance):
+under one *scheme* of the registry :mod:`mmpos.schemes` (how positions advance):
 
 =============  ================================  ===============================  ==========
 scheme         ``coords.axes``                   ``position_ids``                 dtype
@@ -19,13 +19,17 @@ v2pe           ``("seq",)``                      ``(3, B, L)`` three equal rows 
 flat           ``("seq",)``                      ``(3, B, L)`` three equal rows    int64
 =============  ================================  ===============================  ==========
 
+:func:`build` (segments) and the token-id path (:func:`mmpos.integrations.hf_rope_index.get_rope_index`)
+are two front ends of one packer, :func:`pack`, and return the same :class:`Layout`.
+
 Conventions shared with the rotary encoders (:mod:`mmpos.encoders.mrope`):
 
 * ``position_ids[a, b, n] == coords.pos[b, n, a]`` on real tokens for every
   multi-axis scheme; 1-axis schemes (``flat``, ``v2pe``) repeat their single row three
   times so that a Qwen2-VL-family model reads them as 1-D RoPE.
-* Padding: ``position_ids`` holds ``1`` there (the Hugging Face convention),
-  ``coords.pos`` holds ``0`` and ``coords.mask`` is ``False``.
+* Padding: ``position_ids`` holds the rule's padding value there (``1``, the Hugging Face
+  convention before 5.3; ``0`` under ``rule="hf-5.3"``), ``coords.pos`` holds ``0`` and
+  ``coords.mask`` is ``False``.
 * Text tokens carry the same value on every axis, so every scheme reduces to 1-D RoPE
   on text-only input (positions ``0 .. L - 1`` on every axis).
 * ``vrope``: axis ``c{k}`` is the position seen by rotary pair ``p`` with
@@ -36,53 +40,69 @@ Conventions shared with the rotary encoders (:mod:`mmpos.encoders.mrope`):
 * ``rope_deltas`` ``(B, 1)``: next position minus ``L`` (int64; float32 for ``hope``,
   whose positions after a video may be fractional); during decoding the token at
   cache position ``c`` gets position ``c + rope_deltas`` on every axis
-  (:func:`decode_position_ids`).
+  (:func:`decode_position_ids`). Under ``rule="hf-5.3"`` it is the largest position + 1
+  minus the number of real tokens, as transformers >= 5.3 computes it.
+
+New segment kinds plug in with :func:`register_segment` (``docs/adding-a-scheme.md``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from .coords import Coords, Modality
+from .schemes import (
+    HOPE_SCALES,
+    RULES,
+    SCHEMES,
+    V2PE_DELTAS,
+    BlockGeometry,
+    Scheme,
+    SchemeOptions,
+    get_rule,
+    get_scheme,
+    resolve_options,
+)
 
 __all__ = [
-    "Text",
-    "Image",
-    "Video",
-    "Layout",
+    "HOPE_SCALES",
+    "RULES",
     "SCHEMES",
     "SCHEME_AXES",
-    "HOPE_SCALES",
     "V2PE_DELTAS",
+    "Image",
+    "Layout",
+    "Text",
+    "Unit",
+    "Video",
+    "VisionBlocks",
     "build",
     "decode_position_ids",
-    "VisionBlocks",
-    "token_positions",
+    "pack",
+    "register_segment",
 ]
 
-#: the coordinate axes each scheme produces (see the module docstring)
-SCHEME_AXES: dict[str, tuple[str, ...]] = {
-    "qwen2-vl": ("t", "h", "w"),
-    "qwen2.5-vl": ("t", "h", "w"),
-    "qwen3-vl": ("t", "h", "w"),
-    "mrope-i": ("t", "h", "w"),
-    "mhrope": ("t", "h", "w"),
-    "hope": ("t", "h", "w"),
-    "vrope": ("c0", "c1", "c2", "c3"),
-    "v2pe": ("seq",),
-    "flat": ("seq",),
-}
-SCHEMES = tuple(SCHEME_AXES)
-#: HoPE's training choices of the temporal scale ``s`` (hrlics/HoPE ``modeling_hope.py``)
-HOPE_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
-#: V2PE's training choices of the visual step ``delta = stride / 256`` (OpenGVLab/V2PE ``v2pe_rnd``)
-V2PE_DELTAS = tuple(2.0**-k for k in range(9))
-ADVANCES = ("max", "spatial")
+
+class _SchemeAxes(Mapping):
+    """``scheme -> axes``, a live view of the registry."""
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        return get_scheme(name).axes
+
+    def __iter__(self):
+        return iter(SCHEMES)
+
+    def __len__(self) -> int:
+        return len(SCHEMES)
+
+
+#: the coordinate axes each scheme produces (a view of :data:`mmpos.schemes.SCHEMES`)
+SCHEME_AXES: Mapping[str, tuple[str, ...]] = _SchemeAxes()
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:
@@ -138,18 +158,74 @@ class Video:
 Segment = Text | Image | Video
 
 
+@dataclass(frozen=True)
+class Unit:
+    """What a segment contributes to the packer: ``tokens`` text tokens (``grid`` ``None``),
+    or one vision block of ``grid`` ``(t, h, w)`` tokens (after the spatial merge) with its
+    :class:`~mmpos.coords.Modality` code and ``seconds`` per temporal patch."""
+
+    modality: int
+    tokens: int
+    grid: tuple[int, int, int] | None = None
+    seconds: float = 0.0
+
+
+#: segment class -> ``units(segment, scheme, spatial_merge_size, where) -> list[Unit]``
+_SEGMENT_KINDS: dict[type, Callable[[object, Scheme, int, str], list[Unit]]] = {}
+
+
+def register_segment(cls: type, units: Callable[[object, Scheme, int, str], list[Unit]]) -> None:
+    """Teach :func:`build` a new segment class: ``units(segment, scheme, merge, where)``
+    returns its :class:`Unit` list (``where`` names the segment in error messages)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"cls must be a class, got {cls!r}")
+    _SEGMENT_KINDS[cls] = units
+
+
+def _merged(seg: Image | Video, m: int, where: str) -> tuple[int, int, int]:
+    t, h, w = seg.grid_thw
+    if h % m or w % m:
+        raise ValueError(f"{where}.grid_thw={seg.grid_thw}: h and w must be divisible by spatial_merge_size={m}")
+    return t, h // m, w // m
+
+
+def _text_units(seg: Text, scheme: Scheme, m: int, where: str) -> list[Unit]:
+    return [Unit(int(Modality.TEXT), seg.n)]
+
+
+def _image_units(seg: Image, scheme: Scheme, m: int, where: str) -> list[Unit]:
+    t, h, w = _merged(seg, m, where)
+    return [Unit(int(Modality.IMAGE), t * h * w, (t, h, w))]  # images get no temporal scaling
+
+
+def _video_units(seg: Video, scheme: Scheme, m: int, where: str) -> list[Unit]:
+    t, h, w = _merged(seg, m, where)
+    seconds = 1.0 if seg.second_per_grid is None else float(seg.second_per_grid)
+    if scheme.frames:  # Qwen3-VL: one block per frame
+        return [Unit(int(Modality.VIDEO), h * w, (1, h, w), seconds)] * t
+    return [Unit(int(Modality.VIDEO), t * h * w, (t, h, w), seconds)]
+
+
+register_segment(Text, _text_units)
+register_segment(Image, _image_units)
+register_segment(Video, _video_units)
+
+
 @dataclass(frozen=True, eq=False)
 class Layout:
     """Positions of a batch of interleaved sequences (``B`` samples padded to ``L`` tokens).
 
     Attributes:
-        position_ids: ``(3, B, L)`` (``(4, B, L)`` for ``vrope``), HF layout; ``1`` on padding.
-        rope_deltas: ``(B, 1)`` next position minus ``L`` (int64; float32 for ``hope``).
+        position_ids: ``(3, B, L)`` (``(4, B, L)`` for ``vrope``): one row per axis (1-axis
+            schemes repeat it three times); the rule's padding value on padding.
+        rope_deltas: ``(B, 1)`` next position minus ``L`` (int64; float32 for ``hope``);
+            under ``rule="hf-5.3"`` largest position + 1 minus the real length.
         attention_mask: ``(B, L)`` int64, 1 on real tokens (as HF models expect).
         modality: ``(B, L)`` int64 :class:`~mmpos.coords.Modality` codes (padding: ``TEXT``).
         coords: the same positions as a :class:`~mmpos.coords.Coords` (``pos`` ``(B, L, A)``,
             axes :data:`SCHEME_AXES` ``[scheme]``, ``mask`` = real tokens).
         scheme: the scheme name.
+        rule: the name of the rule (:data:`mmpos.schemes.RULES`) it was built with.
     """
 
     position_ids: Tensor
@@ -158,12 +234,43 @@ class Layout:
     modality: Tensor
     coords: Coords
     scheme: str
+    rule: str = "original"
+
+    def _hf_deltas(self) -> Tensor:
+        """``rope_deltas`` relative to the padded length (what :func:`decode_position_ids` reads)."""
+        if get_rule(self.rule).deltas == "max-real":
+            length = self.attention_mask.shape[1]
+            return self.rope_deltas + (self.attention_mask.sum(1, keepdim=True) - length).to(self.rope_deltas.dtype)
+        return self.rope_deltas
 
     def decode(self, num_new: int = 1, cache_position: Tensor | int | None = None) -> Tensor:
         """Positions of ``num_new`` tokens generated after this batch (``cache_position``
         defaults to ``L``); same row count as :attr:`position_ids`."""
         start = self.attention_mask.shape[1] if cache_position is None else cache_position
-        return decode_position_ids(self.rope_deltas, start, num_new, rows=self.position_ids.shape[0])
+        return decode_position_ids(self._hf_deltas(), start, num_new, rows=self.position_ids.shape[0])
+
+    def hf_position_ids(self, shape: str = "3d") -> Tensor:
+        """Position ids for a Hugging Face Qwen-VL model patched with this scheme
+        (:func:`mmpos.integrations.hf_rope.use_rope`): ``model(..., position_ids=...)``.
+
+        ``shape``: ``"3d"`` ``(3, B, L)``, the scheme's rows packed as the model reads them
+        (VRoPE: ``c0, c1, c2``; 1-axis schemes: three equal rows); ``"4d"`` ``(4, B, L)``,
+        a text row first (``attention_mask.cumsum - 1``, 0 on padding, as ``generate``
+        builds it; used for packed sequences and masks); ``"text"`` ``(B, L)``, that row.
+        """
+        real = self.attention_mask.bool()
+        text = (self.attention_mask.cumsum(-1) - 1).masked_fill(~real, 0)  # (B, L)
+        if shape == "text":
+            return text
+        if shape not in ("3d", "4d"):
+            raise ValueError(f"shape must be '3d', '4d' or 'text', got {shape!r}")
+        sch = get_scheme(self.scheme)
+        pos = self.coords.pos.permute(2, 0, 1).to(torch.float64)  # (A, B, L)
+        rows = torch.einsum("ra,abl->rbl", torch.tensor(sch.hf_rows, dtype=torch.float64, device=pos.device), pos)
+        ids = rows.masked_fill(~real, get_rule(self.rule).padding_value).to(self.position_ids.dtype)
+        if shape == "3d":
+            return ids
+        return torch.cat([text.to(ids.dtype).unsqueeze(0), ids])
 
 
 def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_new: int = 1, rows: int = 3) -> Tensor:
@@ -188,30 +295,28 @@ def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_n
     return pos.unsqueeze(0).expand(rows, -1, -1)
 
 
-# --------------------------------------------------------------------------- the shared core
+# --------------------------------------------------------------------------- the packer
 @dataclass(frozen=True, eq=False)
 class VisionBlocks:
     """The vision blocks of a batch (an image, a video, or a Qwen3-VL video frame) and their tokens.
 
     Attributes:
         grid: ``(K, 3)`` int64 ``(t, h, w)`` in tokens, i.e. *after* the spatial merge.
-        second_per_grid: ``(K,)`` float32 seconds per temporal patch (0 for images).
-        delta: ``(K,)`` float64 V2PE step of the block's tokens.
-        scale: ``(K,)`` float64 HoPE temporal scale of the block.
+        seconds: ``(K,)`` float32 seconds per temporal patch (0 for images).
+        is_image: ``(K,)`` bool, ``True`` for still images.
         token_index: ``(Nv,)`` int64 flat index ``b * L + l`` into the padded ``(B, L)`` batch
             of every vision token: block after block, each block's ``t * h * w`` tokens in
             raster order (t, h, w).
     """
 
     grid: Tensor
-    second_per_grid: Tensor
-    delta: Tensor
-    scale: Tensor
+    seconds: Tensor
+    is_image: Tensor
     token_index: Tensor
 
     def __post_init__(self) -> None:
         k = self.grid.shape[0]
-        for name in ("second_per_grid", "delta", "scale"):
+        for name in ("seconds", "is_image"):
             if tuple(getattr(self, name).shape) != (k,):
                 raise ValueError(f"{name} must have shape ({k},), one value per block")
         total = int(self.grid.prod(-1).sum())
@@ -221,93 +326,46 @@ class VisionBlocks:
             )
 
 
-def _block_offsets(blocks: VisionBlocks, scheme: str, tokens_per_second: float, temporal_stride: int, advance: str):
-    """Per-token offsets from the block start ``(A, Nv)``, per-block extents ``(K,)`` and which
-    axes add the block start ``(A,)``, all float64.
-
-    Index arithmetic runs in float64 (floor of a quotient is exact below 2**31), which is
-    several times faster than int64 division on CPU.
-    """
-    f64 = torch.float64
-    t, h, w = blocks.grid.to(f64).unbind(-1)  # (K,) each
-    counts = blocks.grid.prod(-1)
-    nv = blocks.token_index.shape[0]
-    blocks_k = torch.arange(counts.shape[0], device=t.device)
-    k = torch.repeat_interleave(blocks_k, counts, output_size=nv)  # block of each token
-    local = torch.arange(nv, device=t.device, dtype=f64) - (counts.cumsum(0) - counts).to(f64)[k]  # index in the block
-    hk, wk = h[k], w[k]  # (Nv,) each
-    row = torch.floor(local / wk)  # f * H + i
-    wi = local - row * wk
-    ti = torch.floor(row / hk)
-    hi = row - ti * hk
-    use_start = torch.ones(len(SCHEME_AXES[scheme]), dtype=f64, device=t.device)
-    if scheme in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "mhrope", "mrope-i"):
-        if scheme == "qwen2.5-vl":  # multiply, then floor, in float32 as the Qwen2.5-VL reference does
-            spg = blocks.second_per_grid
-            t_off = (ti.float() * spg[k] * tokens_per_second).floor().to(f64)
-            t_max = ((t - 1).float() * spg * tokens_per_second).floor().to(f64)
-        else:
-            stride = temporal_stride if scheme == "mrope-i" else 1
-            t_off, t_max = ti * stride, (t - 1) * stride
-        offset = torch.stack([t_off, hi, wi])
-        extent = torch.maximum(torch.maximum(t_max, h - 1), w - 1) + 1 if advance == "max" else torch.maximum(h, w)
-        if scheme == "mrope-i":
-            use_start[1:] = 0  # spatial reset: h and w start at 0 in every block
-    elif scheme == "hope":
-        t_off = ti * blocks.scale[k]
-        h_off = hi - torch.floor((hk - 1) / 2) + t_off  # centred, then shifted by the scaled time
-        w_off = wi - torch.floor((wk - 1) / 2) + t_off
-        offset = torch.stack([t_off, h_off, w_off])
-        extent = (t - 1) * blocks.scale + 1  # the text continues at the last t + 1
-    elif scheme == "vrope":
-        hi_flip, wi_flip = hk - 1 - hi, wk - 1 - wi
-        offset = torch.stack([hi + wi, hi + wi_flip, hi_flip + wi, hi_flip + wi_flip])
-        offset = offset + ti * (hk + wk - 1)  # frame f at f (H + W - 1)
-        extent = t * (h + w - 1)
-    elif scheme == "v2pe":
-        offset = ((local + 1) * blocks.delta[k] - 1).unsqueeze(0)  # previous token + step, + 2 step, ...
-        extent = torch.ceil(counts.to(f64) * blocks.delta)  # text resumes at ceil(last visual) + 1
-    elif scheme == "flat":
-        offset = local.unsqueeze(0)
-        extent = counts.to(f64)
-    else:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    return offset, extent, use_start
+def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, k: int, generator, device):
+    """``(K,)`` float64: a random choice per block while training, else ``value`` (default 1)."""
+    if options.training and name in sch.draws:
+        choices = torch.tensor(sch.draws[name], dtype=torch.float64)
+        return choices[torch.randint(len(choices), (k,), generator=generator)].to(device)
+    return torch.full((k,), 1.0 if value is None else float(value), dtype=torch.float64, device=device)
 
 
-def token_positions(
+def pack(
     real: Tensor,
+    modality: Tensor,
     blocks: VisionBlocks,
     scheme: str,
-    tokens_per_second: float = 2,
-    temporal_stride: int = 1,
-    advance: str = "max",
-) -> tuple[Tensor, Tensor]:
+    options: SchemeOptions,
+    generator: torch.Generator | None = None,
+) -> Layout:
     """Positions of every token of a padded batch under ``scheme``, vectorised over the batch.
 
     Args:
         real: ``(B, L)`` bool, ``False`` on padding.
+        modality: ``(B, L)`` int64 :class:`~mmpos.coords.Modality` codes.
         blocks: the vision blocks and their tokens; every other real token is text.
-        scheme: one of :data:`SCHEMES`.
-        tokens_per_second: Qwen2.5-VL temporal resolution (``qwen2.5-vl`` only).
-        temporal_stride: MRoPE-I temporal stride (``mrope-i`` only).
-        advance: ``"max"`` (text after a block continues at the block's maximum over all axes
-            + 1) or ``"spatial"`` (transformers >= 5.3: ``start + max(h, w)``, time ignored).
-
-    Returns:
-        ``pos`` ``(A, B, L)`` float64 (zero on padding) and ``next`` ``(B,)`` float64, the
-        position the token after each sample gets.
+        scheme: a name of :data:`mmpos.schemes.SCHEMES`.
+        options: from :func:`mmpos.schemes.resolve_options`.
+        generator: random source of the per-block training draws (V2PE, HoPE).
 
     A text token advances the position by 1 and a vision block by its *extent*; a unit
     starts at the running sum of what came before it (one ``cumsum`` along ``L``).
     """
-    if advance not in ADVANCES:
-        raise ValueError(f"advance must be one of {ADVANCES}, got {advance!r}")
-    offset, extent, use_start = _block_offsets(blocks, scheme, tokens_per_second, temporal_stride, advance)
+    sch = get_scheme(scheme)
     b, length = real.shape
-    counts = blocks.grid.prod(-1)
-    block_first = blocks.token_index[counts.cumsum(0) - counts]  # flat index of each block's first token
+    device = real.device
+    k = blocks.grid.shape[0]
+    delta = _per_block(sch, "delta", options.delta, options, k, generator, device)
+    scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator, device)
+    geometry = BlockGeometry.of(blocks.grid, blocks.seconds, blocks.is_image, delta, scale)
+    offset, extent, use_start = sch.block(geometry, options)
 
+    counts = geometry.tokens
+    block_first = blocks.token_index[counts.cumsum(0) - counts]  # flat index of each block's first token
     is_real = real.reshape(-1).to(torch.float64)  # (B * L,) 1 on real tokens, 0 on padding
     adv = is_real.clone()  # 1 per text token ...
     adv.index_fill_(0, blocks.token_index, 0)  # ... vision tokens count through their block:
@@ -317,46 +375,31 @@ def token_positions(
 
     text = (cum - 1) * is_real  # text positions, 0 on padding
     pos = text.unsqueeze(0).repeat(use_start.shape[0], 1)  # (A, B * L): all axes equal
-    token_start = torch.repeat_interleave(block_start, counts, output_size=blocks.token_index.shape[0])
+    token_start = block_start[geometry.block]
     pos.index_copy_(1, blocks.token_index, token_start * use_start.unsqueeze(1) + offset)  # (A, Nv) vision
-    return pos.view(-1, b, length), cum.view(b, length)[:, -1]
+    pos = pos.view(-1, b, length)
+    nxt = cum.view(b, length)[:, -1]  # (B,) the position the token after each sample gets
+    finite = bool(torch.isfinite(pos).all()) and bool(torch.isfinite(nxt).all())
+    if not finite or bool(pos.abs().max() >= 2**53) or bool(nxt.abs().max() >= 2**53):
+        raise ValueError(
+            "positions reach 2**53 or beyond (float64 and int64 ids would be wrong): check second_per_grid / "
+            "second_per_grid_ts, tokens_per_second and temporal_scale"
+        )
+
+    rule = options.rule
+    ids = pos.masked_fill(~real, rule.padding_value).to(sch.id_dtype)  # (A, B, L)
+    if ids.shape[0] == 1:
+        ids = ids.expand(3, -1, -1).contiguous()
+    if rule.deltas == "max-real":
+        top = pos.masked_fill(~real, -math.inf).amax(dim=(0, 2))  # (B,)
+        deltas = torch.where(real.any(1), top + 1, 0) - real.sum(1)
+    else:
+        deltas = nxt - length
+    coords = Coords(pos.permute(1, 2, 0).to(sch.coord_dtype).contiguous(), sch.axes, mask=real, modality=modality)
+    return Layout(ids, deltas.unsqueeze(1).to(sch.delta_dtype), real.long(), modality, coords, sch.name, rule.name)
 
 
 # --------------------------------------------------------------------------- build
-def _check_scheme_options(
-    scheme: str, delta: float | None, temporal_scale: float | None, training: bool
-) -> tuple[float, float]:
-    """Returns ``(delta, temporal_scale)`` with the scheme's defaults filled in."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    if delta is not None and scheme != "v2pe":
-        raise ValueError(f"delta applies only to scheme='v2pe', got delta={delta!r} for scheme={scheme!r}")
-    if temporal_scale is not None and scheme not in ("hope", "mrope-i"):
-        raise ValueError(f"temporal_scale applies only to 'hope' and 'mrope-i', got it for scheme={scheme!r}")
-    if scheme == "v2pe":
-        if training and delta is not None:
-            raise ValueError("delta must be None when training=True (V2PE draws it per image)")
-        if not training and not (isinstance(delta, (int, float)) and not isinstance(delta, bool) and 0 < delta <= 1):
-            raise ValueError(f"delta must be a number in (0, 1] for scheme='v2pe' at evaluation, got {delta!r}")
-    if scheme == "hope":
-        if training and temporal_scale is not None:
-            raise ValueError("temporal_scale must be None when training=True (HoPE draws it per block)")
-        ok = isinstance(temporal_scale, (int, float)) and not isinstance(temporal_scale, bool)
-        if not training and not (ok and math.isfinite(temporal_scale) and temporal_scale > 0):
-            raise ValueError(
-                f"temporal_scale must be a positive number for scheme='hope' at evaluation "
-                f"(the reference makes the user choose it), got {temporal_scale!r}"
-            )
-    if scheme == "mrope-i":
-        stride = 1 if temporal_scale is None else temporal_scale
-        scale = float(_check_int(stride, "temporal_scale (the MRoPE-I temporal stride)", 1))
-    elif scheme == "hope" and not training:
-        scale = float(temporal_scale)  # type: ignore[arg-type]
-    else:
-        scale = 1.0
-    return (1.0 if delta is None else float(delta)), scale
-
-
 def build(
     samples: Sequence[Sequence[Segment]],
     scheme: str,
@@ -368,14 +411,15 @@ def build(
     temporal_scale: float | None = None,
     training: bool = False,
     generator: torch.Generator | None = None,
+    rule: str = "original",
     device: torch.device | str | None = None,
 ) -> Layout:
     """Positions of a batch of interleaved text / image / video samples.
 
     Args:
         samples: ``B`` samples, each a non-empty list of :class:`Text`, :class:`Image`,
-            :class:`Video` segments; a vision segment holds ``t * (h / m) * (w / m)`` tokens
-            (``m = spatial_merge_size``).
+            :class:`Video` segments (or a kind added by :func:`register_segment`); a vision
+            segment holds ``t * (h / m) * (w / m)`` tokens (``m = spatial_merge_size``).
         scheme: one of :data:`SCHEMES` (rules in ``docs/layouts.md``).
         spatial_merge_size: patches merged per token along h and w (2 in Qwen-VL).
         padding_side: ``"right"`` or ``"left"``.
@@ -386,48 +430,41 @@ def build(
         training: ``v2pe`` draws ``delta`` per block from :data:`V2PE_DELTAS`, ``hope`` draws
             ``s`` per block from :data:`HOPE_SCALES`; other schemes ignore it.
         generator: random source for ``training``.
+        rule: a Qwen-family rule of :data:`RULES` (``"original"``, ``"hf-4.57"``, ``"hf-5.3"``).
         device: where the tensors are built.
 
     Under ``qwen3-vl`` a :class:`Video` becomes ``t`` consecutive one-frame blocks; for the
     exact Qwen3-VL token layout write each frame as ``Text(timestamp tokens), Video((1, h, w))``.
     """
-    delta_value, scale_value = _check_scheme_options(scheme, delta, temporal_scale, training)
+    sch = get_scheme(scheme)
+    options = resolve_options(
+        sch,
+        delta=delta,
+        temporal_scale=temporal_scale,
+        training=training,
+        tokens_per_second=tokens_per_second,
+        rule=rule,
+    )
     m = _check_int(spatial_merge_size, "spatial_merge_size", 1)
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
-    tps = tokens_per_second
-    if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not (math.isfinite(tps) and tps > 0):
-        raise ValueError(f"tokens_per_second must be a positive number, got {tokens_per_second!r}")
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or not samples:
         raise ValueError("samples must be a non-empty list of samples (lists of segments)")
 
-    # one row per segment: sample, modality, tokens, t, h, w (merged); seconds per grid
+    # one row per unit: sample, modality, tokens, t, h, w (merged); seconds per grid
     rows: list[tuple[int, int, int, int, int, int]] = []
     seconds: list[float] = []
     for i, sample in enumerate(samples):
         if isinstance(sample, (str, bytes)) or not isinstance(sample, Sequence) or not sample:
             raise ValueError(f"samples[{i}] must be a non-empty list of segments, got {sample!r}")
         for j, seg in enumerate(sample):
-            if isinstance(seg, Text):
-                rows.append((i, int(Modality.TEXT), seg.n, 0, 0, 0))
-                seconds.append(0.0)
-                continue
-            if not isinstance(seg, (Image, Video)):
-                raise ValueError(f"samples[{i}][{j}] must be a Text, Image or Video segment, got {seg!r}")
-            t, h, w = seg.grid_thw
-            if h % m or w % m:
-                raise ValueError(
-                    f"samples[{i}][{j}].grid_thw={seg.grid_thw}: h and w must be divisible by "
-                    f"spatial_merge_size={m}"
-                )
-            h, w = h // m, w // m
-            if isinstance(seg, Image):
-                rows.append((i, int(Modality.IMAGE), t * h * w, t, h, w))
-                seconds.append(0.0)  # images get no temporal scaling
-            else:
-                frame_t, n_blocks = (1, t) if scheme == "qwen3-vl" else (t, 1)  # Qwen3-VL: one block per frame
-                rows.extend([(i, int(Modality.VIDEO), frame_t * h * w, frame_t, h, w)] * n_blocks)
-                seconds.extend([1.0 if seg.second_per_grid is None else float(seg.second_per_grid)] * n_blocks)
+            units = _SEGMENT_KINDS.get(type(seg))
+            if units is None:
+                kinds = ", ".join(c.__name__ for c in _SEGMENT_KINDS)
+                raise ValueError(f"samples[{i}][{j}] must be a {kinds} segment, got {seg!r}")
+            for unit in units(seg, sch, m, f"samples[{i}][{j}]"):
+                rows.append((i, unit.modality, unit.tokens, *(unit.grid or (0, 0, 0))))
+                seconds.append(unit.seconds)
 
     seg = torch.tensor(rows, dtype=torch.long, device=device)  # (S, 6)
     seg_sample, seg_kind, seg_len = seg[:, 0], seg[:, 1], seg[:, 2]
@@ -435,8 +472,8 @@ def build(
     sample_len = torch.zeros(batch, dtype=torch.long, device=device).index_add_(0, seg_sample, seg_len)
     length = int(sample_len.max())
 
-    # where each segment starts in the padded (B, L) batch, as a flat index b * L + l
-    seg_offset = seg_len.cumsum(0) - seg_len  # tokens before the segment, over the whole batch
+    # where each unit starts in the padded (B, L) batch, as a flat index b * L + l
+    seg_offset = seg_len.cumsum(0) - seg_len  # tokens before the unit, over the whole batch
     row_offset = (sample_len.cumsum(0) - sample_len)[seg_sample]  # ... before its sample
     pad = (length - sample_len)[seg_sample] if padding_side == "left" else 0
     seg_flat = seg_sample * length + pad + seg_offset - row_offset
@@ -446,45 +483,20 @@ def build(
     else:
         real = cols >= (length - sample_len).unsqueeze(1)
 
-    # vision tokens, block after block: flat index = segment start + index inside it
-    is_vision_seg = seg_kind != int(Modality.TEXT)
-    counts = seg_len[is_vision_seg]
+    # vision tokens, block after block: flat index = unit start + index inside it
+    is_block = seg[:, 3] > 0
+    counts = seg_len[is_block]
     nv = int(counts.sum())
     first = counts.cumsum(0) - counts
     token_index = torch.arange(nv, device=device)
-    token_index += torch.repeat_interleave(seg_flat[is_vision_seg] - first, counts, output_size=nv)
+    token_index += torch.repeat_interleave(seg_flat[is_block] - first, counts, output_size=nv)
     modality = torch.full((batch * length,), int(Modality.TEXT), dtype=torch.long, device=device)
-    modality[token_index] = torch.repeat_interleave(seg_kind[is_vision_seg], counts, output_size=nv)
+    modality[token_index] = torch.repeat_interleave(seg_kind[is_block], counts, output_size=nv)
 
-    k = int(is_vision_seg.sum())
-    def per_block(choices: tuple[float, ...], value: float, draw: bool) -> Tensor:
-        if draw:  # one choice per block
-            return torch.tensor(choices, dtype=torch.float64)[torch.randint(len(choices), (k,), generator=generator)]
-        return torch.full((k,), value, dtype=torch.float64)
-
-    delta_t = per_block(V2PE_DELTAS, delta_value, training and scheme == "v2pe")
-    scale_t = per_block(HOPE_SCALES, scale_value, training and scheme == "hope")
     blocks = VisionBlocks(
-        grid=seg[is_vision_seg, 3:6],
-        second_per_grid=torch.tensor(seconds, dtype=torch.float32, device=device)[is_vision_seg],
-        delta=delta_t.to(device),
-        scale=scale_t.to(device),
+        grid=seg[is_block, 3:6],
+        seconds=torch.tensor(seconds, dtype=torch.float32, device=device)[is_block],
+        is_image=seg_kind[is_block] == int(Modality.IMAGE),
         token_index=token_index,
     )
-    stride = int(scale_value) if scheme == "mrope-i" else 1
-    pos, nxt = token_positions(real, blocks, scheme, tokens_per_second, stride)
-    return _layout(pos, nxt, real, modality.view(batch, length), scheme)
-
-
-def _layout(pos: Tensor, nxt: Tensor, real: Tensor, modality: Tensor, scheme: str) -> Layout:
-    """Package float64 positions ``(A, B, L)`` into a :class:`Layout` with per-scheme dtypes."""
-    length = real.shape[1]
-    coord_dtype = torch.float64 if scheme == "v2pe" else torch.float32
-    id_dtype = {"v2pe": torch.float64, "hope": torch.float32}.get(scheme, torch.long)
-    ids = pos.masked_fill(~real, 1).to(id_dtype)  # (A, B, L), 1 on padding
-    if ids.shape[0] == 1:
-        ids = ids.expand(3, -1, -1).contiguous()
-    deltas = (nxt - length).unsqueeze(1).to(torch.float32 if scheme == "hope" else torch.long)
-    coord_pos = pos.permute(1, 2, 0).to(coord_dtype).contiguous()  # (B, L, A)
-    coords = Coords(coord_pos, SCHEME_AXES[scheme], mask=real, modality=modality)
-    return Layout(ids, deltas, real.long(), modality, coords, scheme)
+    return pack(real, modality.view(batch, length), blocks, sch.name, options, generator)

@@ -19,7 +19,7 @@ from mmpos.layout import (
     decode_position_ids,
 )
 
-EVAL_OPTIONS = {"v2pe": dict(delta=0.25), "hope": dict(temporal_scale=0.75)}
+EVAL_OPTIONS = {"v2pe": {"delta": 0.25}, "hope": {"temporal_scale": 0.75}}
 
 
 def _build(samples, scheme, **kw):
@@ -135,7 +135,7 @@ def test_vrope_four_symmetric_combinations():
     # image (1, 4, 6) -> H = 2, W = 3 at start 1; text after at 1 + (H + W - 1) = 5
     lay = build([[Text(1), Image((1, 4, 6)), Text(1)]], "vrope")
     assert lay.coords.axes == ("c0", "c1", "c2", "c3") and lay.position_ids.shape == (4, 1, 8)
-    shift = lambda v: [0] + [1 + x for x in v] + [5]  # noqa: E731
+    shift = lambda v: [0] + [1 + x for x in v] + [5]
     assert _rows(lay) == [
         shift([0, 1, 2, 1, 2, 3]),  # i + j
         shift([2, 1, 0, 3, 2, 1]),  # i + (W-1-j)
@@ -265,9 +265,9 @@ def test_decode_errors():
         (lambda: build([[Text(2)]], "v2pe", delta=1.5), r"delta must be a number in \(0, 1\]"),
         (lambda: build([[Text(2)]], "v2pe"), "delta must be a number"),
         (lambda: build([[Text(2)]], "v2pe", delta=0.5, training=True), "delta must be None when training"),
-        (lambda: build([[Text(2)]], "qwen2-vl", delta=0.5), "delta applies only to scheme='v2pe'"),
-        (lambda: build([[Text(2)]], "hope"), "temporal_scale must be a positive number"),
-        (lambda: build([[Text(2)]], "hope", temporal_scale=-1.0), "temporal_scale must be a positive"),
+        (lambda: build([[Text(2)]], "qwen2-vl", delta=0.5), r"delta applies only to schemes \['v2pe'\]"),
+        (lambda: build([[Text(2)]], "hope"), "temporal_scale must be a finite positive number"),
+        (lambda: build([[Text(2)]], "hope", temporal_scale=-1.0), "temporal_scale must be a finite positive"),
         (lambda: build([[Text(2)]], "vrope", temporal_scale=2.0), "temporal_scale applies only"),
         (lambda: build([[Text(2)]], "mrope-i", temporal_scale=1.5), "temporal stride"),
         (lambda: build([[Text(2)]], "qwen2.5-vl", tokens_per_second=0), "tokens_per_second"),

@@ -37,7 +37,7 @@ positions are float64 (``v2pe`` at long contexts).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import torch
@@ -46,6 +46,7 @@ from torch import Tensor
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
+from ..schemes import SCHEMES, get_scheme
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = [
@@ -65,18 +66,23 @@ __all__ = [
 
 THW = ("t", "h", "w")
 VROPE_AXES = ("c0", "c1", "c2", "c3")
-#: :mod:`mmpos.layout` scheme -> the rotary encoder that reads its coordinates
-SCHEME_ENCODERS: dict[str, str] = {
-    "qwen2-vl": "mrope",
-    "qwen2.5-vl": "mrope",
-    "qwen3-vl": "mrope-i",
-    "mrope-i": "mrope-i",
-    "mhrope": "mhrope",
-    "hope": "hope",
-    "vrope": "vrope",
-    "v2pe": "v2pe",
-    "flat": "rope",
-}
+
+
+class _SchemeEncoders(Mapping):
+    """``scheme -> encoder name``, a live view of :data:`mmpos.schemes.SCHEMES`."""
+
+    def __getitem__(self, name: str) -> str:
+        return get_scheme(name).encoder
+
+    def __iter__(self):
+        return iter(SCHEMES)
+
+    def __len__(self) -> int:
+        return len(SCHEMES)
+
+
+#: :mod:`mmpos.schemes` scheme -> the rotary encoder that reads its coordinates (``Scheme.encoder``)
+SCHEME_ENCODERS: Mapping[str, str] = _SchemeEncoders()
 
 
 def _pairs(head_dim: int) -> int:

@@ -1,27 +1,36 @@
 """Swap another multimodal rotary scheme into a Hugging Face Qwen2-VL-family model.
 
 :func:`use_rope` ``(model, scheme)`` re-points, on that model *instance* only, the two
-places where a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model decides positions:
+places where a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (and Qwen3-VL-MoE) model decides positions:
 
 * ``model.get_rope_index`` (the position ids of a prompt, and ``rope_deltas`` for
-  decoding) becomes :func:`~mmpos.integrations.hf_rope_index.scheme_rope_index`, the
-  vectorised core of :func:`~mmpos.integrations.hf_rope_index.get_rope_index`, run with
-  ``scheme``'s :mod:`mmpos.layout` rule;
+  decoding) becomes :func:`~mmpos.integrations.hf_rope_index.scheme_rope_index` run with
+  ``scheme``'s :mod:`mmpos.schemes` rule and the installed release's conventions;
 * the text model's ``rotary_emb`` (position ids -> ``cos``, ``sin``) becomes
   :class:`HFRotaryEmbedding`, the scheme's :class:`~mmpos.rotary.FrequencyPlan`.
 
-Plans shared by all heads (M-RoPE, MRoPE-I, VRoPE, HoPE, V2PE, flat) are handed to the
-model's own attention in the layout it expects (``(3, B, L, D)`` with three equal rows for
-Qwen2/2.5-VL, whose ``apply_multimodal_rotary_pos_emb`` then picks any row per section;
-``(B, L, D)`` for Qwen3-VL), so the attention code is untouched. MHRoPE's per-head plan
-cannot travel that way: its ``cos``/``sin`` are ``(B, Hkv, L, D/2)`` and every attention
-layer's ``forward`` is replaced, on the instance, by :func:`per_head_attention_forward`.
+Code paths are chosen by feature detection, never by version strings, and nothing
+module-level is patched (a patched function silently stops working when it moves):
+
+* the rotary output layout is read by calling the model's own ``rotary_emb`` once:
+  ``(3, B, L, D)`` (transformers < 5.17 Qwen2/2.5-VL, whose attention picks a row per
+  ``mrope_section``) or ``(B, L, D)`` (Qwen3-VL, and Qwen2/2.5-VL from 5.17 on, whose
+  attention calls the plain ``apply_rotary_pos_emb``); mmpos returns the same layout with
+  every row equal, so the model's attention code runs untouched;
+* the RoPE config is read from ``rope_parameters`` (transformers 5) or ``rope_theta`` +
+  ``rope_scaling`` (4.x);
+* the position-id conventions (padding value, ``rope_deltas``) follow the installed
+  ``get_rope_index`` (:func:`~mmpos.integrations.hf_rope_index.installed_rule`);
+* MHRoPE's per-head plan cannot travel through ``cos``/``sin`` ``(B, L, D)``: the model gets
+  the identity rotation (``cos = 1``, ``sin = 0``, exact) and forward hooks on each attention
+  layer's ``q_norm``/``k_norm`` (Qwen3-VL: the rotation follows the per-head norm) or
+  ``q_proj``/``k_proj`` (Qwen2/2.5-VL) rotate every head by the angles of its KV head.
 
 Position ids keep the Hugging Face ``(3, B, L)`` shape, so ``generate`` works unchanged:
 HoPE ids are float32, V2PE ids float64 (angles then in float64), and VRoPE's four
 per-pair combinations travel as ``(c0, c1, c2)``: ``c3 = c1 + c2 - c0`` holds for every
 VRoPE position (``i + j + (H-1-i) + (W-1-j) = i + (W-1-j) + (H-1-i) + j``; text has four
-equal values), and :class:`HFRotaryEmbedding` rebuilds it.
+equal values), and :class:`HFRotaryEmbedding` rebuilds it (``Scheme.rows_to_axes``).
 
 ``use_rope(model, "own")`` restores the model's own modules. The scheme names of the
 models themselves (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) install mmpos's
@@ -31,8 +40,6 @@ implementation of that scheme, which gives the same logits as the model's own (t
 from __future__ import annotations
 
 import inspect
-import sys
-import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,52 +47,45 @@ import torch
 from torch import Tensor, nn
 
 from ..encoders.base import RotaryEncoder
-from ..encoders.mrope import SCHEME_ENCODERS, default_mrope_section
+from ..encoders.mrope import default_mrope_section
 from ..registry import create
 from ..rotary import apply_rotary, plan_angles
-from .hf_rope_index import MODEL_SCHEMES, RopeIndexOptions, scheme_rope_index
+from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme
+from .hf_rope_index import MODEL_SCHEMES, RopeIndexOptions, installed_rule, scheme_rope_index
 
-__all__ = [
-    "SCHEMES",
-    "HFRotaryEmbedding",
-    "RopeIndexOptions",
-    "current_rope",
-    "per_head_attention_forward",
-    "scheme_rope_index",
-    "use_rope",
-]
+__all__ = ["SCHEMES", "HFRotaryEmbedding", "RopeIndexOptions", "current_rope", "scheme_rope_index", "use_rope"]
 
-#: scheme -> mmpos encoder (the layout scheme has the same name); every layout scheme
-SCHEMES: dict[str, str] = SCHEME_ENCODERS
-
-# how the plan's axes are read from the three HF position rows (r0, r1, r2)
-_ROWS_TO_AXES: dict[tuple[str, ...], list[list[float]]] = {
-    ("t", "h", "w"): [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
-    ("h", "w"): [[0, 1, 0], [0, 0, 1]],
-    ("c0", "c1", "c2", "c3"): [[1, 0, 0], [0, 1, 0], [0, 0, 1], [-1, 1, 1]],  # c3 = c1 + c2 - c0
-    ("seq",): [[1, 0, 0]],
-}
+LAYOUTS = ("rows", "flat", "per_head")
 
 
 class HFRotaryEmbedding(nn.Module):
-    """Drop-in for ``Qwen2VLRotaryEmbedding`` / ``Qwen3VLTextRotaryEmbedding`` computing the
-    angles of an mmpos rotary encoder's plan.
+    """Drop-in for a Qwen-VL text rotary embedding computing the angles of an mmpos rotary
+    encoder's plan.
 
     ``forward(x, position_ids)``: ``position_ids`` ``(3, B, L)`` (or ``(B, L)``, read as text)
-    -> ``(cos, sin)`` in ``x.dtype``, shaped for the attention that consumes them
-    (``layout``): ``"qwen2"`` ``(3, B, L, D)`` (three equal rows), ``"qwen3"`` ``(B, L, D)``,
-    ``"per_head"`` ``(B, Hkv, L, D/2)``. Angles are float32, float64 for float64 ids.
+    -> ``(cos, sin)`` in ``x.dtype``, shaped as the model's attention consumes them
+    (``layout``): ``"rows"`` ``(3, B, L, D)`` (three equal rows), ``"flat"`` ``(B, L, D)``.
+    With ``per_head=True`` (MHRoPE) it returns the identity rotation in that layout and keeps
+    the per-head ``cos``/``sin`` ``(B, Hkv, L, D/2)`` in :attr:`per_head_angles` for the
+    projection hooks. Angles are float32, float64 for float64 ids. ``rows_to_axes``
+    ``(A, 3)``: how the scheme's ``axes`` are read from the three rows (the plan reads a subset).
     """
 
-    def __init__(self, encoder: RotaryEncoder, layout: str) -> None:
+    def __init__(
+        self, encoder: RotaryEncoder, layout: str, rows_to_axes: Any, axes: tuple[str, ...], per_head: bool = False
+    ) -> None:
         super().__init__()
-        if encoder.axes not in _ROWS_TO_AXES:
-            raise ValueError(f"encoder axes must be one of {tuple(_ROWS_TO_AXES)}, got {encoder.axes}")
-        if layout not in ("qwen2", "qwen3", "per_head"):
-            raise ValueError(f"layout must be 'qwen2', 'qwen3' or 'per_head', got {layout!r}")
+        if layout not in ("rows", "flat"):
+            raise ValueError(f"layout must be 'rows' or 'flat', got {layout!r}")
+        rows_to_axes = torch.as_tensor(rows_to_axes, dtype=torch.float32)  # (A, 3) for the scheme's axes
+        missing = [a for a in encoder.axes if a not in axes]
+        if tuple(rows_to_axes.shape) != (len(axes), 3) or missing:
+            raise ValueError(f"rows_to_axes must be ({len(axes)}, 3) for axes {axes} covering {encoder.axes}")
+        rows_to_axes = rows_to_axes[[axes.index(a) for a in encoder.axes]]  # (A_enc, 3) the axes the plan reads
         self.encoder = encoder
         self.layout = layout
-        rows_to_axes = torch.tensor(_ROWS_TO_AXES[encoder.axes], dtype=torch.float32)  # (A, 3)
+        self.per_head = per_head
+        self.per_head_angles: tuple[Tensor, Tensor] | None = None
         self.register_buffer("rows_to_axes", rows_to_axes, persistent=False)
         self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
 
@@ -101,7 +101,8 @@ class HFRotaryEmbedding(nn.Module):
     @torch.no_grad()
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         if position_ids.dim() == 2:
-            position_ids = position_ids.unsqueeze(0).expand(3, -1, -1)
+            position_ids = position_ids.unsqueeze(0)
+        position_ids = position_ids.expand(3, -1, -1)
         dtype = torch.float64 if position_ids.dtype == torch.float64 else torch.float32
         device_type = x.device.type if x.device.type != "mps" else "cpu"
         with torch.autocast(device_type=device_type, enabled=False):
@@ -109,56 +110,31 @@ class HFRotaryEmbedding(nn.Module):
             pos = (rows.unsqueeze(-2) * self.rows_to_axes.to(dtype)).sum(-1)  # (B, L, A)
             angles = plan_angles(self.encoder.weight, pos, dtype)  # (B, L, P) or (B, Hkv, L, P)
             cos, sin = angles.cos(), angles.sin()
-        if self.layout == "per_head":
-            return cos.to(x.dtype), sin.to(x.dtype)
-        cos, sin = torch.cat((cos, cos), -1).to(x.dtype), torch.cat((sin, sin), -1).to(x.dtype)
-        if self.layout == "qwen2":
+        if self.per_head:
+            self.per_head_angles = (cos.to(x.dtype), sin.to(x.dtype))
+            b, _, n, p = cos.shape
+            cos, sin = (
+                torch.ones(b, n, 2 * p, dtype=x.dtype, device=x.device),
+                torch.zeros(b, n, 2 * p, dtype=x.dtype, device=x.device),
+            )
+        else:
+            cos, sin = torch.cat((cos, cos), -1).to(x.dtype), torch.cat((sin, sin), -1).to(x.dtype)
+        if self.layout == "rows":
             cos, sin = cos.expand(3, *cos.shape), sin.expand(3, *sin.shape)
         return cos, sin
 
 
-def per_head_attention_forward(
-    self: nn.Module,
-    hidden_states: Tensor,
-    position_embeddings: tuple[Tensor, Tensor],
-    attention_mask: Tensor | None = None,
-    past_key_values: Any = None,
-    cache_position: Tensor | None = None,
-    position_ids: Tensor | None = None,
-    output_attentions: bool = False,
-    use_cache: bool = False,
-    **kwargs: Any,
-) -> tuple[Tensor, Tensor | None]:
-    """``forward`` of a Qwen2-VL / Qwen2.5-VL / Qwen3-VL text attention layer with per-head
-    ``cos``/``sin`` ``(B, Hkv, L, D/2)`` (MHRoPE): the same steps as the model's own forward
-    (projections, Qwen3-VL's per-head q/k norms, rotation, cache update, the configured
-    attention function, output projection), with :func:`mmpos.rotary.apply_rotary` rotating
-    query heads by the angles of their KV head."""
-    b, n, _ = hidden_states.shape
-    heads = (b, n, -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(heads)
-    k = self.k_proj(hidden_states).view(heads)
-    v = self.v_proj(hidden_states).view(heads).transpose(1, 2)
-    if hasattr(self, "q_norm"):  # Qwen3-VL normalises every head before the rotation
-        q, k = self.q_norm(q), self.k_norm(k)
-    cos, sin = position_embeddings
-    q, k = apply_rotary(q.transpose(1, 2), cos, sin), apply_rotary(k.transpose(1, 2), cos, sin)
-    if past_key_values is not None:
-        k, v = past_key_values.update(k, v, self.layer_idx, {"cache_position": cache_position})
-    impl = self.config._attn_implementation
-    if impl == "eager":
-        attention = sys.modules[type(self).__module__].eager_attention_forward
-    else:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+def _rotate_heads_hook(rotary: HFRotaryEmbedding, head_dim: int):
+    """Forward hook rotating a ``(B, L, H * D)`` or ``(B, L, H, D)`` projection / norm output
+    by the per-head angles the rotary module computed for this forward."""
 
-        attention = ALL_ATTENTION_FUNCTIONS[impl]
-    if hasattr(self, "sliding_window"):  # Qwen2/2.5-VL pass these to the attention function
-        kwargs.update(sliding_window=self.sliding_window, position_ids=position_ids)
-    out, weights = attention(
-        self, q, k, v, attention_mask, dropout=0.0 if not self.training else self.attention_dropout,
-        scaling=self.scaling, **kwargs,
-    )
-    return self.o_proj(out.reshape(b, n, -1).contiguous()), weights
+    def hook(module: nn.Module, args: Any, out: Tensor) -> Tensor:
+        cos, sin = rotary.per_head_angles  # (B, Hkv, L, P)
+        shape = out.shape
+        heads = out.reshape(shape[0], shape[1], -1, head_dim).transpose(1, 2)  # (B, H, L, D)
+        return apply_rotary(heads, cos, sin).transpose(1, 2).reshape(shape)
+
+    return hook
 
 
 # ------------------------------------------------------------------------- position ids
@@ -170,15 +146,18 @@ class _SchemeIndex:
         self.options = options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        bound = self.signature.bind(*args, **kwargs).arguments
+        bound = self.signature.bind(*args, **kwargs)
+        arguments = dict(bound.arguments)
+        extra = arguments.pop("kwargs", {})  # transformers >= 5.3 collects the rest in **kwargs
+        get = lambda name: arguments.get(name, extra.get(name))
         return scheme_rope_index(
             self.options,
-            bound["input_ids"],
-            bound.get("image_grid_thw"),
-            bound.get("video_grid_thw"),
-            bound.get("attention_mask"),
-            bound.get("second_per_grid_ts"),
-            bound.get("mm_token_type_ids"),  # transformers >= 5.3
+            get("input_ids"),
+            get("image_grid_thw"),
+            get("video_grid_thw"),
+            get("attention_mask"),
+            get("second_per_grid_ts"),
+            get("mm_token_type_ids"),
         )
 
 
@@ -187,19 +166,39 @@ class _SchemeIndex:
 class _Installed:
     scheme: str
     rotary_emb: nn.Module
-    attentions: list[nn.Module] = field(default_factory=list)
+    hooks: list[Any] = field(default_factory=list)
 
 
 def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
-    model_type = getattr(core.config, "model_type", None)
-    if model_type not in MODEL_SCHEMES or not hasattr(core, "get_rope_index") or not hasattr(core, "language_model"):
+    model_type = getattr(getattr(core, "config", None), "model_type", None)
+    if model_type not in MODEL_SCHEMES:
         raise ValueError(
             f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(MODEL_SCHEMES)}), "
             f"got {type(model).__name__} with model_type {model_type!r}"
         )
-    return core, core.language_model
+    text = getattr(core, "language_model", None)
+    missing = [
+        name
+        for name, ok in (
+            ("get_rope_index", hasattr(core, "get_rope_index")),
+            ("language_model", text is not None),
+            ("language_model.rotary_emb", hasattr(text, "rotary_emb")),
+            ("language_model.embed_tokens", hasattr(text, "embed_tokens")),
+            (
+                "language_model.layers[0].self_attn",
+                bool(getattr(text, "layers", None)) and hasattr(text.layers[0], "self_attn"),
+            ),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ValueError(
+            f"{type(model).__name__} (model_type {model_type!r}) has an unknown layout: not found {missing}; "
+            "mmpos supports the Qwen-VL layouts of transformers 4.57 to 5.24"
+        )
+    return core, text
 
 
 def current_rope(model: nn.Module) -> str:
@@ -216,9 +215,46 @@ def _restore(core: nn.Module, text: nn.Module) -> None:
     device = text.embed_tokens.weight.device  # the model may have moved while swapped
     text.rotary_emb = installed.rotary_emb.to(device)
     del core.get_rope_index  # the class method shows again
-    for attn in installed.attentions:
-        del attn.forward
+    for handle in installed.hooks:
+        handle.remove()
     core.rope_deltas = None
+
+
+def _rope_config(cfg: Any) -> tuple[float, str, list[int] | None]:
+    """``(theta, rope_type, mrope_section)`` of a text config: ``rope_parameters``
+    (transformers 5) or ``rope_theta`` + ``rope_scaling`` (4.x)."""
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        theta, scaling = params["rope_theta"], params
+    elif getattr(cfg, "rope_theta", None) is not None:
+        theta, scaling = cfg.rope_theta, getattr(cfg, "rope_scaling", None) or {}
+    else:
+        raise ValueError(
+            f"{type(cfg).__name__} has neither rope_parameters['rope_theta'] nor rope_theta: unknown config layout"
+        )
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    section = scaling.get("mrope_section")
+    return float(theta), rope_type, None if section is None else list(section)
+
+
+def _rotary_layout(rotary: nn.Module, device: torch.device) -> str:
+    """Call the model's own rotary module once: ``"rows"`` for ``(3, B, L, D)``, ``"flat"``
+    for ``(B, L, D)``."""
+    x = torch.zeros(1, dtype=torch.float32, device=device)
+    with torch.no_grad():
+        cos, _ = rotary(x, torch.zeros(3, 1, 1, dtype=torch.long, device=device))
+    if cos.dim() == 4 and cos.shape[0] == 3:
+        return "rows"
+    if cos.dim() == 3:
+        return "flat"
+    raise ValueError(f"{type(rotary).__name__} returns cos of shape {tuple(cos.shape)}: unknown rotary layout")
+
+
+def _hook_targets(attn: nn.Module) -> tuple[nn.Module, nn.Module]:
+    for q, k in (("q_norm", "k_norm"), ("q_proj", "k_proj")):  # the rotation follows a per-head norm
+        if isinstance(getattr(attn, q, None), nn.Module) and isinstance(getattr(attn, k, None), nn.Module):
+            return getattr(attn, q), getattr(attn, k)
+    raise ValueError(f"{type(attn).__name__} has neither q_norm/k_norm nor q_proj/k_proj: unknown attention layout")
 
 
 def use_rope(
@@ -230,24 +266,26 @@ def use_rope(
     delta: float | None = None,
     temporal_scale: float | None = None,
     training: bool = False,
-    advance: str = "max",
+    advance: str | None = None,
 ) -> nn.Module:
     """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model use ``scheme`` (in place; returns it).
 
     Args:
-        model: ``Qwen2VLForConditionalGeneration`` / ``Qwen2VLModel`` (and the 2.5 / 3 classes).
+        model: ``Qwen2VLForConditionalGeneration`` / ``Qwen2VLModel`` (and the 2.5 / 3 / 3-MoE classes).
         scheme: ``"own"`` (restore the model's modules), one of :data:`SCHEMES`: ``"mrope-i"``,
             ``"mhrope"``, ``"vrope"``, ``"hope"``, ``"v2pe"``, ``"flat"``, or a model's own scheme
             name (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) implemented by mmpos.
         mrope_section: rotary pairs per (t, h, w) for ``qwen*-vl``, ``mrope-i``, ``hope``
-            (default: the model's ``rope_scaling["mrope_section"]`` where it has that kind,
-            else :func:`~mmpos.encoders.mrope.default_mrope_section`).
+            (default: the model's ``mrope_section`` where it has that kind, else
+            :func:`~mmpos.encoders.mrope.default_mrope_section`).
         head_sections: KV heads per (t, h, w) for ``mhrope`` (default: ``[H/4, 3H/8, 3H/8]``).
         delta: V2PE visual step in (0, 1] (required for ``v2pe`` unless ``training``).
         temporal_scale: HoPE temporal scale (required for ``hope`` unless ``training``), or the
             integer MRoPE-I temporal stride.
         training: draw V2PE's delta / HoPE's scale per vision block, as in their training.
-        advance: ``"max"`` or ``"spatial"`` (transformers >= 5.3 rule), for the Qwen schemes.
+        advance: ``"max"`` or ``"spatial"`` (:mod:`mmpos.schemes`); default: the installed
+            release's rule (``max`` before transformers 5.3, ``spatial`` from 5.3 on). The padding
+            and ``rope_deltas`` conventions always follow the installed release.
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared.
@@ -255,44 +293,59 @@ def use_rope(
     core, text = _parts(model)
     if scheme != "own" and scheme not in SCHEMES:
         raise ValueError(f"scheme must be 'own' or one of {tuple(SCHEMES)}, got {scheme!r}")
-    options = RopeIndexOptions.from_config(  # checks advance, delta and temporal_scale
-        core.config, None if scheme == "own" else scheme,
-        delta=delta, temporal_scale=temporal_scale, training=training, advance=advance,
+    if advance is not None and advance not in ADVANCES:
+        raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
+    base = RULES[installed_rule(core)]
+    rule = (
+        base
+        if advance in (None, base.advance)
+        else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
+    )
+    options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
+        core.config,
+        None if scheme == "own" else scheme,
+        delta=delta,
+        temporal_scale=temporal_scale,
+        training=training,
+        rule=rule,
     )
     _restore(core, text)
     if scheme == "own":
         return model
 
     cfg = getattr(core.config, "text_config", core.config)
-    rope_scaling = getattr(cfg, "rope_scaling", None) or {}
-    if rope_scaling.get("rope_type", rope_scaling.get("type", "default")) not in ("default", "mrope"):
-        raise ValueError(f"use_rope supports the default rope_type only, got rope_scaling={rope_scaling}")
+    theta, rope_type, own_section = _rope_config(cfg)
+    if rope_type not in ("default", "mrope"):
+        raise ValueError(f"use_rope supports the default rope_type only, got rope_type={rope_type!r}")
     attn0 = text.layers[0].self_attn
-    head_dim, theta = attn0.head_dim, float(cfg.rope_theta)
-    encoder_name = SCHEMES[scheme]
+    head_dim = getattr(attn0, "head_dim", None)
+    if not isinstance(head_dim, int):
+        raise ValueError(f"{type(attn0).__name__} has no int head_dim: unknown attention layout")  # noqa: TRY004
+    sch = get_scheme(scheme)
     kwargs: dict[str, Any] = {"head_dim": head_dim, "theta": theta}
-    if encoder_name in ("mrope", "mrope-i", "hope"):
+    if sch.encoder in ("mrope", "mrope-i", "hope"):
         own_interleaved = options.family == "qwen3"
-        wants_interleaved = encoder_name == "mrope-i"
+        wants_interleaved = sch.encoder == "mrope-i"
         section = mrope_section
-        if section is None and own_interleaved == wants_interleaved and "mrope_section" in rope_scaling:
-            section = list(rope_scaling["mrope_section"])
+        if section is None and own_interleaved == wants_interleaved and own_section is not None:
+            section = own_section
         kwargs["mrope_section"] = section if section is not None else default_mrope_section(head_dim, wants_interleaved)
-    if encoder_name == "mhrope":
+    if sch.encoder == "mhrope":
         kwargs.update(
             num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections
         )
-    encoder = create(encoder_name, **kwargs)
+    encoder = create(sch.encoder, **kwargs)
     per_head = encoder.weight.dim() == 3
-    layout = "per_head" if per_head else options.family
-    rotary = HFRotaryEmbedding(encoder, layout).to(text.embed_tokens.weight.device)
+    device = text.embed_tokens.weight.device
+    targets = [_hook_targets(layer.self_attn) for layer in text.layers] if per_head else []
+    layout = _rotary_layout(text.rotary_emb, device)
+    rotary = HFRotaryEmbedding(encoder, layout, sch.rows_to_axes, sch.axes, per_head).to(device)
     installed = _Installed(scheme, text.rotary_emb)
     core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
     text.rotary_emb = rotary
-    if per_head:
-        for layer in text.layers:
-            layer.self_attn.forward = types.MethodType(per_head_attention_forward, layer.self_attn)
-            installed.attentions.append(layer.self_attn)
+    for q_module, k_module in targets:
+        for module in (q_module, k_module):
+            installed.hooks.append(module.register_forward_hook(_rotate_heads_hook(rotary, head_dim)))
     core.__dict__["_mmpos_rope"] = installed
     core.rope_deltas = None
     return model

@@ -1,70 +1,110 @@
 """Qwen2-VL / Qwen2.5-VL / Qwen3-VL ``get_rope_index``, vectorised over the batch.
 
-Reference: Hugging Face transformers 4.57.1, ``Qwen2VLModel.get_rope_index``
+References: Hugging Face transformers ``Qwen2VLModel.get_rope_index``
 (``models/qwen2_vl/modeling_qwen2_vl.py``), ``Qwen2_5_VLModel.get_rope_index``
 (``models/qwen2_5_vl/modeling_qwen2_5_vl.py``) and ``Qwen3VLModel.get_rope_index``
-(``models/qwen3_vl/modeling_qwen3_vl.py``); tests compare against them directly.
-Papers: Wang et al., "Qwen2-VL", https://arxiv.org/abs/2409.12191; Bai et al.,
-"Qwen2.5-VL Technical Report", https://arxiv.org/abs/2502.13923.
+(``models/qwen3_vl/modeling_qwen3_vl.py``), read in releases 4.57.1 and 5.24.0; tests compare
+against the installed release directly. Papers: Wang et al., "Qwen2-VL",
+https://arxiv.org/abs/2409.12191; Bai et al., "Qwen2.5-VL Technical Report",
+https://arxiv.org/abs/2502.13923.
 
 The reference walks every sample and every vision block in Python (``.tolist()``,
-``.item()``, ``list.index``). Here the vision tokens of the whole batch are assigned to
-their blocks with one ``nonzero`` per modality and the positions come from
-:func:`mmpos.layout.token_positions` (one ``cumsum`` along the sequence), so the work is
-a handful of tensor operations whatever the batch holds.
+``.item()``, ``itertools.groupby``). Here the vision tokens of the whole batch are assigned
+to their blocks with one ``nonzero`` per modality and the positions come from the packer
+:func:`mmpos.layout.pack` (one ``cumsum`` along the sequence), the same packer that
+:func:`mmpos.layout.build` uses for segments: :func:`token_layout` returns the same
+:class:`~mmpos.layout.Layout`.
 
-One core, :func:`scheme_rope_index`, serves both uses: :func:`get_rope_index` runs it with
-the config's own scheme, and the ``get_rope_index`` that
-:func:`mmpos.integrations.hf_rope.use_rope` installs runs it with the swapped scheme.
+The releases differ; ``rule`` (:data:`mmpos.schemes.RULES`) picks one:
 
-Two deliberate differences from transformers, both documented in ``docs/layouts.md``:
+* ``"original"`` -- the rule of the Qwen checkpoints: the text after a vision block continues
+  at the block's maximum over t, h and w plus one; Qwen2.5-VL temporal index
+  ``floor(t * second_per_grid * tokens_per_second)``; 1 on padding; ``rope_deltas`` = next
+  position - padded length.
+* ``"hf-4.57"`` -- transformers 4.57 (and <= 5.2): as ``"original"``, but
+  ``second_per_grid_ts`` is cast to an integer before the product (0.5 s becomes 0;
+  huggingface/transformers #48669).
+* ``"hf-5.3"`` -- transformers >= 5.3 (checked against 5.24): the text after a block moves by
+  ``max(h, w)`` only (a video's temporal extent is ignored, #45381); images use temporal
+  interval 1; 0 on padding; ``rope_deltas`` = largest position + 1 - real (unpadded) length.
+* ``"installed"`` -- whichever of ``"hf-4.57"`` / ``"hf-5.3"`` the installed transformers
+  implements, detected from the signature of the model class's ``get_rope_index``
+  (:func:`installed_rule`).
 
-* ``advance``: ``"max"`` (default) continues the text after a vision block at the block's
-  maximum over t, h and w plus one -- the rule the Qwen checkpoints were trained with and
-  transformers <= 5.2 implements. transformers >= 5.3 moves the text after a block by
-  ``max(h, w)`` only (for a video the temporal extent is ignored; huggingface/transformers
-  #45381); ``advance="spatial"`` reproduces that.
-* Qwen2.5-VL time index: ``floor(t * second_per_grid * tokens_per_second)``, multiplied
-  first. transformers 4.57.1 casts ``second_per_grid_ts`` to an integer *before* the
-  product (0.5 s becomes 0; fixed by huggingface/transformers #48669); the results agree
-  whenever ``second_per_grid_ts`` holds whole seconds.
+Without vision grids the ``hf-4.57`` / ``original`` rules run the reference's text-only branch
+(padding at 1, ``rope_deltas`` from the attention mask), as transformers 4.57 does.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..layout import ADVANCES, HOPE_SCALES, SCHEMES, V2PE_DELTAS, VisionBlocks, token_positions
+from ..coords import Modality
+from ..layout import Layout, VisionBlocks, pack
+from ..schemes import RULES, Rule, SchemeOptions, get_scheme, resolve_options
 
-__all__ = ["MODEL_SCHEMES", "RopeIndexOptions", "get_rope_index", "scheme_for_config", "scheme_rope_index"]
+__all__ = [
+    "FAMILIES",
+    "MODEL_SCHEMES",
+    "RopeIndexOptions",
+    "get_rope_index",
+    "installed_rule",
+    "scheme_for_config",
+    "scheme_rope_index",
+    "token_layout",
+]
 
-#: ``config.model_type`` -> the model's own :mod:`mmpos.layout` scheme
+#: ``config.model_type`` -> the model's own :mod:`mmpos.schemes` scheme
 MODEL_SCHEMES = {
     "qwen2_vl": "qwen2-vl",
     "qwen2_5_vl": "qwen2.5-vl",
     "qwen3_vl": "qwen3-vl",
     "qwen3_vl_moe": "qwen3-vl",
 }
+#: model families: ``"qwen3"`` writes every video frame as its own block
+FAMILIES = ("qwen2", "qwen3")
 
 
 def scheme_for_config(config: Any) -> str:
-    """The :mod:`mmpos.layout` scheme of a Qwen-VL config (by ``config.model_type``)."""
+    """The :mod:`mmpos.schemes` scheme of a Qwen-VL config (by ``config.model_type``)."""
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_SCHEMES:
         raise ValueError(f"config.model_type must be one of {tuple(MODEL_SCHEMES)}, got {model_type!r}")
     return MODEL_SCHEMES[model_type]
 
 
+def installed_rule(model_or_class: Any = None) -> str:
+    """``"hf-5.3"`` when the (installed) model class's ``get_rope_index`` takes
+    ``mm_token_type_ids`` (transformers >= 5.3), else ``"hf-4.57"``. Without an argument,
+    the installed ``Qwen2VLModel`` is read."""
+    if model_or_class is None:
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+        model_or_class = Qwen2VLModel
+    cls = model_or_class if isinstance(model_or_class, type) else type(model_or_class)
+    fn = getattr(cls, "get_rope_index", None)
+    if fn is None:
+        raise ValueError(f"{cls.__name__} has no get_rope_index: not a Qwen-VL model of a known layout")
+    return "hf-5.3" if "mm_token_type_ids" in inspect.signature(fn).parameters else "hf-4.57"
+
+
+def _resolve_rule(rule: str | Rule) -> str | Rule:
+    return installed_rule() if rule == "installed" else rule
+
+
 @dataclass(frozen=True)
 class RopeIndexOptions:
     """What :func:`scheme_rope_index` needs besides the prompt: the scheme and its options
-    (see :func:`mmpos.integrations.hf_rope.use_rope`), the model family (``"qwen2"`` or
-    ``"qwen3"``; on ``"qwen3"`` every video frame is its own block) and the config's spatial
-    merge size, placeholder token ids and ``tokens_per_second``. Checked on creation."""
+    (validated by :func:`mmpos.schemes.resolve_options`, as :func:`mmpos.layout.build` does),
+    the model family (``"qwen2"`` or ``"qwen3"``; on ``"qwen3"`` every video frame is its own
+    block), the config's spatial merge size, placeholder token ids, ``tokens_per_second`` and
+    the ``rule``. Checked on creation."""
 
     scheme: str
     family: str
@@ -75,61 +115,95 @@ class RopeIndexOptions:
     delta: float | None = None
     temporal_scale: float | None = None
     training: bool = False
-    advance: str = "max"
+    rule: str | Rule = "original"
 
     def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
-        if self.advance not in ADVANCES:
-            raise ValueError(f"advance must be one of {ADVANCES}, got {self.advance!r}")
-        delta, scale = self.delta, self.temporal_scale
-        if self.scheme == "v2pe" and not self.training and not (isinstance(delta, (int, float)) and 0 < delta <= 1):
-            raise ValueError(f"delta must be a number in (0, 1] for scheme='v2pe' (or pass training=True), got {delta!r}")
-        if self.scheme == "hope" and not self.training and not (isinstance(scale, (int, float)) and scale > 0):
-            raise ValueError(
-                f"temporal_scale must be a positive number for scheme='hope' (or pass training=True), got {scale!r}"
-            )
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        for name in ("merge", "image_token_id", "video_token_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "merge" else 0):
+                raise ValueError(f"{name} must be an int >= {1 if name == 'merge' else 0}, got {value!r}")
+        if not isinstance(self.rule, Rule) and self.rule != "installed" and self.rule not in RULES:
+            raise ValueError(f"rule must be 'installed' or one of {tuple(RULES)}, got {self.rule!r}")
+        tps = self.tokens_per_second
+        if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not (math.isfinite(tps) and tps > 0):
+            raise ValueError(f"tokens_per_second must be a finite number > 0 (config.vision_config), got {tps!r}")
+        object.__setattr__(self, "resolved", self._resolve())
+
+    def _resolve(self) -> SchemeOptions:
+        return resolve_options(
+            self.scheme,
+            delta=self.delta,
+            temporal_scale=self.temporal_scale,
+            training=self.training,
+            tokens_per_second=self.tokens_per_second,
+            rule=_resolve_rule(self.rule),
+        )
 
     @classmethod
     def from_config(cls, config: Any, scheme: str | None = None, **options: Any) -> RopeIndexOptions:
         """The options of a Qwen-VL ``config`` for ``scheme`` (default: the model's own,
         :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``training``,
-        ``advance``."""
+        ``rule``."""
         own = scheme_for_config(config)
-        vision = config.vision_config
+        vision = getattr(config, "vision_config", None)
+        missing = [n for n in ("image_token_id", "video_token_id") if not hasattr(config, n)]
+        if vision is None or not hasattr(vision, "spatial_merge_size") or missing:
+            raise ValueError(
+                f"config of model_type {config.model_type!r} lacks "
+                f"{missing + ([] if vision is not None else ['vision_config'])} or vision_config.spatial_merge_size"
+            )
         return cls(
             scheme=own if scheme is None else scheme,
             family="qwen3" if own == "qwen3-vl" else "qwen2",
-            merge=int(vision.spatial_merge_size),
-            image_token_id=int(config.image_token_id),
-            video_token_id=int(config.video_token_id),
-            tokens_per_second=float(getattr(vision, "tokens_per_second", 1)),
+            merge=vision.spatial_merge_size,
+            image_token_id=config.image_token_id,
+            video_token_id=config.video_token_id,
+            tokens_per_second=getattr(vision, "tokens_per_second", 1),
             **options,
         )
 
 
-def _check_grid(grid: Tensor | None, name: str, device: torch.device) -> Tensor:
+def _check_grid(grid: Tensor | None, name: str, merge: int, device: torch.device) -> Tensor:
     if grid is None:
         return torch.zeros(0, 3, dtype=torch.long, device=device)
     if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
         raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
+    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
     if grid.numel() and bool((grid <= 0).any()):
         raise ValueError(f"{name} must hold positive sizes")
+    if grid.numel() and bool((grid[:, 1:] % merge != 0).any()):
+        raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {merge}")
     return grid.long().to(device)
 
 
 def _token_index(is_token: Tensor, block_tokens: Tensor, name: str) -> Tensor:
     """Flat indices of the marked tokens of a ``(B, L)`` batch in reading order; they fill
-    the blocks one after the other (as the reference consumes its grids)."""
+    the blocks one after the other (as the reference consumes its grids). Every block's
+    tokens must be consecutive tokens of one sample."""
     index = is_token.reshape(-1).nonzero().squeeze(1)  # row-major: sample by sample, in order
     total = int(block_tokens.sum())
     if index.shape[0] != total:
         raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
+    if total:
+        length = is_token.shape[1]
+        first = index[block_tokens.cumsum(0) - block_tokens]
+        last = index[block_tokens.cumsum(0) - 1]
+        bad = ((last - first) != block_tokens - 1) | (first // length != last // length)
+        if bool(bad.any()):
+            k = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"{name}: block {k} ({int(block_tokens[k])} tokens) does not fit consecutive tokens of one sample "
+                f"(its tokens run from sample {int(first[k] // length)} to sample {int(last[k] // length)}); "
+                "each grid must match one run of placeholder tokens"
+            )
     return index
 
 
 def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The reference's branch without vision grids (padding gets position 1)."""
+    """transformers 4.57's branch without vision grids (padding gets position 1)."""
     b, length = input_ids.shape
     if attention_mask is None:
         ids = torch.arange(length, device=input_ids.device).view(1, 1, -1).expand(3, b, -1)
@@ -139,7 +213,21 @@ def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor
     return ids, ids[0].max(-1, keepdim=True).values + 1 - length
 
 
-def scheme_rope_index(
+def _check_seconds(second_per_grid_ts: Any, videos: int, device: torch.device) -> Tensor:
+    if second_per_grid_ts is None:
+        return torch.ones(videos, dtype=torch.float32, device=device)
+    seconds = torch.as_tensor(second_per_grid_ts, device=device)
+    if seconds.dtype == torch.bool or seconds.is_complex():
+        raise ValueError(f"second_per_grid_ts must hold real numbers, got dtype {seconds.dtype}")
+    seconds = seconds.reshape(-1).float()
+    if seconds.shape[0] != videos:
+        raise ValueError(f"second_per_grid_ts must hold one value per video ({videos}), got {seconds.shape[0]}")
+    if seconds.numel() and not bool((torch.isfinite(seconds) & (seconds >= 0)).all()):
+        raise ValueError(f"second_per_grid_ts must hold finite numbers >= 0, got {seconds.tolist()}")
+    return seconds
+
+
+def token_layout(
     options: RopeIndexOptions,
     input_ids: Tensor,
     image_grid_thw: Tensor | None = None,
@@ -147,36 +235,29 @@ def scheme_rope_index(
     attention_mask: Tensor | None = None,
     second_per_grid_ts: Tensor | None = None,
     mm_token_type_ids: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """HF-shaped ``(position_ids (3, B, L), rope_deltas (B, 1))`` of a Qwen-VL prompt under
-    ``options.scheme`` (1 on padding), from :func:`mmpos.layout.token_positions`.
-
-    Arguments as :func:`get_rope_index`. Without grids the reference's text-only branch
-    runs, whatever the scheme (every scheme places text alike). VRoPE's rows are
-    ``c0, c1, c2`` (``c3 = c1 + c2 - c0``); 1-D schemes repeat their row. Ids are float64
-    for ``v2pe`` and float32 for ``hope`` (``rope_deltas`` too) when the prompt has vision
-    blocks, else the dtype of ``input_ids``.
-    """
+    generator: torch.Generator | None = None,
+) -> Layout:
+    """The :class:`~mmpos.layout.Layout` of a tokenised Qwen-VL batch (the token-id front end
+    of :func:`mmpos.layout.pack`; arguments as :func:`get_rope_index`)."""
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
     for name, t in (("attention_mask", attention_mask), ("mm_token_type_ids", mm_token_type_ids)):
-        if t is not None and tuple(t.shape) != tuple(input_ids.shape):
-            raise ValueError(f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(t.shape)}")
-    if image_grid_thw is None and video_grid_thw is None:
-        return _text_only(input_ids, attention_mask)
-
-    scheme, device = options.scheme, input_ids.device
-    images = _check_grid(image_grid_thw, "image_grid_thw", device)
-    videos = _check_grid(video_grid_thw, "video_grid_thw", device)
-    if second_per_grid_ts is None:
-        seconds = torch.ones(videos.shape[0], dtype=torch.float32, device=device)
-    else:
-        seconds = torch.as_tensor(second_per_grid_ts, device=device).reshape(-1).float()
-        if seconds.shape[0] != videos.shape[0]:
+        if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != tuple(input_ids.shape)):
             raise ValueError(
-                f"second_per_grid_ts must hold one value per video ({videos.shape[0]}), got {seconds.shape[0]}"
+                f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got "
+                f"{tuple(getattr(t, 'shape', ()))}"
             )
-    if options.family == "qwen3" or scheme == "qwen3-vl":  # one block per frame (timestamps between are text)
+    if (
+        mm_token_type_ids is not None
+        and mm_token_type_ids.numel()
+        and not bool(((mm_token_type_ids >= 0) & (mm_token_type_ids <= 2)).all())
+    ):
+        raise ValueError("mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video)")
+    device = input_ids.device
+    images = _check_grid(image_grid_thw, "image_grid_thw", options.merge, device)
+    videos = _check_grid(video_grid_thw, "video_grid_thw", options.merge, device)
+    seconds = _check_seconds(second_per_grid_ts, videos.shape[0], device)
+    if options.family == "qwen3" or get_scheme(options.scheme).frames:  # one block per frame
         seconds = torch.repeat_interleave(seconds, videos[:, 0])
         videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
         videos[:, 0] = 1
@@ -189,34 +270,64 @@ def scheme_rope_index(
     else:
         is_image = (input_ids == options.image_token_id) & real
         is_video = (input_ids == options.video_token_id) & real
-    k_img, k = images.shape[0], grid.shape[0]
-    token_index = torch.cat([
-        _token_index(is_image, tokens[:k_img], "image_grid_thw"),
-        _token_index(is_video, tokens[k_img:], "video_grid_thw"),
-    ])
-
-    f64 = {"dtype": torch.float64, "device": device}
-
-    def per_block(value: float | None, choices: tuple[float, ...], draw: bool) -> Tensor:  # (K,) float64
-        if draw:  # training: one choice per block
-            return torch.tensor(choices, **f64)[torch.randint(len(choices), (k,), device=device)]
-        return torch.full((k,), 1.0 if value is None else float(value), **f64)
-
+    k_img = images.shape[0]
+    token_index = torch.cat(
+        [
+            _token_index(is_image, tokens[:k_img], "image_grid_thw"),
+            _token_index(is_video, tokens[k_img:], "video_grid_thw"),
+        ]
+    )
+    modality = torch.full_like(input_ids, int(Modality.TEXT), dtype=torch.long)
+    modality[is_image] = int(Modality.IMAGE)
+    modality[is_video] = int(Modality.VIDEO)
+    is_image_block = torch.arange(grid.shape[0], device=device) < k_img
     blocks = VisionBlocks(
         grid=grid,
-        second_per_grid=torch.cat([torch.zeros(k_img, device=device), seconds]),  # images: no time scaling
-        delta=per_block(options.delta, V2PE_DELTAS, options.training and scheme == "v2pe"),
-        scale=per_block(options.temporal_scale, HOPE_SCALES, options.training and scheme == "hope"),
+        seconds=torch.cat([torch.zeros(k_img, device=device), seconds]),  # images: no time scaling
+        is_image=is_image_block,
         token_index=token_index,
     )
-    stride = int(options.temporal_scale) if scheme == "mrope-i" and options.temporal_scale else 1
-    pos, nxt = token_positions(real, blocks, scheme, options.tokens_per_second, stride, options.advance)
-    rows = pos[:3].expand(3, -1, -1)  # (A, B, L) -> (3, B, L); VRoPE: c0, c1, c2 (c3 is rebuilt)
-    fractional = k > 0 and scheme in ("v2pe", "hope")  # prompts without vision blocks keep integer ids
-    id_dtype = {"v2pe": torch.float64, "hope": torch.float32}[scheme] if fractional else input_ids.dtype
-    position_ids = rows.masked_fill(~real, 1).to(id_dtype)
-    deltas = (nxt - input_ids.shape[1]).unsqueeze(1)
-    return position_ids, deltas.to(torch.float32) if fractional and scheme == "hope" else deltas.long()
+    return pack(real, modality, blocks, options.scheme, options.resolved, generator)  # type: ignore[attr-defined]
+
+
+def scheme_rope_index(
+    options: RopeIndexOptions,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    second_per_grid_ts: Tensor | None = None,
+    mm_token_type_ids: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """HF-shaped ``(position_ids (3, B, L), rope_deltas (B, 1))`` of a Qwen-VL prompt under
+    ``options.scheme`` and ``options.rule``, from :func:`token_layout`.
+
+    Arguments as :func:`get_rope_index`. Rows are packed as the scheme declares
+    (``Scheme.hf_rows``): VRoPE's rows are ``c0, c1, c2`` (``c3 = c1 + c2 - c0``); 1-D
+    schemes repeat their row. Ids are float64 for ``v2pe`` and float32 for ``hope``
+    (``rope_deltas`` too) when the prompt has vision blocks, else the dtype of ``input_ids``.
+    """
+    rule = options.resolved.rule  # type: ignore[attr-defined]
+    if image_grid_thw is None and video_grid_thw is None and rule.deltas == "next-padded":
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+        return _text_only(input_ids, attention_mask)
+    lay = token_layout(
+        options,
+        input_ids,
+        image_grid_thw,
+        video_grid_thw,
+        attention_mask,
+        second_per_grid_ts,
+        mm_token_type_ids,
+        generator,
+    )
+    ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
+    fractional = ids.is_floating_point() and bool((lay.modality != int(Modality.TEXT)).any())
+    if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
+        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+    return ids, deltas
 
 
 def get_rope_index(
@@ -227,30 +338,30 @@ def get_rope_index(
     attention_mask: Tensor | None = None,
     second_per_grid_ts: Tensor | None = None,
     mm_token_type_ids: Tensor | None = None,
-    advance: str = "max",
+    rule: str = "original",
 ) -> tuple[Tensor, Tensor]:
     """3-D position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` of a Qwen-VL batch.
 
     Args:
-        config: a ``Qwen2VLConfig``, ``Qwen2_5_VLConfig`` or ``Qwen3VLConfig`` (read:
-            ``model_type``, ``image_token_id``, ``video_token_id``,
+        config: a ``Qwen2VLConfig``, ``Qwen2_5_VLConfig``, ``Qwen3VLConfig`` or
+            ``Qwen3VLMoeConfig`` (read: ``model_type``, ``image_token_id``, ``video_token_id``,
             ``vision_config.spatial_merge_size``, ``vision_config.tokens_per_second``).
         input_ids: ``(B, L)`` token ids; every image / video has ``t * h * w / merge**2``
             consecutive placeholder tokens (for Qwen3-VL: per frame).
         image_grid_thw: ``(num_images, 3)`` patch grids, in order of appearance.
         video_grid_thw: ``(num_videos, 3)`` patch grids.
         attention_mask: ``(B, L)``, 1 on real tokens; left or right padding.
-        second_per_grid_ts: ``(num_videos,)`` seconds per temporal patch (Qwen2.5-VL; default 1).
+        second_per_grid_ts: ``(num_videos,)`` seconds per temporal patch (Qwen2.5-VL; default 1),
+            finite and ``>= 0``.
         mm_token_type_ids: ``(B, L)`` 0 text, 1 image, 2 video (transformers >= 5.3 input);
             when given it locates the vision tokens instead of the token ids.
-        advance: ``"max"`` or ``"spatial"`` (see the module docstring).
+        rule: ``"original"``, ``"hf-4.57"``, ``"hf-5.3"`` or ``"installed"`` (module docstring).
 
     Returns:
-        ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``; 1 on padding) and
-        ``rope_deltas`` ``(B, 1)`` int64, equal to the model's own ``get_rope_index`` (up to
-        the two differences in the module docstring).
+        ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``) and ``rope_deltas`` ``(B, 1)``,
+        equal to the model's own ``get_rope_index`` of the release whose rule is asked for.
     """
-    options = RopeIndexOptions.from_config(config, advance=advance)
+    options = RopeIndexOptions.from_config(config, rule=rule)
     return scheme_rope_index(
         options, input_ids, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, mm_token_type_ids
     )

@@ -2,8 +2,9 @@ import math
 
 import pytest
 import torch
+from transformers.models.qwen2_vl import modeling_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding, apply_rotary_pos_emb
 
@@ -31,6 +32,15 @@ def _positions(b=2, n=37, high=3000, seed=1):
 
 def _thw(position_ids):
     return Coords(position_ids.permute(1, 2, 0).float(), ("t", "h", "w"))
+
+
+def apply_multimodal_rotary_pos_emb(q, k, cos, sin, section):
+    """How the installed Qwen2-VL attention applies the rotary module's output: transformers
+    < 5.17 picks a row of ``(3, B, L, D)`` per section (``apply_multimodal_rotary_pos_emb``);
+    from 5.17 the rotary module recomposes the sections itself and returns ``(B, L, D)``."""
+    if hasattr(modeling_qwen2_vl, "apply_multimodal_rotary_pos_emb"):
+        return modeling_qwen2_vl.apply_multimodal_rotary_pos_emb(q, k, cos, sin, section)
+    return modeling_qwen2_vl.apply_rotary_pos_emb(q, k, cos, sin)
 
 
 def _hf_effective_cos_sin(apply, cos, sin, n_pairs, *args):
@@ -91,7 +101,10 @@ def test_hope_on_text_is_rope_with_its_temporal_pairs_unrotated():
 @pytest.mark.parametrize("section", [[16, 24, 24], [8, 28, 28]])
 def test_chunked_equals_qwen2vl(dtype, section):
     cfg = Qwen2VLTextConfig(
-        hidden_size=D * 4, num_attention_heads=4, num_key_value_heads=2, rope_theta=THETA,
+        hidden_size=D * 4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_theta=THETA,
         rope_scaling={"type": "mrope", "mrope_section": section},
     )
     q, k = _qk(dtype=dtype)
@@ -111,7 +124,11 @@ def test_chunked_equals_qwen2vl(dtype, section):
 def test_interleaved_equals_qwen3vl(dtype):
     section = [24, 20, 20]
     cfg = Qwen3VLTextConfig(
-        hidden_size=D * 4, num_attention_heads=4, num_key_value_heads=2, head_dim=D, rope_theta=5e6,
+        hidden_size=D * 4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=D,
+        rope_theta=5e6,
         rope_scaling={"rope_type": "default", "mrope_section": section, "mrope_interleaved": True},
     )
     q, k = _qk(dtype=dtype)
@@ -251,8 +268,17 @@ SAMPLES = [
 ]
 
 
-LAYOUT_ENCODERS = [("qwen2-vl", "mrope"), ("qwen2.5-vl", "mrope"), ("qwen3-vl", "mrope-i"), ("mrope-i", "mrope-i"),
-                   ("mhrope", "mhrope"), ("hope", "hope"), ("vrope", "vrope"), ("v2pe", "v2pe"), ("flat", "rope")]
+LAYOUT_ENCODERS = [
+    ("qwen2-vl", "mrope"),
+    ("qwen2.5-vl", "mrope"),
+    ("qwen3-vl", "mrope-i"),
+    ("mrope-i", "mrope-i"),
+    ("mhrope", "mhrope"),
+    ("hope", "hope"),
+    ("vrope", "vrope"),
+    ("v2pe", "v2pe"),
+    ("flat", "rope"),
+]
 
 
 def test_scheme_encoders_name_one_encoder_per_layout_scheme():
@@ -283,8 +309,13 @@ def test_reads_the_layout_of_its_scheme(scheme, name):
         cls = Qwen2VLRotaryEmbedding if scheme == "qwen2-vl" else Qwen3VLTextRotaryEmbedding
         section = list(default_mrope_section(32, scheme == "qwen3-vl"))
         cfg = (Qwen2VLTextConfig if scheme == "qwen2-vl" else Qwen3VLTextConfig)(
-            hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, rope_theta=10000.0,
-            rope_scaling={"rope_type": "default", "mrope_section": section})
+            hidden_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            rope_theta=10000.0,
+            rope_scaling={"rope_type": "default", "mrope_section": section},
+        )
         cos, sin = cls(cfg)(q, lay.position_ids)
         if scheme == "qwen2-vl":
             q_ref, k_ref = apply_multimodal_rotary_pos_emb(q, k, cos, sin, section)
@@ -303,8 +334,15 @@ def test_in_an_mmpos_transformer(name):
 
     def model(pos):
         torch.manual_seed(0)
-        return Transformer(64, 2, 4, pos=pos, num_kv_heads=2, causal=True,
-                           pos_kwargs={"mhrope": {"head_sections": [1, 1, 0]}} if pos == "mhrope" else None)
+        return Transformer(
+            64,
+            2,
+            4,
+            pos=pos,
+            num_kv_heads=2,
+            causal=True,
+            pos_kwargs={"mhrope": {"head_sections": [1, 1, 0]}} if pos == "mhrope" else None,
+        )
 
     scheme = {"mrope": "qwen2-vl", "mrope-i": "mrope-i"}.get(name, name)
     lay = build(SAMPLES[1:], scheme, **({"delta": 0.25} if name == "v2pe" else {}))

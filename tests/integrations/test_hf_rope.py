@@ -1,5 +1,12 @@
+"""``use_rope`` on tiny random Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE models of the
+installed transformers (``make test`` runs this file on the oldest and the newest supported release)."""
+
+import inspect
+
 import pytest
 import torch
+
+transformers = pytest.importorskip("transformers")
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -11,44 +18,120 @@ from transformers import (
     Qwen3VLForConditionalGeneration,
 )
 
-from mmpos.integrations.hf_rope import HFRotaryEmbedding, RopeIndexOptions, current_rope, scheme_rope_index, use_rope
+from mmpos.integrations.hf_rope import HFRotaryEmbedding, current_rope, use_rope
+from mmpos.integrations.hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
 from mmpos.layout import Image, Text, Video, build
+from mmpos.schemes import RULES
 
 IMG, VID, VSTART, VEND, PAD = 120, 121, 122, 123, 0
-TEXT = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, rope_theta=10000.0, max_position_embeddings=512)
-TOKENS = dict(image_token_id=IMG, video_token_id=VID, vision_start_token_id=VSTART, vision_end_token_id=VEND)
-QWEN2_VISION = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=2,
-                    spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+TEXT = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 512,
+}
+TOKENS = {"image_token_id": IMG, "video_token_id": VID, "vision_start_token_id": VSTART, "vision_end_token_id": VEND}
+QWEN2_VISION = {
+    "depth": 1,
+    "embed_dim": 32,
+    "hidden_size": 64,
+    "num_heads": 2,
+    "mlp_ratio": 2,
+    "patch_size": 2,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "in_channels": 3,
+}
+QWEN3_VISION = {
+    "depth": 2,
+    "hidden_size": 32,
+    "out_hidden_size": 64,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "patch_size": 2,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "in_channels": 3,
+    "num_position_embeddings": 16,
+    "deepstack_visual_indexes": [0],
+}
+RULE = installed_rule()  # "hf-4.57" or "hf-5.3"
+#: transformers >= 5.3 locates vision tokens with mm_token_type_ids (forward refuses grids without them)
+NEEDS_TYPES = RULE == "hf-5.3"
 
 
 def _qwen2_vl():
-    cfg = Qwen2VLConfig(text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-                        vision_config=QWEN2_VISION, **TOKENS)
+    cfg = Qwen2VLConfig(
+        text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=QWEN2_VISION,
+        **TOKENS,
+    )
     return Qwen2VLForConditionalGeneration(cfg)
 
 
 def _qwen2_5_vl():
-    vision = dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=2,
-                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=8, fullatt_block_indexes=[0],
-                  tokens_per_second=2)
-    cfg = Qwen2_5_VLConfig(text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-                           vision_config=vision, **TOKENS)
+    vision = {
+        "depth": 1,
+        "hidden_size": 32,
+        "out_hidden_size": 64,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": 2,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "window_size": 8,
+        "fullatt_block_indexes": [0],
+        "tokens_per_second": 2,
+    }
+    cfg = Qwen2_5_VLConfig(
+        text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=vision,
+        **TOKENS,
+    )
     return Qwen2_5_VLForConditionalGeneration(cfg)
 
 
+def _qwen3_rope():
+    return {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+
+
 def _qwen3_vl():
-    rope_scaling = {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}
-    text = dict(TEXT, head_dim=16, rope_scaling=rope_scaling)
-    vision = dict(depth=2, hidden_size=32, out_hidden_size=64, num_heads=2, intermediate_size=64, patch_size=2,
-                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
-                  deepstack_visual_indexes=[0])
-    return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **TOKENS))
+    text = dict(TEXT, head_dim=16, rope_scaling=_qwen3_rope())
+    return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=QWEN3_VISION, **TOKENS))
+
+
+def _qwen3_vl_moe():
+    text = dict(
+        TEXT,
+        head_dim=16,
+        rope_scaling=_qwen3_rope(),
+        num_hidden_layers=1,
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+    )
+    cfg = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=QWEN3_VISION, **TOKENS)
+    return transformers.Qwen3VLMoeForConditionalGeneration(cfg)
 
 
 FAMILIES = {"qwen2-vl": _qwen2_vl, "qwen2.5-vl": _qwen2_5_vl, "qwen3-vl": _qwen3_vl}
-SWAPS = [("mrope-i", {}), ("mhrope", {}), ("vrope", {}), ("v2pe", {"delta": 0.25}), ("hope", {"temporal_scale": 0.75}),
-         ("flat", {})]
+if hasattr(transformers, "Qwen3VLMoeForConditionalGeneration"):
+    FAMILIES["qwen3-vl-moe"] = _qwen3_vl_moe
+OWN = {"qwen3-vl-moe": "qwen3-vl"}
+SWAPS = [
+    ("mrope-i", {}),
+    ("mhrope", {}),
+    ("vrope", {}),
+    ("v2pe", {"delta": 0.25}),
+    ("hope", {"temporal_scale": 0.75}),
+    ("flat", {}),
+]
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -57,12 +140,19 @@ def family(request):
     return request.param, FAMILIES[request.param]().eval()
 
 
-def _batch(family_name):
+def _with_types(batch):
+    if NEEDS_TYPES:
+        ids = batch["input_ids"]
+        batch["mm_token_type_ids"] = (ids == IMG).long() + 2 * (ids == VID).long()
+    return batch
+
+
+def _batch(family_name, seconds=2.0):
     """Two left-padded prompts: text, a 4x6-patch image, text, a 2-frame video, text; and
     text, a 4x4-patch image, text. Qwen3-VL writes each video frame as its own block
     (``<start> frame <end>``) after timestamp text."""
     g = torch.Generator().manual_seed(1)
-    if family_name == "qwen3-vl":
+    if family_name.startswith("qwen3"):
         video = [VSTART] + [VID] * 3 + [VEND, 31, VSTART] + [VID] * 3 + [VEND]
     else:
         video = [VSTART] + [VID] * 6 + [VEND]
@@ -79,44 +169,83 @@ def _batch(family_name):
         "pixel_values_videos": torch.randn(2 * 2 * 6, 24, generator=g),
         "video_grid_thw": torch.tensor([[2, 2, 6]]),
     }
-    if family_name == "qwen2.5-vl":  # whole seconds: transformers 4.57 casts them to int first
-        batch["second_per_grid_ts"] = torch.tensor([2.0])
-    return batch
+    if family_name == "qwen2.5-vl":
+        batch["second_per_grid_ts"] = torch.tensor([seconds])
+    return _with_types(batch)
 
 
 def _text_batch():
     ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [PAD, PAD, 3, 4, 5, 6, 7]])
-    return dict(input_ids=ids, attention_mask=(ids != PAD).long())
+    return {"input_ids": ids, "attention_mask": (ids != PAD).long()}
 
 
 def _generate(model, inputs, steps=3):
-    out = model.generate(**inputs, max_new_tokens=steps, do_sample=False, output_logits=True,
-                         return_dict_in_generate=True, pad_token_id=PAD)
+    out = model.generate(
+        **inputs,
+        max_new_tokens=steps,
+        do_sample=False,
+        output_logits=True,  # raw logits
+        return_dict_in_generate=True,
+        pad_token_id=PAD,
+        suppress_tokens=[IMG, VID, VSTART, VEND],
+    )
     return out.sequences, torch.stack(out.logits, 1)  # (B, L + steps), (B, steps, V)
 
 
+def _index_args(inputs):
+    """Keyword arguments of the model's own ``get_rope_index`` taken from a batch."""
+    return {
+        k: v
+        for k, v in inputs.items()
+        if k in ("second_per_grid_ts", "attention_mask", "mm_token_type_ids", "image_grid_thw", "video_grid_thw")
+    }
+
+
 @torch.no_grad()
-def test_own_scheme_through_mmpos_leaves_logits_unchanged(family):
+@pytest.mark.parametrize("seconds", [2.0, 0.75])
+def test_own_scheme_through_mmpos_leaves_logits_and_generate_unchanged(family, seconds):
+    """With the model's own scheme installed, position ids, logits and generate are
+    bit-identical to the unpatched model of the installed release (fractional seconds too)."""
     name, model = family
-    inputs = _batch(name)
+    if seconds != 2.0 and name != "qwen2.5-vl":
+        pytest.skip("seconds only matter to Qwen2.5-VL")
+    inputs = _batch(name, seconds)
     use_rope(model, "own")
     ref = model(**inputs).logits
-    index_args = {k: v for k, v in inputs.items() if k in ("second_per_grid_ts", "attention_mask")}
-    ref_ids, ref_rope = model.model.get_rope_index(
-        inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"], **index_args
-    )
+    ref_ids, ref_rope = model.model.get_rope_index(inputs["input_ids"], **_index_args(inputs))
     ref_seq, ref_steps = _generate(model, inputs)
-    use_rope(model, name)
-    assert current_rope(model) == name and isinstance(model.model.language_model.rotary_emb, HFRotaryEmbedding)
-    ids, rope = model.model.get_rope_index(
-        inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"], **index_args
-    )
+    scheme = OWN.get(name, name)
+    use_rope(model, scheme)
+    assert current_rope(model) == scheme and isinstance(model.model.language_model.rotary_emb, HFRotaryEmbedding)
+    ids, rope = model.model.get_rope_index(inputs["input_ids"], **_index_args(inputs))
     assert torch.equal(ids, ref_ids) and torch.equal(rope, ref_rope)
     assert torch.equal(model(**inputs).logits, ref)
     seq, steps = _generate(model, inputs)
     assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
     use_rope(model, "own")
     assert current_rope(model) == "own" and torch.equal(model(**inputs).logits, ref)
+
+
+@torch.no_grad()
+def test_layout_position_ids_give_the_model_logits(family):
+    """A ``Layout`` from ``mmpos.layout.build`` handed to the patched model as ``position_ids``
+    gives the logits the model computes itself, in the three HF shapes of position ids."""
+    name, model = family
+    inputs = _batch(name)
+    scheme = OWN.get(name, name)
+    use_rope(model, scheme)
+    ref = model(**inputs).logits
+    if name.startswith("qwen3"):  # <start> frame <end> <timestamp> <start> frame <end>
+        video = [Text(1), Video((1, 2, 6)), Text(3), Video((1, 2, 6)), Text(3)]
+    else:
+        video = [Text(1), Video((2, 2, 6), 2.0 if name == "qwen2.5-vl" else None), Text(3)]
+    samples = [[Text(3), Image((1, 4, 6)), Text(3)] + video, [Text(2), Image((1, 4, 4)), Text(3)]]
+    lay = build(samples, scheme, padding_side="left", rule=RULE)
+    assert torch.equal(lay.attention_mask, inputs["attention_mask"])
+    for shape in ("3d", "4d"):
+        got = model(**dict(inputs, position_ids=lay.hf_position_ids(shape))).logits
+        assert torch.equal(got, ref), shape
+    use_rope(model, "own")
 
 
 @torch.no_grad()
@@ -132,47 +261,68 @@ def test_swapped_scheme_forward_and_generate(family, scheme, options):
     logits = model(**inputs).logits
     assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
     seq, steps = _generate(model, inputs)
-    full = model(**dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"],
-                                                                          torch.ones(2, 3, dtype=torch.long)], 1)))
-    torch.testing.assert_close(full.logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    full = _with_types(
+        dict(
+            inputs,
+            input_ids=seq,
+            attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3, dtype=torch.long)], 1),
+        )
+    )
+    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
     use_rope(model, "own")
 
 
-TEXT_SWAPS = [("mrope-i", {}), ("mhrope", {"head_sections": [0, 1, 1]}), ("vrope", {}), ("v2pe", {"delta": 0.5}),
-              ("flat", {})]
+TEXT_SWAPS = [
+    ("mrope-i", {}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),
+    ("vrope", {}),
+    ("v2pe", {"delta": 0.5}),
+    ("flat", {}),
+]
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("scheme, options", TEXT_SWAPS, ids=[s for s, _ in TEXT_SWAPS])
 def test_text_only_prompts_keep_the_model_logits(family, scheme, options):
     """On text every scheme is 1-D RoPE (MHRoPE when its sections use every KV head), so the
-    model's logits are unchanged bit for bit; this also checks MHRoPE's attention forward."""
+    model's logits and greedy generation are unchanged bit for bit; this also checks MHRoPE's
+    per-head projection hooks."""
     _, model = family
     inputs = _text_batch()
     use_rope(model, "own")
     ref = model(**inputs).logits
+    ref_seq, ref_steps = _generate(model, inputs)
     use_rope(model, scheme, **options)
     assert torch.equal(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
     use_rope(model, "own")
 
 
 def test_text_only_position_ids_are_the_model_own(family):
-    """Without grids every scheme runs the model's own text-only branch, quirks included
-    (padding at 1; a fully padded row gets rope_deltas 2 - L)."""
+    """Without grids every scheme gives the model's own text positions, quirks included
+    (transformers 4.57: padding at 1, a fully padded row gets rope_deltas 2 - L)."""
     _, model = family
     ids = torch.tensor([[5, 6, 7, 8], [PAD, PAD, 3, 4], [PAD, PAD, PAD, PAD]])
+    if NEEDS_TYPES:  # transformers >= 5.3 fails on a fully padded row (torch.cat of nothing)
+        ids = ids[:2]
     use_rope(model, "own")
     for mask in ((ids != PAD).long(), None):
-        ref = model.model.get_rope_index(ids, attention_mask=mask)
+        kwargs = {"attention_mask": mask}
+        if NEEDS_TYPES:
+            kwargs["mm_token_type_ids"] = torch.zeros_like(ids)
+        ref = model.model.get_rope_index(ids, **kwargs)
         for scheme, options in TEXT_SWAPS + [("hope", {"temporal_scale": 1.0}), ("qwen2-vl", {})]:
             use_rope(model, scheme, **options)
-            got = model.model.get_rope_index(ids, attention_mask=mask)
+            got = model.model.get_rope_index(ids, **kwargs)
             assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), scheme
     use_rope(model, "own")
 
 
 @torch.no_grad()
-def test_mhrope_attention_forward_with_eager_attention():
+def test_mhrope_hooks_with_eager_attention_and_rotation():
+    """MHRoPE through the projection hooks with eager attention: on text with every KV head
+    rotated the logits are the model's; on a vision prompt KV head j turns by its axis."""
     torch.manual_seed(0)
     model = _qwen3_vl().eval()
     model.set_attn_implementation("eager")
@@ -182,6 +332,22 @@ def test_mhrope_attention_forward_with_eager_attention():
     assert torch.equal(model(**inputs).logits, ref)
     logits = model(**_batch("qwen3-vl")).logits
     assert torch.isfinite(logits).all()
+    # the hooked k_norm output of layer 0 equals the reference per-head rotation
+    attn = model.model.language_model.layers[0].self_attn
+    seen = {}
+    handle = attn.k_norm.register_forward_hook(lambda m, a, out: seen.update(k=out.clone(), x=a[0].clone()))
+    model(**inputs)
+    handle.remove()
+    k_unrotated = attn.k_norm.weight * torch.nn.functional.rms_norm(seen["x"], (16,), eps=attn.k_norm.variance_epsilon)
+    pos = torch.arange(7, dtype=torch.float64)  # the unpadded first sample: text positions 0..6 on every axis
+    freq = 10000.0 ** (-torch.arange(8, dtype=torch.float64) / 8)
+    ang = (pos[:, None] * freq).float()  # (L, 8)
+    x1, x2 = k_unrotated[0, ..., :8], k_unrotated[0, ..., 8:]
+    for head in range(2):  # both KV heads rotate (t for head 0, w for head 1): on text the same angles
+        c, s = ang.cos(), ang.sin()
+        expected = torch.cat([x1[:, head] * c - x2[:, head] * s, x2[:, head] * c + x1[:, head] * s], -1)
+        torch.testing.assert_close(seen["k"][0, :, head], expected, rtol=1e-5, atol=1e-5)
+    use_rope(model, "own")
 
 
 @torch.no_grad()
@@ -196,12 +362,22 @@ def test_hope_on_text_differs_only_by_its_unrotated_pairs():
     assert torch.equal(model(**inputs).logits, ref)
 
 
-@pytest.mark.parametrize("scheme, options", [("qwen2-vl", {}), ("mrope-i", {}), ("mhrope", {}), ("vrope", {}),
-                                             ("v2pe", {"delta": 1 / 8}), ("hope", {"temporal_scale": 1.25}),
-                                             ("flat", {})])
-def test_prompt_positions_equal_the_layout(scheme, options):
+@pytest.mark.parametrize(
+    "scheme, options",
+    [
+        ("qwen2-vl", {}),
+        ("mrope-i", {}),
+        ("mhrope", {}),
+        ("vrope", {}),
+        ("v2pe", {"delta": 1 / 8}),
+        ("hope", {"temporal_scale": 1.25}),
+        ("flat", {}),
+    ],
+)
+@pytest.mark.parametrize("rule", list(RULES))
+def test_prompt_positions_equal_the_layout(scheme, options, rule):
     """From token ids, the patched ``get_rope_index`` gives the positions ``mmpos.layout.build``
-    gives the same segments (left padding; VRoPE's fourth row is implied)."""
+    gives the same segments, under every rule (left padding; VRoPE's fourth row is implied)."""
     samples = [[Text(2), Image((1, 4, 6)), Text(3), Video((3, 4, 4)), Text(1)], [Text(4), Image((1, 2, 4)), Text(2)]]
     ids = []
     for sample in samples:
@@ -216,12 +392,14 @@ def test_prompt_positions_equal_the_layout(scheme, options):
     length = max(map(len, ids))
     input_ids = torch.tensor([[PAD] * (length - len(r)) + r for r in ids])
     mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in ids])
-    opts = RopeIndexOptions(scheme, "qwen2", 2, IMG, VID, 2.0, options.get("delta"), options.get("temporal_scale"),
-                            False, "max")
-    got_ids, got_deltas = scheme_rope_index(opts, input_ids, torch.tensor([[1, 4, 6], [1, 2, 4]]),
-                                            torch.tensor([[3, 4, 4]]), mask)
-    lay = build(samples, scheme, padding_side="left", **options)
-    assert torch.equal(got_ids, lay.position_ids[:3].to(got_ids.dtype))
+    opts = RopeIndexOptions(
+        scheme, "qwen2", 2, IMG, VID, 2.0, options.get("delta"), options.get("temporal_scale"), False, rule
+    )
+    got_ids, got_deltas = scheme_rope_index(
+        opts, input_ids, torch.tensor([[1, 4, 6], [1, 2, 4]]), torch.tensor([[3, 4, 4]]), mask
+    )
+    lay = build(samples, scheme, padding_side="left", rule=rule, **options)
+    assert torch.equal(got_ids, lay.hf_position_ids().to(got_ids.dtype))
     assert torch.equal(got_deltas, lay.rope_deltas.to(got_deltas.dtype))
 
 
@@ -230,11 +408,12 @@ def test_state_dict_and_restore():
     model = _qwen2_vl()
     keys = set(model.state_dict())
     own_rotary = model.model.language_model.rotary_emb
+    q_proj = model.model.language_model.layers[0].self_attn.q_proj
     use_rope(model, "mhrope")
     assert set(model.state_dict()) == keys  # checkpoints load either way
-    assert "forward" in model.model.language_model.layers[0].self_attn.__dict__
-    use_rope(model, "vrope")  # switching restores first: attention forward is the class's again
-    assert "forward" not in model.model.language_model.layers[0].self_attn.__dict__
+    assert len(q_proj._forward_hooks) == 1
+    use_rope(model, "vrope")  # switching restores first: the hooks are gone
+    assert len(q_proj._forward_hooks) == 0
     use_rope(model, "own")
     assert model.model.language_model.rotary_emb is own_rotary
     assert "get_rope_index" not in model.model.__dict__ and model.model.rope_deltas is None
@@ -249,17 +428,28 @@ def test_plan_stays_float32_when_the_model_is_cast():
     inputs = _batch("qwen2-vl")
     use_rope(model, "vrope")
     rotary = model.model.language_model.rotary_emb
-    ids, _ = model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"],
-                                        inputs["attention_mask"])
+    ids, _ = model.model.get_rope_index(inputs["input_ids"], **_index_args(inputs))
     x = torch.zeros(1, dtype=torch.bfloat16)
     ref = rotary(x, ids)
     model.to(torch.bfloat16)
     assert rotary.encoder.weight.dtype == torch.float32 and rotary.rows_to_axes.dtype == torch.float32
     got = rotary(x, ids)
     assert got[0].dtype == torch.bfloat16 and torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-    low = model(**dict(inputs, pixel_values=inputs["pixel_values"].bfloat16(),
-                       pixel_values_videos=inputs["pixel_values_videos"].bfloat16())).logits
+    low = model(
+        **dict(
+            inputs,
+            pixel_values=inputs["pixel_values"].bfloat16(),
+            pixel_values_videos=inputs["pixel_values_videos"].bfloat16(),
+        )
+    ).logits
     assert low.dtype == torch.bfloat16 and torch.isfinite(low).all()
+
+
+def test_installed_rule_is_detected_from_the_signature():
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    takes_types = "mm_token_type_ids" in inspect.signature(Qwen2VLModel.get_rope_index).parameters
+    assert RULE == ("hf-5.3" if takes_types else "hf-4.57")
 
 
 def test_errors():
@@ -276,8 +466,17 @@ def test_errors():
         use_rope(model, "mrope-i", mrope_section=[2, 2, 2])
     with pytest.raises(ValueError, match="advance"):
         use_rope(model, "vrope", advance="time")
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2))
+    llama = LlamaForCausalLM(
+        LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    )
     with pytest.raises(ValueError, match="Qwen2-VL"):
         use_rope(llama, "vrope")
     assert current_rope(model) == "own"
+
+
+def test_unknown_layout_names_what_is_missing():
+    """A future model whose text model moved its rotary module gets a clear error."""
+    model = _qwen2_vl()
+    del model.model.language_model.rotary_emb
+    with pytest.raises(ValueError, match=r"not found \['language_model.rotary_emb'\]"):
+        use_rope(model, "vrope")

@@ -1,0 +1,446 @@
+"""The multimodal position schemes: one registry entry per scheme.
+
+A *scheme* decides where the tokens of an interleaved text / image / video sequence sit.
+Every fact about a scheme lives in its :class:`Scheme` entry of :data:`SCHEMES`:
+
+* ``axes`` -- the coordinate axes it produces (``coords.axes`` of its :class:`~mmpos.layout.Layout`);
+* ``block`` -- where the tokens of one vision block sit relative to the block start, and
+  how far the block moves the running position (its *extent*), see :class:`BlockGeometry`;
+* ``options`` / ``check`` -- which options it takes (``delta``, ``temporal_scale``) and their
+  validation, shared by :func:`mmpos.layout.build` and the token-id path
+  (:mod:`mmpos.integrations.hf_rope_index`), see :func:`resolve_options`;
+* ``draws`` -- per-block random choices during training (V2PE ``delta``, HoPE scale), drawn
+  from the caller's ``generator`` on both paths;
+* ``id_dtype`` / ``delta_dtype`` / ``coord_dtype`` -- dtypes of its position ids, ``rope_deltas``
+  and coordinates;
+* ``hf_rows`` -- how its axes pack into the three Hugging Face position rows, and
+  ``rows_to_axes``, how the rotary embedding reads them back;
+* ``encoder`` -- the :mod:`mmpos.encoders` rotary encoder that reads its coordinates;
+* ``frames`` -- whether a video is one block per frame (Qwen3-VL, timestamps between frames).
+
+Adding a scheme is one :func:`register_scheme` call (``docs/adding-a-scheme.md``).
+
+Qwen-family *rules* (:data:`RULES`) are a second, orthogonal choice: how far the text after
+a vision block moves (``advance``), how Qwen2.5-VL turns seconds into temporal indices
+(``seconds``) and the Hugging Face conventions for padding and ``rope_deltas``:
+
+=============  =========  ===========  =======  ===============================================
+rule           advance    seconds      padding  ``rope_deltas``
+=============  =========  ===========  =======  ===============================================
+``original``   ``max``    ``exact``    1        next position - padded length
+``hf-4.57``    ``max``    ``truncate`` 1        next position - padded length
+``hf-5.3``     ``spatial````interval``  0        max position + 1 - real (unpadded) length
+=============  =========  ===========  =======  ===============================================
+
+``max``: the text after a block continues at the block's maximum over every axis + 1 (the
+rule of the Qwen2/2.5/3-VL checkpoints and transformers <= 5.2). ``spatial``: at the block
+start + ``max(h, w)`` (transformers >= 5.3, huggingface/transformers #43972; the temporal
+extent of a video is ignored, #45381). ``exact``: Qwen2.5-VL temporal index
+``floor(t * (second_per_grid * tokens_per_second))`` in float32, images index 0;
+``truncate``: ``second_per_grid`` cast to an integer first (transformers 4.57, fixed by
+#48669); ``interval``: as ``exact`` but images use interval 1 (transformers >= 5.3 passes
+images through the same ``get_vision_position_ids``). Rules only change the schemes whose
+``block`` reads them (the Qwen family, MRoPE-I, MHRoPE) and the padding / delta conventions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ADVANCES",
+    "HOPE_SCALES",
+    "RULES",
+    "SCHEMES",
+    "V2PE_DELTAS",
+    "BlockGeometry",
+    "Rule",
+    "Scheme",
+    "SchemeOptions",
+    "get_scheme",
+    "register_scheme",
+    "resolve_options",
+]
+
+#: HoPE's training choices of the temporal scale ``s`` (hrlics/HoPE ``modeling_hope.py``)
+HOPE_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
+#: V2PE's training choices of the visual step ``delta = stride / 256`` (OpenGVLab/V2PE ``v2pe_rnd``)
+V2PE_DELTAS = tuple(2.0**-k for k in range(9))
+ADVANCES = ("max", "spatial")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A Qwen-family rule (see the module docstring)."""
+
+    name: str
+    advance: str  # "max" | "spatial"
+    seconds: str  # "exact" | "truncate" | "interval"
+    padding_value: int  # position id written on padding
+    deltas: str  # "next-padded" | "max-real"
+
+
+#: the rules by name
+RULES: dict[str, Rule] = {
+    r.name: r
+    for r in (
+        Rule("original", "max", "exact", 1, "next-padded"),
+        Rule("hf-4.57", "max", "truncate", 1, "next-padded"),
+        Rule("hf-5.3", "spatial", "interval", 0, "max-real"),
+    )
+}
+
+
+def get_rule(rule: str | Rule) -> Rule:
+    """The :class:`Rule` named ``rule`` (``ValueError`` naming the known rules otherwise)."""
+    if isinstance(rule, Rule):
+        return rule
+    if not isinstance(rule, str) or rule not in RULES:
+        raise ValueError(f"rule must be one of {tuple(RULES)}, got {rule!r}")
+    return RULES[rule]
+
+
+@dataclass(frozen=True)
+class SchemeOptions:
+    """Validated options of one scheme (made by :func:`resolve_options`).
+
+    ``delta``: V2PE visual step (``None`` while training: drawn per block);
+    ``temporal_scale``: HoPE scale (``None`` while training) or the MRoPE-I integer stride;
+    ``tokens_per_second``: Qwen2.5-VL temporal resolution; ``rule``: a :class:`Rule`.
+    """
+
+    delta: float | None
+    temporal_scale: float | None
+    training: bool
+    tokens_per_second: float
+    rule: Rule
+
+
+@dataclass(frozen=True, eq=False)
+class BlockGeometry:
+    """The vision blocks of a batch, per block ``(K,)`` and per vision token ``(Nv,)``.
+
+    Per block (float64 unless said): ``t``, ``h``, ``w`` (tokens, after the spatial merge),
+    ``tokens`` (int64 ``t * h * w``), ``seconds`` (float32 seconds per temporal patch, 0 for
+    images), ``is_image`` (bool), ``delta`` and ``scale`` (the per-block V2PE step / HoPE scale).
+    Per token: ``block`` (int64 index of its block), ``local`` (index inside the block, raster
+    order t, h, w), ``ti``, ``hi``, ``wi`` (its frame, row and column).
+    """
+
+    t: Tensor
+    h: Tensor
+    w: Tensor
+    tokens: Tensor
+    seconds: Tensor
+    is_image: Tensor
+    delta: Tensor
+    scale: Tensor
+    block: Tensor
+    local: Tensor
+    ti: Tensor
+    hi: Tensor
+    wi: Tensor
+
+    @classmethod
+    def of(cls, grid: Tensor, seconds: Tensor, is_image: Tensor, delta: Tensor, scale: Tensor) -> BlockGeometry:
+        """From per-block ``grid`` ``(K, 3)`` int64 and per-block values.
+
+        Index arithmetic runs in float64 (floor of a quotient is exact below 2**31), which is
+        several times faster than int64 division on CPU."""
+        f64 = torch.float64
+        t, h, w = grid.to(f64).unbind(-1)
+        tokens = grid.prod(-1)
+        nv = int(tokens.sum())
+        block = torch.repeat_interleave(torch.arange(tokens.shape[0], device=grid.device), tokens, output_size=nv)
+        first = (tokens.cumsum(0) - tokens).to(f64)
+        local = torch.arange(nv, device=grid.device, dtype=f64) - first[block]
+        wk = w[block]
+        row = torch.floor(local / wk)  # f * H + i
+        wi = local - row * wk
+        ti = torch.floor(row / h[block])
+        hi = row - ti * h[block]
+        return cls(t, h, w, tokens, seconds, is_image, delta, scale, block, local, ti, hi, wi)
+
+
+#: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and
+#: which axes add the block start ``(A,)``, all float64
+BlockRule = Callable[[BlockGeometry, SchemeOptions], tuple[Tensor, Tensor, Tensor]]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One position scheme (see the module docstring for what each field means).
+
+    ``hf_rows`` ``(3, A)``: Hugging Face row ``r`` holds ``sum_a hf_rows[r][a] * axis_a``;
+    ``rows_to_axes`` ``(A, 3)``: axis ``a`` is ``sum_r rows_to_axes[a][r] * row_r``. The two
+    invert each other on every position the scheme produces.
+    """
+
+    name: str
+    axes: tuple[str, ...]
+    encoder: str
+    block: BlockRule
+    hf_rows: tuple[tuple[int, ...], ...]
+    rows_to_axes: tuple[tuple[int, ...], ...]
+    options: tuple[str, ...] = ()
+    check: Callable[[str, dict], dict] | None = None
+    draws: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    id_dtype: torch.dtype = torch.long
+    delta_dtype: torch.dtype = torch.long
+    coord_dtype: torch.dtype = torch.float32
+    frames: bool = False
+    paper: str = ""
+
+    def __post_init__(self) -> None:
+        a = len(self.axes)
+        if len(self.hf_rows) != 3 or any(len(r) != a for r in self.hf_rows):
+            raise ValueError(f"scheme {self.name!r}: hf_rows must be 3 rows of {a} weights")
+        if len(self.rows_to_axes) != a or any(len(r) != 3 for r in self.rows_to_axes):
+            raise ValueError(f"scheme {self.name!r}: rows_to_axes must be {a} rows of 3 weights")
+
+
+#: every scheme by name (``register_scheme`` adds to it)
+SCHEMES: dict[str, Scheme] = {}
+
+
+def register_scheme(scheme: Scheme) -> Scheme:
+    """Add ``scheme`` to :data:`SCHEMES` (a name may be registered once)."""
+    if not isinstance(scheme, Scheme):
+        raise TypeError(f"scheme must be a Scheme, got {type(scheme).__name__}")
+    if scheme.name in SCHEMES and SCHEMES[scheme.name] is not scheme:
+        raise ValueError(f"scheme {scheme.name!r} is already registered")
+    SCHEMES[scheme.name] = scheme
+    return scheme
+
+
+def get_scheme(name: str) -> Scheme:
+    """The registered scheme ``name``; ``ValueError`` naming the known schemes otherwise."""
+    if not isinstance(name, str) or name not in SCHEMES:
+        raise ValueError(f"scheme must be one of {tuple(SCHEMES)}, got {name!r}")
+    return SCHEMES[name]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def resolve_options(
+    scheme: str | Scheme,
+    *,
+    delta: float | None = None,
+    temporal_scale: float | None = None,
+    training: bool = False,
+    tokens_per_second: float = 2,
+    rule: str | Rule = "original",
+) -> SchemeOptions:
+    """Check a scheme's options and fill in its defaults (one validator for every path)."""
+    sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be a bool, got {training!r}")
+    if not _is_number(tokens_per_second) or not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
+        raise ValueError(f"tokens_per_second must be a finite number > 0, got {tokens_per_second!r}")
+    given = {"delta": delta, "temporal_scale": temporal_scale}
+    for name, value in given.items():
+        if value is not None and name not in sch.options:
+            takes = [s.name for s in SCHEMES.values() if name in s.options]
+            raise ValueError(f"{name} applies only to schemes {takes}, got {name}={value!r} for scheme={sch.name!r}")
+    for name in sch.draws:
+        if training and given[name] is not None:
+            raise ValueError(f"{name} must be None when training=True ({sch.name} draws it per block)")
+    if sch.check is not None:
+        given = sch.check(sch.name, dict(given, training=training))
+    return SchemeOptions(given["delta"], given["temporal_scale"], training, float(tokens_per_second), get_rule(rule))
+
+
+# --------------------------------------------------------------------------- option checks
+def _check_v2pe(name: str, o: dict) -> dict:
+    d = o["delta"]
+    if not o["training"] and not (_is_number(d) and math.isfinite(d) and 0 < d <= 1):
+        raise ValueError(f"delta must be a number in (0, 1] for scheme='{name}' at evaluation, got {d!r}")
+    return o
+
+
+def _check_hope(name: str, o: dict) -> dict:
+    s = o["temporal_scale"]
+    if not o["training"] and not (_is_number(s) and math.isfinite(s) and s > 0):
+        raise ValueError(
+            f"temporal_scale must be a finite positive number for scheme='{name}' at evaluation "
+            f"(the reference makes the user choose it), got {s!r}"
+        )
+    return o
+
+
+def _check_stride(name: str, o: dict) -> dict:
+    s = 1 if o["temporal_scale"] is None else o["temporal_scale"]
+    if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+        raise ValueError(f"temporal_scale (the {name} temporal stride) must be an int >= 1, got {s!r}")
+    return dict(o, temporal_scale=s)
+
+
+# --------------------------------------------------------------------------- block rules
+def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: Tensor) -> Tensor:
+    if o.rule.advance == "max":
+        return torch.maximum(torch.maximum(t_max, g.h - 1), g.w - 1) + 1
+    return torch.maximum(g.h, g.w)
+
+
+def _qwen_block(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
+    """Qwen2-VL M-RoPE: ``(start + stride * f, start + i, start + j)``; ``reset`` (MRoPE-I):
+    h and w start at 0 in every block."""
+    t_off, t_max = g.ti * stride, (g.t - 1) * stride
+    offset = torch.stack([t_off, g.hi, g.wi])
+    use_start = torch.tensor([1.0, 0.0 if reset else 1.0, 0.0 if reset else 1.0], dtype=torch.float64)
+    return offset, _qwen_extent(g, o, t_max), use_start.to(offset.device)
+
+
+def _qwen25_block(g: BlockGeometry, o: SchemeOptions):
+    """Qwen2.5-VL: temporal index from seconds (see the ``seconds`` rules)."""
+    spg = g.seconds  # float32, 0 for images
+    if o.rule.seconds == "truncate":
+        interval = spg.trunc() * o.tokens_per_second
+    else:
+        interval = spg * o.tokens_per_second
+        if o.rule.seconds == "interval":
+            interval = torch.where(g.is_image, torch.ones_like(interval), interval)
+    interval = interval.float()  # (K,) float32, as the reference multiplies
+    t_off = (g.ti.float() * interval[g.block]).floor().double()
+    t_max = ((g.t - 1).float() * interval).floor().double()
+    offset = torch.stack([t_off, g.hi, g.wi])
+    return offset, _qwen_extent(g, o, t_max), torch.ones(3, dtype=torch.float64, device=offset.device)
+
+
+def _mrope_i_block(g: BlockGeometry, o: SchemeOptions):
+    return _qwen_block(g, o, stride=float(o.temporal_scale), reset=True)
+
+
+def _hope_block(g: BlockGeometry, o: SchemeOptions):
+    """HoPE: ``t = start + s f``; ``h = start + i - floor((H-1)/2) + s f`` (w alike)."""
+    t_off = g.ti * g.scale[g.block]
+    h_off = g.hi - torch.floor((g.h[g.block] - 1) / 2) + t_off
+    w_off = g.wi - torch.floor((g.w[g.block] - 1) / 2) + t_off
+    extent = (g.t - 1) * g.scale + 1  # the text continues at the last t + 1
+    return torch.stack([t_off, h_off, w_off]), extent, torch.ones(3, dtype=torch.float64, device=t_off.device)
+
+
+def _vrope_block(g: BlockGeometry, o: SchemeOptions):
+    """VRoPE: the four symmetric combinations of ``(i, j)``, frame ``f`` at ``f (H + W - 1)``."""
+    hk, wk = g.h[g.block], g.w[g.block]
+    hi_flip, wi_flip = hk - 1 - g.hi, wk - 1 - g.wi
+    offset = torch.stack([g.hi + g.wi, g.hi + wi_flip, hi_flip + g.wi, hi_flip + wi_flip])
+    offset = offset + g.ti * (hk + wk - 1)
+    return offset, g.t * (g.h + g.w - 1), torch.ones(4, dtype=torch.float64, device=offset.device)
+
+
+def _v2pe_block(g: BlockGeometry, o: SchemeOptions):
+    """V2PE: token ``n`` of a block at ``start - 1 + (n + 1) delta``; the text resumes at
+    ``ceil(last visual) + 1``."""
+    offset = ((g.local + 1) * g.delta[g.block] - 1).unsqueeze(0)
+    extent = torch.ceil(g.tokens.to(torch.float64) * g.delta)
+    return offset, extent, torch.ones(1, dtype=torch.float64, device=offset.device)
+
+
+def _flat_block(g: BlockGeometry, o: SchemeOptions):
+    return g.local.unsqueeze(0), g.tokens.to(torch.float64), torch.ones(1, dtype=torch.float64, device=g.local.device)
+
+
+# --------------------------------------------------------------------------- the registry
+THW = ("t", "h", "w")
+_IDENTITY = ((1, 0, 0), (0, 1, 0), (0, 0, 1))
+_REPEAT = ((1,), (1,), (1,))  # one axis written on all three rows
+_READ_ROW0 = ((1, 0, 0),)
+
+for _scheme in (
+    Scheme(
+        "qwen2-vl",
+        THW,
+        "mrope",
+        _qwen_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="Wang et al. 2024, Qwen2-VL (arXiv:2409.12191)",
+    ),
+    Scheme(
+        "qwen2.5-vl",
+        THW,
+        "mrope",
+        _qwen25_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="Bai et al. 2025, Qwen2.5-VL (arXiv:2502.13923)",
+    ),
+    Scheme(
+        "qwen3-vl",
+        THW,
+        "mrope-i",
+        _qwen_block,
+        _IDENTITY,
+        _IDENTITY,
+        frames=True,
+        paper="Qwen3-VL (interleaved M-RoPE, timestamped frames)",
+    ),
+    Scheme(
+        "mrope-i",
+        THW,
+        "mrope-i",
+        _mrope_i_block,
+        _IDENTITY,
+        _IDENTITY,
+        options=("temporal_scale",),
+        check=_check_stride,
+        paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)",
+    ),
+    Scheme(
+        "mhrope",
+        THW,
+        "mhrope",
+        _qwen_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)",
+    ),
+    Scheme(
+        "hope",
+        THW,
+        "hope",
+        _hope_block,
+        _IDENTITY,
+        _IDENTITY,
+        options=("temporal_scale",),
+        check=_check_hope,
+        draws={"temporal_scale": HOPE_SCALES},
+        id_dtype=torch.float32,
+        delta_dtype=torch.float32,
+        paper="Li et al. 2025, HoPE (arXiv:2505.20444)",
+    ),
+    # VRoPE's four combinations travel as (c0, c1, c2): c3 = c1 + c2 - c0 for every position
+    Scheme(
+        "vrope",
+        ("c0", "c1", "c2", "c3"),
+        "vrope",
+        _vrope_block,
+        ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0)),
+        ((1, 0, 0), (0, 1, 0), (0, 0, 1), (-1, 1, 1)),
+        paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)",
+    ),
+    Scheme(
+        "v2pe",
+        ("seq",),
+        "v2pe",
+        _v2pe_block,
+        _REPEAT,
+        _READ_ROW0,
+        options=("delta",),
+        check=_check_v2pe,
+        draws={"delta": V2PE_DELTAS},
+        id_dtype=torch.float64,
+        coord_dtype=torch.float64,
+        paper="Ge et al. 2024, V2PE (arXiv:2412.09616)",
+    ),
+    Scheme("flat", ("seq",), "rope", _flat_block, _REPEAT, _READ_ROW0, paper="1-D RoPE over the whole sequence"),
+):
+    register_scheme(_scheme)
