@@ -404,3 +404,56 @@ def test_docs_example(tmp_path, monkeypatch):
     for block in blocks:
         exec(compile(block, "docs/media.md", "exec"), namespace)  # noqa: S102 (the docs are ours)
     assert namespace["tokens"].shape[1] == len(namespace["prompt"]) + 4
+
+
+@pytest.mark.parametrize(
+    "clip",
+    [(16, 8.0, 2.0, [0, 4, 8, 12], 1.0), (15, 5.0, 1.5, [0, 3, 7, 11], 1.5)],  # frames, container fps, fps, ...
+    ids=["whole-seconds", "fractional"],
+)
+def test_qwen2_5_vl_positions_from_file_timestamps(tmp_path, clip):
+    """A clip's ``second_per_grid`` drives Qwen2.5-VL's time axis: layout positions from the file's
+    segment give the same logits over the video as the model's own ``get_rope_index`` fed ``second_per_grid_ts``."""
+    import inspect
+
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    n, container_fps, fps, kept, seconds = clip
+    if seconds % 1 and not HF5:
+        pytest.skip("transformers 4.57 truncates second_per_grid_ts to an integer (as_tensor(..., int64))")
+    path = tmp_path / "clip.avi"
+    _write_clip(path, np.stack([_noise(56, 84, seed=i) for i in range(n)]), container_fps)
+    video = media.video_patches(path, "qwen2.5-vl", fps=fps, min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 6)
+    assert video.frame_indices.tolist() == kept  # at least min_frames=4
+    assert video.segment.second_per_grid == pytest.approx(seconds)
+    vid, start, end = 121, 122, 123
+    t, h, w = video.segment.grid_thw
+    prompt = [5, 6, start] + [vid] * (t * h * w // 4) + [end, 9, 10]
+    positions = layout.build([[layout.Text(3), video.segment, layout.Text(3)]], "qwen2.5-vl")
+    text = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "bos_token_id": 1, "eos_token_id": 2,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}  # fmt: skip
+    vision = {"depth": 1, "hidden_size": 32, "out_hidden_size": 64, "intermediate_size": 64, "num_heads": 2,
+              "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+              "window_size": 56, "fullatt_block_indexes": [0], "tokens_per_second": 2}  # fmt: skip
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=120, video_token_id=vid,
+                              vision_start_token_id=start, vision_end_token_id=end)  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    inputs = {
+        "input_ids": torch.tensor([prompt]),
+        "attention_mask": positions.attention_mask,
+        "pixel_values_videos": video.pixel_values,
+        "video_grid_thw": torch.tensor([video.segment.grid_thw]),
+        "second_per_grid_ts": torch.tensor([video.segment.second_per_grid]),
+    }
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+        inputs["mm_token_type_ids"] = positions.modality
+    with torch.no_grad():
+        ours = model(**inputs, position_ids=positions.position_ids).logits
+        own = model(**inputs).logits
+    # up to the last video token (causal: later positions cannot change these logits); the text after a
+    # video advances by transformers' release rule (>= 5.3: by max(h, w) only), which layout's ``rule`` selects
+    last = 3 + t * h * w // 4
+    torch.testing.assert_close(ours[:, :last], own[:, :last], rtol=0, atol=0)
+    assert positions.position_ids[0, 0, 3 + h * w // 4] == 3 + int(seconds * 2)  # 2nd temporal patch, 2 tokens/s
