@@ -7,7 +7,8 @@ https://arxiv.org/abs/2302.00049. Reference: google-deepmind/digraph_transformer
 1. one token per eigenvector (and potential) of a node: ``[Re v_j[u], Im v_j[u], lambda_j]``;
 2. an element MLP ``phi`` (SignNet-style ``phi(x) + phi(-x)`` on the vector part when
    ``sign_invariant``; the eigenvalue is passed unchanged to both terms);
-3. optional LayerNorm + multi-head attention across the ``Q * K`` tokens of a node,
+3. optional (``attention=True``; off by default, as ``maglap_transformer`` in the
+   reference's config) LayerNorm + multi-head attention across the ``Q * K`` tokens of a node,
    padding eigenpairs masked (the reference masks ``lambda = 0`` except the first,
    which also drops true zero eigenvalues of disconnected graphs; here the explicit
    padding mask of :class:`mmpos.integrations.pyg.AddMagneticLaplacianPE` is used);
@@ -55,7 +56,7 @@ class MagLapEncoder(AdditiveEncoder):
         num_q: potentials ``Q`` stacked by the transform.
         elem_dim: width of each eigenvector token.
         num_heads: heads of the attention across eigenvectors (``elem_dim`` divisible by it).
-        attention: use the attention across eigenvectors (reference: ``maglap_transformer``).
+        attention: use the attention across eigenvectors (reference: ``maglap_transformer``, default off).
         sign_invariant: SignNet-style ``phi(x) + phi(-x)``.
         use_eigval: feed the eigenvalue to ``phi``.
         dropout: dropout on the flattened tokens (reference default 0).
@@ -68,7 +69,7 @@ class MagLapEncoder(AdditiveEncoder):
         num_q: int = 1,
         elem_dim: int = 16,
         num_heads: int = 4,
-        attention: bool = True,
+        attention: bool = False,
         sign_invariant: bool = True,
         use_eigval: bool = True,
         dropout: float = 0.0,

@@ -13,10 +13,11 @@ def _inputs(q, normalize=False):
     return eig.eigvec.to(torch.complex64), eig.eigval.float().expand(9, -1, -1), eig.mask.expand(9, -1)
 
 
+@pytest.mark.parametrize("attention", [False, True])
 @pytest.mark.parametrize("q", [0.0, 0.25])
-def test_exactly_sign_invariant_per_eigenvector(q):
+def test_exactly_sign_invariant_per_eigenvector(q, attention):
     torch.manual_seed(0)
-    enc = MagLapEncoder(dim=16, k=6, num_q=1).eval()
+    enc = MagLapEncoder(dim=16, k=6, num_q=1, attention=attention).eval()
     vec, val, mask = _inputs(q)
     signs = torch.tensor([1, -1, -1, 1, -1, 1], dtype=torch.float32)  # independent flips per eigenvector
     torch.testing.assert_close(enc.encode(vec * signs, val, mask), enc.encode(vec, val, mask), atol=1e-6, rtol=0)
@@ -37,7 +38,7 @@ def test_general_phase_is_not_removed_by_the_network_but_by_the_normalisation():
 
 def test_padding_eigenpairs_are_ignored():
     torch.manual_seed(0)
-    enc = MagLapEncoder(dim=8, k=4).eval()
+    enc = MagLapEncoder(dim=8, k=4, attention=True).eval()
     vec, val = torch.randn(5, 1, 4, dtype=torch.complex64), torch.rand(5, 1, 4)
     mask = torch.tensor([True, True, False, False]).expand(5, 4)
     noisy = vec.clone()
@@ -65,7 +66,7 @@ def test_registered_and_used_through_the_additive_hook():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="elem_dim"):
-        MagLapEncoder(dim=8, k=4, elem_dim=6, num_heads=4)
+        MagLapEncoder(dim=8, k=4, elem_dim=6, num_heads=4, attention=True)
     with pytest.raises(ValueError, match="k must be"):
         MagLapEncoder(dim=8, k=0)
     enc = MagLapEncoder(dim=8, k=4)
