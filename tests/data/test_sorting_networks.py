@@ -40,7 +40,7 @@ def test_sampled_networks_sort_and_need_their_last_comparator(n):
     for _ in range(3):
         net = sample_network(n, rng)
         assert all(0 <= i < j < n for i, j in net)
-        assert all(a != b for a, b in zip(net, net[1:]))  # never the previous comparator again
+        assert all(a != b for a, b in itertools.pairwise(net))  # never the previous comparator again
         assert is_sorting_network(net, n) and not is_sorting_network(net[:-1], n)
 
 
