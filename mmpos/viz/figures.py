@@ -61,11 +61,16 @@ def _limits(values: Tensor, kind: str) -> tuple[str, float, float]:
     return "coolwarm", -top, top
 
 
+def _side_by_side(rows) -> bool:
+    return len(rows) > 1 and all(smap.grid_shape is not None and len(smap.grid_shape) == 2 for _, smap, _ in rows)
+
+
 def _draw_map(fig: Figure, smaps: Sequence[tuple[str, SimilarityMap]], head: int | str) -> None:
     """One row per (label, head), one column per frame (3-D) or a single panel (2-D, 1-D)."""
     rows = [(label, smap, h) for label, smap in smaps for h in _heads(smap, head)]
     frames = max((smap.grid_shape[0] if smap.grid_shape and len(smap.grid_shape) == 3 else 1) for _, smap, _ in rows)
-    axes = fig.subplots(len(rows), frames, squeeze=False)
+    side = _side_by_side(rows)  # several 2-D maps: one row of panels, indexed [r, 0] all the same
+    axes = fig.subplots(1, len(rows), squeeze=False).T if side else fig.subplots(len(rows), frames, squeeze=False)
     for r, (label, smap, h) in enumerate(rows):
         grid = smap.on_grid(h).numpy()
         cmap, lo, hi = _limits(smap.values, smap.kind)
@@ -93,7 +98,8 @@ def _draw_map(fig: Figure, smaps: Sequence[tuple[str, SimilarityMap]], head: int
                 ax.plot(cell[-1], cell[-2], marker="+", color="k", ms=6)
             title = name if images.shape[0] == 1 else (f"t={f}" if r else f"{name}\nt={f}")
             ax.set_title(title, fontsize=7)
-        fig.colorbar(im, ax=list(axes[r]), shrink=0.8)
+        if not side or r == len(rows) - 1:
+            fig.colorbar(im, ax=list(axes.flat) if side else list(axes[r]), shrink=0.8)
     fig.suptitle(_TITLES.get(rows[0][1].kind, ""), fontsize=9)
 
 
@@ -103,6 +109,8 @@ def plot_similarity_map(
     """Draw an already computed :class:`~mmpos.viz.maps.SimilarityMap` to ``path``; returns it."""
     heads = len(_heads(smap, head))
     frames = smap.grid_shape[0] if smap.grid_shape and len(smap.grid_shape) == 3 else 1
+    if smap.grid_shape is not None and len(smap.grid_shape) == 2:
+        frames, heads = heads, 1  # heads side by side
     fig = Figure(figsize=(min(2.2 * frames + 1.2, 16), 2.6 * heads + 0.4), layout="constrained")
     _draw_map(fig, [(title or smap.kind, smap)], head)
     _save(fig, path, dpi)
