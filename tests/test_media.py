@@ -59,7 +59,7 @@ def _hf_image(spec: media.MediaSpec, image: PILImage.Image):
     # transformers 4.57's NumPy image processor ignores a valid ``size`` (keeps its defaults): give min/max too
     proc = _image_processor(spec.resample)(**_kwargs(spec), min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
     # 4.x guesses the channel axis from the shape (wrong for an image 3 pixels tall): tell it
-    extra = {} if HF5 else {"input_data_format": "channels_last"}
+    extra = {"input_data_format": "channels_last"} if not HF5 and spec.resample == "pil" else {}
     out = proc(images=[image], return_tensors="pt", **extra)
     return out["pixel_values"], tuple(out["image_grid_thw"][0].tolist())
 
@@ -274,6 +274,8 @@ CLIPS = [  # frames, height, width, fps, spec overrides
 @pytest.mark.parametrize("clip", CLIPS, ids=lambda c: f"{c[0]}f{c[1]}x{c[2]}")
 def test_video_parity_with_hf(tmp_path, model, clip):
     n, h, w, fps, overrides = clip
+    if model == "qwen3-vl" and min(h, w) < 32 and not HF5:
+        pytest.skip("transformers 4.x Qwen3-VL refuses frames smaller than 32 pixels; 5.x scales them up")
     path = tmp_path / "clip.avi"
     _write_clip(path, np.stack([_noise(h, w, seed=i) for i in range(n)]), fps)
     spec = media._resolve(model, media.VIDEO_SPECS, dict(overrides))

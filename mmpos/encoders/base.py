@@ -59,6 +59,9 @@ class RotaryEncoder(PositionEncoder):
     """
 
     kind = "rotary"
+    #: ``True``: rotate bit-identically to Hugging Face's ``apply_rotary_pos_emb``; set ``False`` for
+    #: the faster fused rotation (:func:`mmpos.rotary.apply_rotary`, ``exact=False``)
+    exact: bool = True
 
     def __init__(self, plan: FrequencyPlan, learnable: bool = False) -> None:
         super().__init__()
@@ -96,7 +99,7 @@ class RotaryEncoder(PositionEncoder):
     def rotation(self, coords: Coords) -> Rotation:
         """cos / sin at ``coords``: compute once per forward, apply in every layer (:class:`~mmpos.rotary.Rotation`)."""
         angles = self.angles(coords)
-        return Rotation(angles.cos(), angles.sin(), self.convention, self.head_dim)
+        return Rotation(angles.cos(), angles.sin(), self.convention, self.head_dim, self.exact)
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
