@@ -12,6 +12,7 @@
 # the wheel's requirements are met (`pip check`), and runs from a folder outside the checkout.
 set -euo pipefail
 py=${1:?usage: .ci/wheel_check.sh VENV_PYTHON}
+py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")  # absolute, symlink kept (it names the venv)
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
