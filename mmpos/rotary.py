@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ._validate import check_float
 from .coords import Coords
 
 __all__ = [
@@ -51,8 +52,7 @@ def rope_frequencies(pairs: int, theta: float = 10000.0) -> Tensor:
     """
     if pairs <= 0:
         raise ValueError(f"pairs must be positive, got {pairs}")
-    if not theta > 0:
-        raise ValueError(f"theta must be positive, got {theta}")
+    theta = check_float(theta, "theta")  # inf, NaN, a string: a clear error, not inf / NaN angles
     dim = 2 * pairs
     return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
 

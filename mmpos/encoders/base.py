@@ -42,7 +42,10 @@ class AdditiveEncoder(PositionEncoder):
 
     def forward(self, x: Tensor, coords: Coords) -> Tensor:
         coords.check_tokens(x.shape[0], x.shape[1])
-        return x + self.embed(coords).to(x.dtype)
+        emb = self.embed(coords)
+        if emb.shape[-1] != x.shape[-1]:
+            raise ValueError(f"x has width {x.shape[-1]} but this encoder embeds to dim={emb.shape[-1]}")
+        return x + emb.to(x.dtype)
 
 
 class ConvEncoder(PositionEncoder):
