@@ -283,20 +283,43 @@ def _expand_heads(t: Tensor, heads: int) -> Tensor:
     return t.repeat_interleave(heads // t.shape[1], dim=1)  # query heads grouped per KV head
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half") -> Tensor:
+def _half_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``(.., N, 2P)`` ``[cos, cos]`` and ``(.., N, 2, P)`` ``[-sin, sin]`` in ``dtype`` (half-split layout)."""
+    return torch.cat((cos, cos), dim=-1).to(dtype), torch.stack((-sin, sin), dim=-2).to(dtype)
+
+
+def _rotate_half_split(rot: Tensor, cos2: Tensor, sin2: Tensor, exact: bool) -> Tensor:
+    """``rot`` ``(B, H, N, 2P)`` rotated with the tables of :func:`_half_tables` (``(B, 1 or H, N, ...)``).
+
+    Full-width operations: ``x * [cos, cos]`` plus ``[x2, x1] * [-sin, sin]``. ``exact`` rounds both
+    products, then their sum (Hugging Face's ``q * cos + rotate_half(q) * sin``, bit for bit); otherwise
+    the second product is fused into the sum (``addcmul``: one rounding fewer, fewer passes over x).
+    """
+    pairs = rot.unflatten(-1, (2, -1))  # (B, H, N, 2, P): x1, x2
+    out = rot * cos2  # x1 cos, x2 cos
+    if exact:
+        return out.add_((pairs.flip(-2) * sin2).flatten(-2))  # + (-x2 sin, x1 sin), each rounded
+    out.unflatten(-1, (2, -1)).addcmul_(pairs.flip(-2), sin2)
+    return out
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half", exact: bool = True) -> Tensor:
     """Rotate ``x`` ``(B, H, N, D)`` by angles whose ``cos``/``sin`` are ``(B, N, P)`` or ``(B, H', N, P)``.
 
     The first ``2P`` channels are rotated (pairs laid out per ``convention``); the rest
     pass through. ``cos``/``sin`` are used in ``x.dtype`` (as Hugging Face does).
+    ``exact=True`` rounds as Hugging Face's ``apply_rotary_pos_emb`` does (bit-identical outputs);
+    ``exact=False`` fuses a multiply into the add (``addcmul``) for the half-split layout: faster
+    eagerly, and in bf16/fp16 one rounding closer to the exact rotation.
     """
     p = cos.shape[-1]
-    cos = _expand_heads(cos, x.shape[1]).to(x.dtype)
-    sin = _expand_heads(sin, x.shape[1]).to(x.dtype)
     rot, rest = x[..., : 2 * p], x[..., 2 * p :]
     if convention == "half":
-        x1, x2 = rot[..., :p], rot[..., p:]
-        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        cos2, sin2 = _half_tables(_expand_heads(cos, x.shape[1]), _expand_heads(sin, x.shape[1]), x.dtype)
+        out = _rotate_half_split(rot, cos2, sin2, exact)
     elif convention == "interleaved":
+        cos = _expand_heads(cos, x.shape[1]).to(x.dtype)
+        sin = _expand_heads(sin, x.shape[1]).to(x.dtype)
         x1, x2 = rot[..., 0::2], rot[..., 1::2]
         out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
     else:
@@ -324,12 +347,15 @@ class Rotation:
             key heads ``Hk``, query heads grouped per key head), float32 or float64.
         convention: ``"half"`` or ``"interleaved"``.
         head_dim: ``D`` of q and k.
+        exact: round as Hugging Face's ``apply_rotary_pos_emb`` (bit-identical); ``False``: the
+            faster fused rotation of :func:`apply_rotary`.
     """
 
     cos: Tensor
     sin: Tensor
     convention: str
     head_dim: int
+    exact: bool = True
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords | None = None) -> tuple[Tensor, Tensor]:
         """Rotate ``q`` ``(B, Hq, N, D)`` and ``k`` ``(B, Hk, N, D)``; ``coords`` is not read."""
@@ -340,9 +366,18 @@ class Rotation:
                 f"per-head rotary angles for {self.cos.shape[1]} key heads: k must have {self.cos.shape[1]} heads and "
                 f"q a multiple of it, got q {q.shape[1]} and k {k.shape[1]} heads"
             )
-        return apply_rotary(q, self.cos, self.sin, self.convention), apply_rotary(
-            k, self.cos, self.sin, self.convention
-        )
+        p = self.cos.shape[-1]
+        if self.convention != "half" or self.cos.dim() == 4 or q.dtype != k.dtype:
+            return (
+                apply_rotary(q, self.cos, self.sin, self.convention, self.exact),
+                apply_rotary(k, self.cos, self.sin, self.convention, self.exact),
+            )
+        cos2, sin2 = _half_tables(self.cos.unsqueeze(1), self.sin.unsqueeze(1), q.dtype)  # once for q and k
+        out = []
+        for x in (q, k):
+            rotated = _rotate_half_split(x[..., : 2 * p], cos2, sin2, self.exact)
+            out.append(torch.cat((rotated, x[..., 2 * p :]), dim=-1) if x.shape[-1] > 2 * p else rotated)
+        return out[0], out[1]
 
 
 def coords_angles(

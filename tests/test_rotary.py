@@ -6,7 +6,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from mmpos import Coords, FrequencyPlan, create
-from mmpos.rotary import apply_rotary, plan_angles, rope_frequencies, rotate_qk
+from mmpos.rotary import Rotation, apply_rotary, plan_angles, rope_frequencies, rotate_qk
 
 
 def _llama(head_dim, heads=4, theta=10000.0, partial=1.0):
@@ -88,8 +88,14 @@ def test_relative_property(shift, convention, kind):
     }
     plan = plans[kind]()
     a = len(plan.axes)
-    q, k = torch.randn(1, 3, 6, d, generator=g, dtype=torch.float64), torch.randn(1, 3, 6, d, generator=g, dtype=torch.float64)
-    pq, pk = torch.randn(1, 6, a, generator=g, dtype=torch.float64) * 10, torch.randn(1, 6, a, generator=g, dtype=torch.float64) * 10
+    q, k = (
+        torch.randn(1, 3, 6, d, generator=g, dtype=torch.float64),
+        torch.randn(1, 3, 6, d, generator=g, dtype=torch.float64),
+    )
+    pq, pk = (
+        torch.randn(1, 6, a, generator=g, dtype=torch.float64) * 10,
+        torch.randn(1, 6, a, generator=g, dtype=torch.float64) * 10,
+    )
     delta = torch.tensor(shift[:a], dtype=torch.float64)
     plan = FrequencyPlan(plan.weight.double(), plan.axes, plan.head_dim, plan.convention)
     s0 = _scores(plan, q, k, pq, pk)
@@ -134,7 +140,7 @@ def test_rotate_qk_with_per_head_angles_groups_query_heads():
     plan = FrequencyPlan.per_head(8, 2, [1, 1], axes=("h", "w"))
     angles = plan_angles(plan.weight, torch.randn(1, 5, 2))  # (1, 2, 5, 4)
     q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
-    qr, kr = rotate_qk(q, k, angles)
+    qr, _ = rotate_qk(q, k, angles)
     # query heads 0, 1 share KV head 0; 2, 3 share KV head 1
     q_ref = apply_rotary(q, angles.repeat_interleave(2, 1).cos(), angles.repeat_interleave(2, 1).sin())
     assert torch.equal(qr, q_ref)
@@ -157,3 +163,25 @@ def test_fixed_plan_keeps_float32_under_module_casts():
     assert enc.weight.dtype == torch.float32 and torch.equal(enc.weight, exact)
     enc.half().float()
     assert torch.equal(enc.weight, exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rotary_dim", [16, 12])
+def test_fast_rotation_is_as_accurate_and_rotation_equals_apply_rotary(dtype, rotary_dim):
+    """``exact=False`` (fused multiply-add) is on average as close to the float64 rotation as the exact path."""
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 4, 9, 16).to(dtype), torch.randn(2, 2, 9, 16).to(dtype)
+    angles = torch.randn(2, 9, rotary_dim // 2) * 50
+    cos, sin = angles.cos(), angles.sin()
+    truth = apply_rotary(q.double(), cos.double(), sin.double())
+    exact, fast = apply_rotary(q, cos, sin), apply_rotary(q, cos, sin, exact=False)
+    err_exact, err_fast = ((x.double() - truth).abs().mean() for x in (exact, fast))
+    assert err_fast <= err_exact * 1.01 + 1e-9  # one rounding fewer: as close or closer on average
+    x1, x2 = q[..., : rotary_dim // 2], q[..., rotary_dim // 2 : rotary_dim]  # the textbook formula, rounded alike
+    c, s = cos.to(dtype)[:, None], sin.to(dtype)[:, None]
+    reference = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s, q[..., rotary_dim:]), -1)
+    assert torch.equal(exact, reference)
+    for flag in (True, False):
+        rq, rk = Rotation(cos, sin, "half", 16, flag).rotate(q, k)
+        assert torch.equal(rq, apply_rotary(q, cos, sin, exact=flag))
+        assert torch.equal(rk, apply_rotary(k, cos, sin, exact=flag))
