@@ -1,0 +1,210 @@
+"""M-RoPE rotation of q and k: mmpos against the installed transformers' eager functions.
+
+One attention layer's rotary work at Qwen2-VL-7B sizes (28 query heads, 4 KV heads,
+head_dim 128, ``mrope_section`` [16, 24, 24], theta 1e6), B = 1, L = 2048 and 8192, fp32 and
+bf16. In a model the cos / sin tables are made once per forward and every layer rotates its
+q and k with them, so the two parts are timed apart:
+
+* **rotation** (every layer): ``hf`` is the installed release's eager function, found by
+  feature detection -- ``apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section)`` on
+  ``(3, B, L, 128)`` tables (transformers < 5.17, which selects the sections in every layer)
+  or ``apply_rotary_pos_emb(q, k, cos, sin)`` on ``(B, L, 128)`` tables (later releases, whose
+  rotary embedding selects them once); ``mmpos`` is :meth:`mmpos.rotary.Rotation.rotate`
+  (bit-exact to transformers), ``mmpos-fast`` the same with ``exact=False`` (fused
+  multiply-add), ``mmpos-compiled`` :func:`mmpos.rotary.apply_rotary` on q and k under
+  ``torch.compile``, and ``copy`` is ``q.clone(), k.clone()``: reading and writing q and k
+  once, the floor of any rotation that returns new tensors;
+* **tables** (once per forward): transformers' ``Qwen2VLRotaryEmbedding(x, position_ids)``
+  against mmpos's ``create("mrope").rotation(coords)``.
+
+q and k are laid out as in the model (``(B, L, H, D)`` projections viewed as ``(B, H, L, D)``);
+positions are a text / image (14 x 14 after the merge) / text / video (8 x 12 x 12) / text
+prompt built by hand (``(3, B, L)`` ids and the matching ``(t, h, w)`` coordinates). Before
+timing, each output is compared with transformers' (``bit-exact`` or the max difference).
+
+Time: median of ``--repeats`` calls, variants interleaved call by call (a shared machine's
+load hits them alike); process CPU time on CPU (with one thread, the call's compute), wall
+time on CUDA. Peak memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the
+rise of ``VmHWM`` with glibc mapping blocks of 64 KiB or more, as in ``benchmarks/irpe.py``).
+
+    python benchmarks/rotary.py [--device cpu|cuda] [--repeats 15] [--threads 1] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+from transformers.models.qwen2_vl import modeling_qwen2_vl as hf_qwen2_vl
+from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+
+from mmpos import Coords, create
+from mmpos.rotary import apply_rotary
+
+HEADS, KV_HEADS, HEAD_DIM, SECTION, THETA = 28, 4, 128, [16, 24, 24], 1e6
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+ROTATIONS = ("hf", "mmpos", "mmpos-fast", "mmpos-compiled", "copy")
+
+
+def positions(length: int) -> torch.Tensor:
+    """``(3, 1, L)`` Qwen2-VL ids: text, a 14 x 14 image, text, an 8 x 12 x 12 video, text."""
+    rows, start = [], 0
+    text = length - 14 * 14 - 8 * 12 * 12
+    if text < 3:
+        raise ValueError(f"length must be at least {14 * 14 + 8 * 12 * 12 + 3}, got {length}")
+    for part in ("text", (1, 14, 14), "text", (8, 12, 12), "text"):
+        if part == "text":
+            n = text // 3 if len(rows) < 4 else text - 2 * (text // 3)
+            ids = torch.arange(start, start + n).expand(3, n)
+            start += n
+        else:
+            t, h, w = part
+            grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
+            ids = grid.reshape(3, -1) + start
+            start += max(part)
+        rows.append(ids)
+    return torch.cat(rows, dim=1).unsqueeze(1)
+
+
+def hf_path(device: str):
+    """The installed release's eager tables and rotation, by feature detection."""
+    rope = {"rope_type": "default", "rope_theta": THETA, "mrope_section": SECTION}
+    kwargs = {"hidden_size": HEADS * HEAD_DIM, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS}
+    if hasattr(Qwen2VLTextConfig(), "rope_parameters"):
+        cfg = Qwen2VLTextConfig(**kwargs, rope_parameters=rope)
+    else:
+        cfg = Qwen2VLTextConfig(**kwargs, rope_theta=THETA, rope_scaling={"type": "mrope", "mrope_section": SECTION})
+    emb = hf_qwen2_vl.Qwen2VLRotaryEmbedding(cfg).to(device)
+    if hasattr(hf_qwen2_vl, "apply_multimodal_rotary_pos_emb"):
+        fn = hf_qwen2_vl.apply_multimodal_rotary_pos_emb
+        return emb, (lambda q, k, cos, sin: fn(q, k, cos, sin, SECTION)), "apply_multimodal_rotary_pos_emb"
+    return emb, hf_qwen2_vl.apply_rotary_pos_emb, "apply_rotary_pos_emb"
+
+
+def _rotate(q, k, cos, sin):
+    return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+
+
+_LIBC = ctypes.CDLL(None)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def peak_mib(fn, device: str) -> float:
+    """Extra peak memory (MiB) of one call, after a warm-up call."""
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    _LIBC.malloc_trim(0)
+    base = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    fn()
+    return (_status_kib("VmHWM") - base) / 1024
+
+
+def _describe(got, ref) -> str:
+    if all(torch.equal(a, b) for a, b in zip(got, ref, strict=True)):
+        return "bit-exact"
+    return f"max diff {max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref, strict=True)):.1e}"
+
+
+@torch.no_grad()
+def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compiled: bool) -> dict:
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, length, HEADS, HEAD_DIM, generator=g).to(device, dtype).transpose(1, 2)
+    k = torch.randn(1, length, KV_HEADS, HEAD_DIM, generator=g).to(device, dtype).transpose(1, 2)
+    ids = positions(length).to(device)
+    coords = Coords(ids[:, 0].T.unsqueeze(0).float(), ("t", "h", "w"))  # (1, L, 3)
+    emb, hf_rotate, hf_name = hf_path(device)
+    enc = create("mrope", head_dim=HEAD_DIM, mrope_section=SECTION, theta=THETA).to(device)
+    hf_cos, hf_sin = emb(q, ids)
+    exact = enc.rotation(coords)
+    fast = type(exact)(exact.cos, exact.sin, exact.convention, exact.head_dim, exact=False)
+    rotate_compiled = torch.compile(_rotate, dynamic=False) if compiled else None
+    fns = {
+        "hf": lambda: hf_rotate(q, k, hf_cos, hf_sin),
+        "mmpos": lambda: exact.rotate(q, k),
+        "mmpos-fast": lambda: fast.rotate(q, k),
+        "mmpos-compiled": lambda: rotate_compiled(q, k, exact.cos, exact.sin),
+        "copy": lambda: (q.clone(), k.clone()),
+        "hf-tables": lambda: emb(q, ids),
+        "mmpos-tables": lambda: enc.rotation(coords),
+    }
+    if not compiled:
+        del fns["mmpos-compiled"]
+    ref = fns["hf"]()
+    notes = {n: _describe(fns[n](), ref) for n in ("mmpos", "mmpos-fast", "mmpos-compiled") if n in fns}
+    clock = time.perf_counter if device == "cuda" else time.process_time
+    samples: dict[str, list[float]] = {n: [] for n in fns}
+    for i in range(repeats + 1):
+        for name, fn in fns.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = clock()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if i:  # the first round warms up
+                samples[name].append(clock() - start)
+    ms = {n: 1e3 * statistics.median(v) for n, v in samples.items()}
+    mib = {n: peak_mib(fn, device) for n, fn in fns.items()}
+    return {"ms": ms, "mib": mib, "notes": notes, "hf_function": hf_name}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
+        _LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+    rows = []
+    for length in args.lengths:
+        for dname in args.dtypes:
+            print(f"L={length} {dname}", file=sys.stderr)
+            rows.append((length, dname, measure(length, DTYPES[dname], args.device, args.repeats, not args.no_compile)))
+    machine = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
+    print(
+        f"<!-- {datetime.date.today()}, {args.device} ({machine}), {args.threads} thread(s), torch {torch.__version__}, "
+        f"transformers {transformers.__version__} ({rows[0][2]['hf_function']}), median of {args.repeats} -->"
+    )
+    names = [n for n in ROTATIONS if n in rows[0][2]["ms"]]
+    print(
+        "| L | dtype | " + " | ".join(f"{n} ms" for n in names) + " | hf / mmpos | hf / fast | compiled / copy "
+        "| hf tables ms | mmpos tables ms | peak MiB hf / mmpos / fast / copy | mmpos vs hf |"
+    )
+    print("|---" * (len(names) + 9) + "|")
+    for length, dname, r in rows:
+        ms, mib = r["ms"], r["mib"]
+        compiled = f"{ms['mmpos-compiled'] / ms['copy']:.2f}x" if "mmpos-compiled" in ms else "-"
+        cells = [str(length), dname, *(f"{ms[n]:.1f}" for n in names)]
+        cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['hf'] / ms['mmpos-fast']:.2f}x", compiled]
+        cells += [f"{ms['hf-tables']:.2f}", f"{ms['mmpos-tables']:.2f}"]
+        cells += [" / ".join(f"{mib[n]:.0f}" for n in ("hf", "mmpos", "mmpos-fast", "copy"))]
+        cells += ["; ".join(f"{n}: {v}" for n, v in r["notes"].items())]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
