@@ -39,6 +39,7 @@ bench: install-test
 	$(BIN)/python benchmarks/irpe.py
 	$(BIN)/python benchmarks/rope_index.py
 	$(BIN)/python benchmarks/mrope.py
+	$(BIN)/python benchmarks/export.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache build dist
