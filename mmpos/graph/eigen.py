@@ -167,10 +167,18 @@ def maglap_eigenpairs(
     if normalization is None and solver != "dense" and num_nodes > dense_max_nodes:
         raise ValueError("the Lanczos solver needs normalization='sym' (eigenvalues in [0, 2]); use solver='dense'")
     ei = _edges(edge_index, num_nodes)
-    a = _adjacency(ei, num_nodes)
-    eff = _effective_qs(a, num_nodes, qs, q_relative)
     use_dense = solver == "dense" or (solver == "auto" and num_nodes <= dense_max_nodes)
     vals, vecs = [], []
+    if use_dense and normalization == "sym":  # small graphs: build densely (no sparse-matrix overhead)
+        dense = _dense_adjacency(ei, num_nodes)
+        eff = _effective_qs_dense(dense, qs, q_relative)
+        for lap in _dense_maglaps(dense, eff):
+            val, vec = _solve_dense(lap, k)
+            vals.append(val)
+            vecs.append(vec)
+        return _pack(vals, vecs, num_nodes, k, eff, normalize, phase_tol)
+    a = _adjacency(ei, num_nodes)
+    eff = _effective_qs(a, num_nodes, qs, q_relative)
     for qq in eff:
         lap = _maglap_scipy(a, qq, normalization)
         val, vec = _solve_dense(lap.toarray(), k) if use_dense else _solve_lanczos(lap, k, tol)
@@ -179,13 +187,28 @@ def maglap_eigenpairs(
     return _pack(vals, vecs, num_nodes, k, eff, normalize, phase_tol)
 
 
-def _dense_maglaps(ei: np.ndarray, n: int, qs: list[float]) -> np.ndarray:
-    """``(Q, n, n)`` complex128 ``L_q`` (``"sym"``) of a small graph, built densely."""
+def _dense_adjacency(ei: np.ndarray, n: int) -> np.ndarray:
     a = np.zeros((n, n))
     a[ei[0], ei[1]] = 1.0
+    return a
+
+
+def _effective_qs_dense(a: np.ndarray, qs: tuple[float, ...], q_relative: bool) -> list[float]:
+    """:func:`_effective_qs` for a dense adjacency."""
+    one_way = int(((a - a.T) > 0).sum())
+    if one_way == 0:
+        return [0.0] * len(qs)
+    return [relative_q(q, one_way, a.shape[0]) if q_relative else q for q in qs]
+
+
+def _dense_maglaps(a: np.ndarray, qs: list[float]) -> np.ndarray:
+    """``(Q, n, n)`` ``L_q`` (``"sym"``) from a dense binary adjacency; float64 when every ``q`` is 0."""
+    n = a.shape[0]
     a_s = ((a + a.T) > 0).astype(np.float64)
     dinv = np.maximum(a_s.sum(1), 1.0) ** -0.5
     w = dinv[:, None] * a_s * dinv[None, :]
+    if not any(qs):
+        return np.broadcast_to(np.eye(n) - w, (len(qs), n, n))
     theta = (2 * np.pi * np.asarray(qs))[:, None, None] * (a - a.T)[None]
     return np.eye(n)[None] - w[None] * np.exp(1j * theta)
 
@@ -209,9 +232,8 @@ def maglap_eigenpairs_many(
     qs = _check_q(q)
     prepared = []
     for edge_index, n in graphs:
-        ei = _edges(edge_index, n)
-        a = _adjacency(ei, n)
-        prepared.append((ei, n, _effective_qs(a, n, qs, q_relative)))
+        a = _dense_adjacency(_edges(edge_index, n), n)
+        prepared.append((a, n, _effective_qs_dense(a, qs, q_relative)))
     by_size: dict[tuple[int, bool], list[tuple[int, int]]] = {}
     for g, (ei, n, eff) in enumerate(prepared):
         for j, qq in enumerate(eff):
@@ -219,7 +241,7 @@ def maglap_eigenpairs_many(
     vals: list[list] = [[None] * len(qs) for _ in graphs]
     vecs: list[list] = [[None] * len(qs) for _ in graphs]
     for (n, real), members in by_size.items():
-        laps = np.stack([_dense_maglaps(prepared[g][0], n, [prepared[g][2][j]])[0] for g, j in members])
+        laps = np.stack([_dense_maglaps(prepared[g][0], [prepared[g][2][j]])[0] for g, j in members])
         val, vec = _solve_dense(laps.real if real else laps, k)
         for (g, j), v, w in zip(members, val, vec):
             vals[g][j], vecs[g][j] = v, w
