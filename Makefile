@@ -1,12 +1,16 @@
 # Two entry points for a fresh machine:
 #   make demo  -- create .venv, install mmpos, run the quickstart recipe (CPU, ~3 min)
 #   make test  -- create .venv, install mmpos with the test extra, lint (ruff), run the tests,
-#                 then build the sdist + wheel and run the wheel outside the checkout (wheel-check)
+#                 run the Hugging Face tests (-m hf) again in $(VENV_OLD) on the oldest supported
+#                 transformers, then build the sdist + wheel and run the wheel outside the checkout (wheel-check)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# the oldest transformers the hf extra supports (pyproject.toml); the test extra installs the newest tested 5.x
+VENV_OLD ?= .venv-hf-oldest
+HF_OLDEST ?= transformers==4.57.1
 
-.PHONY: demo test lint wheel-check install install-test bench clean
+.PHONY: demo test test-hf-oldest lint wheel-check install install-test install-test-oldest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +22,24 @@ install: $(BIN)/python
 install-test: $(BIN)/python
 	$(BIN)/pip install -e ".[test]"
 
+$(VENV_OLD)/bin/python:
+	$(PYTHON) -m venv $(VENV_OLD)
+	$(VENV_OLD)/bin/python -m pip install --upgrade pip
+
+install-test-oldest: $(VENV_OLD)/bin/python
+	$(VENV_OLD)/bin/pip install -e ".[test]" "$(HF_OLDEST)"
+
 demo: install
 	$(BIN)/mmpos run quickstart
 
 test: install-test lint
 	$(BIN)/python -m pytest -n 2 --durations=15
+	$(MAKE) test-hf-oldest
 	.ci/wheel_check.sh $(BIN)/python
+
+# the tests marked hf, on the oldest supported transformers
+test-hf-oldest: install-test-oldest
+	$(VENV_OLD)/bin/python -m pytest -n 2 -m hf -p no:cacheprovider
 
 lint: install-test
 	$(BIN)/ruff check .
@@ -42,4 +58,4 @@ bench: install-test
 	$(BIN)/python benchmarks/export.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache build dist
+	rm -rf $(VENV) $(VENV_OLD) runs .pytest_cache build dist

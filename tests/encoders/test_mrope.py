@@ -14,6 +14,7 @@ from mmpos.encoders.mrope import SCHEME_ENCODERS, default_mrope_section, hope_pl
 from mmpos.layout import SCHEMES, Image, Text, Video, build
 from mmpos.rotary import apply_rotary, rope_frequencies
 
+pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 D = 128  # head_dim of the Qwen-VL checkpoints
 THETA = 1e6
 

@@ -1,5 +1,8 @@
-import mmpos.integrations.hf as hf
-from mmpos.integrations import hf_rope, hf_rope_index
+import pytest
+
+from mmpos.integrations import hf, hf_rope, hf_rope_index
+
+pytestmark = pytest.mark.hf
 
 
 def test_facade_exposes_the_documented_names():

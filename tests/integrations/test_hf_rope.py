@@ -59,6 +59,7 @@ QWEN3_VISION = {
     "num_position_embeddings": 16,
     "deepstack_visual_indexes": [0],
 }
+pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 RULE = installed_rule()  # "hf-4.57" or "hf-5.3"
 #: transformers >= 5.3 locates vision tokens with mm_token_type_ids (forward refuses grids without them)
 NEEDS_TYPES = RULE == "hf-5.3"

@@ -28,6 +28,7 @@ from mmpos.integrations.hf_rope_index import (
     token_layout,
 )
 
+pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 
 
