@@ -4,7 +4,7 @@ Public API: the names below and the documented submodules (``docs/api.md``):
 :mod:`mmpos.rotary`, :mod:`mmpos.layout`, :mod:`mmpos.table`, :mod:`mmpos.registry`, :mod:`mmpos.encoders`,
 :mod:`mmpos.nn`, :mod:`mmpos.layers`, :mod:`mmpos.integrations`, :mod:`mmpos.data`,
 :mod:`mmpos.recipes`, :mod:`mmpos.media`, :mod:`mmpos.viz` (figures), :mod:`mmpos.export`
-(torch.export / ONNX).
+(torch.export / ONNX), :mod:`mmpos.graph` (directed-graph PEs on plain tensors).
 """
 
 from .coords import Coords, Modality
