@@ -442,15 +442,29 @@ class VideoPatches:
     timestamps: tuple[float, ...]
     size: tuple[int, int]
 
-    def qwen3_segments(self, text_tokens: Callable[[str], int]) -> list[Text | Video]:
-        """Qwen3-VL's interleaving: before each temporal patch the text ``"<{s:.1f} seconds>"``,
-        then that patch as a one-frame :class:`~mmpos.layout.Video`. ``text_tokens(text)`` gives
-        the number of tokens the text (with any vision start / end tokens around it) takes."""
+    def qwen3_segments(
+        self, text_tokens: Callable[[str], int], vision_start: int = 1, vision_end: int = 1
+    ) -> list[Text | Video]:
+        """Qwen3-VL's token layout of the clip, ``<s seconds> <start> frame <end>`` per temporal
+        patch (``transformers`` ``Qwen3VLProcessor``), as segments for :func:`mmpos.layout.build`.
+
+        Args:
+            text_tokens: how many tokens the timestamp text ``"<{s:.1f} seconds>"`` takes in the
+                tokenizer (e.g. ``lambda text: len(tokenizer(text).input_ids)``).
+            vision_start, vision_end: tokens of the vision start / end markers around each frame.
+
+        Returns ``[Text, Video((1, h, w))] * t`` and a final ``Text(vision_end)``: each text holds
+        the previous frame's end marker, the timestamp and the start marker.
+        """
         _, h, w = self.segment.grid_thw
+        _check_int(vision_start, "vision_start", 0)
+        _check_int(vision_end, "vision_end", 0)
         out: list[Text | Video] = []
-        for s in self.timestamps:
-            out += [Text(_check_int(text_tokens(f"<{s:.1f} seconds>"), "text_tokens(...)", 1)), Video((1, h, w))]
-        return out
+        for i, s in enumerate(self.timestamps):
+            n = _check_int(text_tokens(f"<{s:.1f} seconds>"), "text_tokens(...)", 0)
+            n += vision_start + (vision_end if i else 0)
+            out += [Text(n), Video((1, h, w))] if n else [Video((1, h, w))]
+        return out + ([Text(vision_end)] if vision_end else [])
 
 
 def _timestamps(indices: np.ndarray, video_fps: float, tp: int) -> tuple[float, ...]:

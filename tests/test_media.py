@@ -340,8 +340,9 @@ def test_array_video_equals_file_and_layout(tmp_path):
     assert from_file.segment.second_per_grid == pytest.approx(2 / 2.0)
     out = layout.build([[layout.Text(3), from_file.segment, layout.Text(2)]], "qwen2.5-vl")
     assert out.position_ids.shape == (3, 1, 3 + t * h * w // 4 + 2)
-    segs = from_file.qwen3_segments(lambda text: len(text.split()) + 2)
-    assert segs[::2] == [layout.Text(4)] * t and segs[1::2] == [layout.Video((1, h, w))] * t
+    segs = from_file.qwen3_segments(lambda text: len(text.split()) + 2)  # "<0.5 seconds>": 4 tokens, say
+    texts = [layout.Text(4 + 1)] + [layout.Text(1 + 4 + 1)] * (t - 1)  # (end) timestamp start
+    assert segs[:-1:2] == texts and segs[1::2] == [layout.Video((1, h, w))] * t and segs[-1] == layout.Text(1)
 
 
 def test_bad_video_files(tmp_path):
@@ -459,3 +460,49 @@ def test_qwen2_5_vl_positions_from_file_timestamps(tmp_path, clip):
     last = 3 + t * h * w // 4
     torch.testing.assert_close(ours[:, :last], own[:, :last], rtol=0, atol=0)
     assert positions.position_ids[0, 0, 3 + h * w // 4] == 3 + int(seconds * 2)  # 2nd temporal patch, 2 tokens/s
+
+
+def test_qwen3_vl_timestamp_layout_matches_model(tmp_path):
+    """``qwen3_segments`` reproduces Qwen3-VL's ``<t seconds><start>frame<end>`` prompt: layout positions
+    give the same logits as a tiny Qwen3-VL's own ``get_rope_index``."""
+    import inspect
+
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    path = tmp_path / "clip.avi"
+    _write_clip(path, np.stack([_noise(64, 96, seed=i) for i in range(8)]), 4.0)  # 2 s at 4 fps
+    video = media.video_patches(path, "qwen3-vl", min_pixels=32 * 32 * 8, max_pixels=32 * 32 * 24)
+    assert video.segment.grid_thw[0] == 2
+    _, h, w = video.segment.grid_thw
+    assert video.frame_indices.tolist() == [0, 2, 5, 7] and video.timestamps == (0.25, 1.5)  # 2 fps: 4 frames
+    vid, start, end = 121, 122, 123
+    stamp = {text: [30 + i for i in range(len(text))] for text in (f"<{s:.1f} seconds>" for s in video.timestamps)}
+    prompt = [5, 6]
+    for s in video.timestamps:
+        prompt += stamp[f"<{s:.1f} seconds>"] + [start] + [vid] * (h * w // 4) + [end]
+    prompt += [9, 10]
+    segments = [layout.Text(2), *video.qwen3_segments(lambda text: len(stamp[text])), layout.Text(2)]
+    positions = layout.build([segments], "qwen3-vl")
+    assert positions.position_ids.shape[-1] == len(prompt)
+    text = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "bos_token_id": 1, "eos_token_id": 2,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}}  # fmt: skip
+    vision = {"depth": 1, "hidden_size": 32, "out_hidden_size": 64, "num_heads": 2, "intermediate_size": 64,
+              "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+              "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}  # fmt: skip
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=120, video_token_id=vid,
+                           vision_start_token_id=start, vision_end_token_id=end)  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen3VLForConditionalGeneration(config).eval()
+    inputs = {
+        "input_ids": torch.tensor([prompt]),
+        "attention_mask": positions.attention_mask,
+        "pixel_values_videos": video.pixel_values,
+        "video_grid_thw": torch.tensor([video.segment.grid_thw]),
+    }
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+        inputs["mm_token_type_ids"] = positions.modality
+    with torch.no_grad():
+        ours = model(**inputs, position_ids=positions.position_ids).logits
+        own = model(**inputs).logits
+    torch.testing.assert_close(ours, own, rtol=0, atol=0)
