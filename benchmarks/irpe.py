@@ -14,7 +14,18 @@ Peak memory: on CUDA ``max_memory_allocated`` above the inputs and weights; on C
 rise of the peak resident set during one step (``VmHWM`` of ``/proc/self/status``, reset
 through ``/proc/self/clear_refs``, with glibc mapping every block of 64 KiB or more).
 
-    python benchmarks/irpe.py [--device cpu|cuda] [--repeats 7] [--threads 1]
+With ``--reference PATH`` (a checkout of microsoft/Cream, or its ``iRPE/DeiT-with-iRPE``
+folder; nothing of it is copied here) the script also times the reference's ``RPEAttention``
+against ``mmpos.nn.Attention`` with the same iRPE at DeiT-Ti width (dim 192, 3 heads, product
+method, ratio 1.9, shared head, class token skipped), contextual mode on keys (``ctx-k``) and
+on queries, keys and values (``ctx-qkv``), N = 197 and 1025, forward + backward, the six
+variants (each side plain, ctx-k, ctx-qkv) interleaved step by step. The reference's
+``RPEAttention`` with ``rpe_config=None`` is its plain attention. Weights are copied from the
+reference layer into the mmpos layer and the outputs compared before timing. The reference
+imports ``easydict``; a minimal stand-in (a dict with attribute access) is registered when it
+is not installed, and its optional ``rpe_ops`` extension is used when the checkout has it built.
+
+    python benchmarks/irpe.py [--device cpu|cuda] [--repeats 7] [--threads 1] [--reference PATH]
 """
 
 from __future__ import annotations
@@ -25,7 +36,11 @@ import datetime
 import json
 import platform
 import statistics
+import sys
 import time
+import types
+import warnings
+from pathlib import Path
 
 import torch
 
@@ -138,6 +153,142 @@ def times(n: int, device: str, repeats: int) -> dict[str, float]:
     return {v: statistics.median(s) for v, s in samples.items()}
 
 
+# ------------------------------------------------------------ against the reference (Cream)
+TINY_DIM, TINY_HEADS = 192, 3  # DeiT-Ti
+REFERENCE_MODES = {"plain": None, "ctx-k": "k", "ctx-qkv": "qkv"}
+
+
+def load_reference(path: str) -> types.ModuleType:
+    """Import ``rpe_vision_transformer`` (and its ``irpe``) from a Cream checkout at ``path``."""
+    root = Path(path).expanduser()
+    folder = root / "iRPE" / "DeiT-with-iRPE" if (root / "iRPE").is_dir() else root
+    if not (folder / "rpe_vision_transformer.py").is_file():
+        raise SystemExit(f"--reference: no rpe_vision_transformer.py in {folder} (give a microsoft/Cream checkout)")
+    try:
+        import easydict  # noqa: F401
+    except ImportError:  # the reference builds its configs with EasyDict: a dict with attribute access
+
+        class _AttrDict(dict):
+            __getattr__ = dict.__getitem__
+            __setattr__ = dict.__setitem__
+
+        sys.modules["easydict"] = types.SimpleNamespace(EasyDict=_AttrDict)
+    sys.path.insert(0, str(folder))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "rpe_ops is not built", timm deprecations
+        import irpe as cream_irpe
+        import rpe_vision_transformer as cream
+
+    cream.built_rpe_ops = cream_irpe.RPEIndexFunction is not None
+    cream.irpe_module = cream_irpe
+    return cream
+
+
+def reference_pair(cream: types.ModuleType, mode: str, grid: tuple[int, int], device: str):
+    """(Cream ``RPEAttention``, ``mmpos.nn.Attention``) with the same weights, for ``mode``."""
+    torch.manual_seed(0)
+    rpe_on = REFERENCE_MODES[mode]
+    config = None
+    if rpe_on is not None:
+        config = cream.irpe_module.get_rpe_config(
+            ratio=1.9, method="product", mode="ctx", shared_head=True, skip=1, rpe_on=rpe_on
+        )
+    ref = cream.RPEAttention(TINY_DIM, TINY_HEADS, qkv_bias=True, rpe_config=config)
+    encoders = []
+    if rpe_on is not None:
+        enc = mmpos.create(
+            "irpe", dim=TINY_DIM, num_heads=TINY_HEADS, method="product", mode="ctx", rpe_on=rpe_on, grid_size=grid
+        )
+        for target in rpe_on:
+            table = getattr(ref, f"rpe_{target}").lookup_table_weight
+            torch.nn.init.normal_(table, std=0.02)
+            getattr(enc, f"{target}_table").data.copy_(table.data)
+        encoders = [enc]
+    ours = Attention(TINY_DIM, TINY_HEADS, encoders=encoders)
+    with torch.no_grad():  # qkv rows: q, k, v
+        ours.q.weight.copy_(ref.qkv.weight[:TINY_DIM])
+        ours.q.bias.copy_(ref.qkv.bias[:TINY_DIM])
+        ours.kv.weight.copy_(ref.qkv.weight[TINY_DIM:])
+        ours.kv.bias.copy_(ref.qkv.bias[TINY_DIM:])
+        ours.proj.load_state_dict(ref.proj.state_dict())
+    return ref.to(device), ours.to(device)
+
+
+class _NoCoords(torch.nn.Module):
+    """The reference layer called as ``layer(x, coords)`` (it infers its grid from N)."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor, coords: Coords) -> torch.Tensor:
+        return self.layer(x)
+
+
+def reference_times(cream: types.ModuleType, n: int, device: str, repeats: int) -> tuple[dict, dict, dict]:
+    """Median step seconds, extra peak MiB and max |mmpos - Cream| per ``(side, mode)``."""
+    clock = time.perf_counter if device == "cuda" else time.process_time
+    grid, batch = SIZES[n]
+    models, diffs = {}, {}
+    torch.manual_seed(1)
+    x = torch.randn(batch, n, TINY_DIM, device=device, requires_grad=True)
+    coords = Coords.grid(*grid, prefix=1, device=device)
+    for mode in REFERENCE_MODES:
+        ref, ours = reference_pair(cream, mode, grid, device)
+        models[("cream", mode)], models[("mmpos", mode)] = _NoCoords(ref), ours
+        with torch.no_grad():
+            diffs[mode] = float((ours(x, coords) - ref(x)).abs().max())
+    samples: dict[tuple, list[float]] = {key: [] for key in models}
+    for i in range(repeats + 1):
+        for key, model in models.items():
+            sync(device)
+            start = clock()
+            step(model, x, coords)
+            sync(device)
+            if i:
+                samples[key].append(clock() - start)
+    mem = {}
+    for key, model in models.items():
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        step(model, x, coords)
+        if device == "cuda":
+            sync(device)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            step(model, x, coords)
+            sync(device)
+            mem[key] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        else:
+            _LIBC.malloc_trim(0)
+            base = _status_kib("VmRSS")
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            step(model, x, coords)
+            mem[key] = (_status_kib("VmHWM") - base) / 1024
+    return {k: statistics.median(v) for k, v in samples.items()}, mem, diffs
+
+
+def reference_table(cream: types.ModuleType, device: str, repeats: int) -> str:
+    lines = [
+        (
+            "| N | batch | mode | Cream ms | mmpos ms | mmpos / Cream | Cream x own plain | mmpos x own plain "
+            "| Cream MiB | mmpos MiB | max abs diff |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n in SIZES:
+        t, mem, diffs = reference_times(cream, n, device, repeats)
+        for mode in REFERENCE_MODES:
+            c, m = t[("cream", mode)], t[("mmpos", mode)]
+            lines.append(
+                f"| {n} | {SIZES[n][1]} | {mode} | {1e3 * c:.1f} | {1e3 * m:.1f} | {m / c:.2f} "
+                f"| {c / t[('cream', 'plain')]:.2f} | {m / t[('mmpos', 'plain')]:.2f} "
+                f"| {mem[('cream', mode)]:.1f} | {mem[('mmpos', mode)]:.1f} | {diffs[mode]:.1e} |"
+            )
+    return "\n".join(lines)
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -152,26 +303,52 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--reference", help="a microsoft/Cream checkout: also time its RPEAttention against mmpos")
+    parser.add_argument("--reference-only", action="store_true", help="with --reference: skip the DeiT-S table")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
         _LIBC.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+    machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
+    clock_name = "wall" if args.device == "cuda" else "process CPU"
+    if args.reference:
+        cream = load_reference(args.reference)
+        print(
+            f"iRPE vs the reference (microsoft/Cream RPEAttention, rpe_ops built: {cream.built_rpe_ops}), "
+            f"{datetime.date.today()}, {machine}, torch {torch.__version__}, threads={args.threads}, "
+            f"dim={TINY_DIM}, heads={TINY_HEADS}, median of {args.repeats} ({clock_name} time)\n"
+        )
+        print(reference_table(cream, args.device, args.repeats) + "\n")
+        if args.reference_only:
+            return
     rows = []
     for n in SIZES:
         t = times(n, args.device, args.repeats)
         mem = {v: peak_memory(v, n, args.device) for v in VARIANTS}
         for v in VARIANTS:
-            rows.append(dict(n=n, batch=SIZES[n][1], variant=v, ms=1e3 * t[v], time_ratio=t[v] / t["sdpa"],
-                             mib=mem[v], mem_ratio=mem[v] / mem["sdpa"]))
-    machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
-    print(f"iRPE benchmark, {datetime.date.today()}, {machine}, torch {torch.__version__}, "
-          f"threads={args.threads}, dim={DIM}, heads={HEADS}, median of {args.repeats} "
-          f"({'wall' if args.device == 'cuda' else 'process CPU'} time)\n")
+            rows.append(
+                {
+                    "n": n,
+                    "batch": SIZES[n][1],
+                    "variant": v,
+                    "ms": 1e3 * t[v],
+                    "time_ratio": t[v] / t["sdpa"],
+                    "mib": mem[v],
+                    "mem_ratio": mem[v] / mem["sdpa"],
+                }
+            )
+    print(
+        f"iRPE benchmark, {datetime.date.today()}, {machine}, torch {torch.__version__}, "
+        f"threads={args.threads}, dim={DIM}, heads={HEADS}, median of {args.repeats} "
+        f"({'wall' if args.device == 'cuda' else 'process CPU'} time)\n"
+    )
     print("| N | batch | variant | fwd+bwd ms | x sdpa | peak extra MiB | x sdpa |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['n']} | {r['batch']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} "
-              f"| {r['mib']:.1f} | {r['mem_ratio']:.2f} |")
+        print(
+            f"| {r['n']} | {r['batch']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} "
+            f"| {r['mib']:.1f} | {r['mem_ratio']:.2f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
