@@ -128,7 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     lst.set_defaults(fn=_cmd_list)
     sub.add_parser("info", help="versions of mmpos and its dependencies, and the device").set_defaults(fn=_cmd_info)
     run = sub.add_parser("run", help="run a recipe (a YAML path or the name of a shipped recipe)")
-    run.add_argument("recipe", nargs="?", help="YAML path or recipe name, e.g. quickstart (ignored with --resume)")
+    run.add_argument(
+        "recipe", nargs="?", help="YAML path or recipe name, e.g. quickstart (with --resume: may be left out)"
+    )
     run.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, values parsed as YAML")
     run.add_argument("--resume", metavar="RUN_FOLDER", help="continue an interrupted run folder")
     run.add_argument("--out", metavar="DIR", help="root folder of the runs (default: the config's out, 'runs')")

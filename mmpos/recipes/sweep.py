@@ -125,19 +125,27 @@ def _check_root(root: Path) -> None:
 
 
 def _new_run_dir(root: Path, recipe_name: str, name: str | None) -> Path:
+    """Make and return a new run folder; ``mkdir`` decides, so two runs started together never share one."""
     base = root / recipe_name
+    base.mkdir(parents=True, exist_ok=True)
     if name:
         folder = base / name
-        if folder.exists():
+        try:
+            folder.mkdir()
+        except FileExistsError:
             raise FileExistsError(
                 f"run folder {folder} exists; pick another name= or continue it with --resume {folder}"
-            )
+            ) from None
         return folder
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder, i = base / stamp, 1
-    while folder.exists():
-        folder, i = base / f"{stamp}-{i}", i + 1
-    return folder
+    for i in range(1000):
+        folder = base / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{base}: 1000 run folders named {stamp}-*; name the run with name=")
 
 
 def _resume_dir(path: str | Path) -> Path:
@@ -304,7 +312,6 @@ def _run(
             dist.broadcast_object_list(shared, src=0)
             folder = Path(shared[0])  # type: ignore[arg-type]
         if ddp.is_main:
-            folder.mkdir(parents=True)  # type: ignore[union-attr]
             atomic_write(folder / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))  # type: ignore[operator]
     assert folder is not None
     try:
