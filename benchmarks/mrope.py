@@ -4,7 +4,8 @@ One attention layer's worth of work at Qwen2-VL-7B sizes (28 query heads, 4 KV h
 head_dim 128, ``mrope_section`` [16, 24, 24], theta 1e6), B = 1, L = 2048 and 8192:
 
 * ``hf``: ``Qwen2VLRotaryEmbedding(x, position_ids)`` (cos/sin ``(3, B, L, 128)``) then
-  ``apply_multimodal_rotary_pos_emb`` (transformers, eager);
+  ``apply_multimodal_rotary_pos_emb`` (transformers < 5.17; from 5.17 the rotary module recomposes the
+  sections and ``apply_rotary_pos_emb`` rotates; eager);
 * ``mmpos``: ``create("mrope").rotate(q, k, coords)`` (plan angles ``(B, L, 64)``, one
   cos/sin, half-split rotation), eager;
 * ``mmpos-compiled``: mmpos angles and cos/sin ``(B, L, 64)`` eagerly (once per forward
@@ -38,8 +39,9 @@ import sys
 import time
 
 import torch
+from transformers.models.qwen2_vl import modeling_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 
 from mmpos import create
 from mmpos.layout import Image, Text, Video, build
@@ -72,7 +74,10 @@ def inputs(length: int, dtype: torch.dtype, device: str):
 
 def variants(device: str, compile_mmpos: bool):
     cfg = Qwen2VLTextConfig(
-        hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, rope_theta=THETA,
+        hidden_size=HEADS * HEAD_DIM,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        rope_theta=THETA,
         rope_scaling={"type": "mrope", "mrope_section": SECTION},
     )
     hf_rotary = Qwen2VLRotaryEmbedding(cfg).to(device)
@@ -80,7 +85,9 @@ def variants(device: str, compile_mmpos: bool):
 
     def hf(q, k, ids, coords):
         cos, sin = hf_rotary(q, ids)
-        return apply_multimodal_rotary_pos_emb(q, k, cos, sin, SECTION)
+        if hasattr(modeling_qwen2_vl, "apply_multimodal_rotary_pos_emb"):  # transformers < 5.17
+            return modeling_qwen2_vl.apply_multimodal_rotary_pos_emb(q, k, cos, sin, SECTION)
+        return modeling_qwen2_vl.apply_rotary_pos_emb(q, k, cos, sin)  # 5.17+: the rotary module recomposed them
 
     def mmpos(q, k, ids, coords):
         return enc.rotate(q, k, coords)
@@ -187,8 +194,10 @@ def main() -> None:
             ms = measure(length, DTYPES[dname], args.device, args.repeats, not args.no_compile)
             rows.append({"length": length, "dtype": dname, "ms": ms})
     device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
-    print(f"<!-- {datetime.date.today()} torch {torch.__version__}, {args.device} ({device}), "
-          f"{torch.get_num_threads()} threads, median of {args.repeats} -->")
+    print(
+        f"<!-- {datetime.date.today()} torch {torch.__version__}, {args.device} ({device}), "
+        f"{torch.get_num_threads()} threads, median of {args.repeats} -->"
+    )
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

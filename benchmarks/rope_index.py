@@ -2,8 +2,10 @@
 
 64 samples x 8 images with text between them (left padding), one run, three timings:
 
-* transformers ``Qwen2VLModel.get_rope_index`` (4.57.1; a Python loop over samples and blocks),
-* :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the same token ids (vectorised),
+* transformers ``Qwen2VLModel.get_rope_index`` of the installed release (a Python loop over
+  samples and blocks; from 5.3 on it reads ``mm_token_type_ids``),
+* :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the same token ids (vectorised,
+  ``rule="installed"``),
 * :func:`mmpos.layout.build` from the segment lists (what a data loader would call).
 
 The outputs are checked equal before timing. Usage::
@@ -14,10 +16,12 @@ The outputs are checked equal before timing. Usage::
 from __future__ import annotations
 
 import argparse
+import inspect
 import platform
 import random
 import statistics
 import time
+import types
 from types import SimpleNamespace
 
 import torch
@@ -25,7 +29,7 @@ import transformers
 from transformers import Qwen2VLConfig
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
-from mmpos.integrations.hf_rope_index import get_rope_index
+from mmpos.integrations.hf_rope_index import get_rope_index, installed_rule
 from mmpos.layout import Image, Text, build
 
 
@@ -85,23 +89,29 @@ def main() -> None:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     config, input_ids, mask, grids, segments = make_batch(args.samples, args.images)
     input_ids, mask, grids = input_ids.to(device), mask.to(device), grids.to(device)
-    holder = SimpleNamespace(config=config)
+    holder = SimpleNamespace(config=config)  # get_rope_index reads self.config (and, from 5.3, a helper)
+    if hasattr(Qwen2VLModel, "get_vision_position_ids"):
+        holder.get_vision_position_ids = types.MethodType(Qwen2VLModel.get_vision_position_ids, holder)
+    hf_kwargs = {"input_ids": input_ids, "image_grid_thw": grids, "attention_mask": mask}
+    if "mm_token_type_ids" in inspect.signature(Qwen2VLModel.get_rope_index).parameters:
+        hf_kwargs["mm_token_type_ids"] = (input_ids == config.image_token_id).long()
+    rule = installed_rule()
 
-    ref = Qwen2VLModel.get_rope_index(holder, input_ids, grids, None, mask)
-    ours = get_rope_index(config, input_ids, grids, attention_mask=mask)
-    lay = build(segments, "qwen2-vl", padding_side="left", device=device)
+    ref = Qwen2VLModel.get_rope_index(holder, **hf_kwargs)
+    ours = get_rope_index(config, input_ids, grids, attention_mask=mask, rule=rule)
+    lay = build(segments, "qwen2-vl", padding_side="left", device=device, rule=rule)
     assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1].to(device))
     assert torch.equal(lay.position_ids, ref[0]) and torch.equal(lay.rope_deltas, ref[1].to(device))
 
     times = time_rounds(
         {
-            "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(
-                holder, input_ids, grids, None, mask
-            ),
+            "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, **hf_kwargs),
             "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
-                config, input_ids, grids, attention_mask=mask
+                config, input_ids, grids, attention_mask=mask, rule=rule
             ),
-            "mmpos `layout.build` (segments)": lambda: build(segments, "qwen2-vl", padding_side="left", device=device),
+            "mmpos `layout.build` (segments)": lambda: build(
+                segments, "qwen2-vl", padding_side="left", device=device, rule=rule
+            ),
         },
         args.repeats,
         sync,
@@ -109,14 +119,18 @@ def main() -> None:
     base = next(iter(times.values()))  # transformers
 
     b, length = input_ids.shape
-    print(f"batch {b} x {length} tokens, {grids.shape[0]} images; device {device}, torch threads "
-          f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{platform.processor() or platform.machine()}")
+    print(
+        f"batch {b} x {length} tokens, {grids.shape[0]} images; device {device}, torch threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{platform.processor() or platform.machine()}"
+    )
     print("| method | best (ms) | median (ms) | speed-up, best | speed-up, median |")
     print("|---|---:|---:|---:|---:|")
     for name, t in times.items():
-        print(f"| {name} | {min(t) * 1e3:.2f} | {statistics.median(t) * 1e3:.2f} | "
-              f"{min(base) / min(t):.1f}x | {statistics.median(base) / statistics.median(t):.1f}x |")
+        print(
+            f"| {name} | {min(t) * 1e3:.2f} | {statistics.median(t) * 1e3:.2f} | "
+            f"{min(base) / min(t):.1f}x | {statistics.median(base) / statistics.median(t):.1f}x |"
+        )
 
 
 if __name__ == "__main__":
