@@ -292,21 +292,26 @@ def _resize_normalize(frames: np.ndarray, size: tuple[int, int], spec: MediaSpec
             np.asarray(PILImage.fromarray(f).resize((w, h), PILImage.Resampling.BICUBIC)) if f.shape[:2] != size else f
             for f in frames
         ]
-        x = np.stack(resized).astype(np.float64) * (1 / 255)  # rescale in float64, then cast (NumPy transformers)
-        x = (x.astype(np.float32) - np.array(spec.mean, np.float32)) / np.array(spec.std, np.float32)
-        return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
-    x = torch.from_numpy(np.array(frames)).permute(0, 3, 1, 2)  # (F, 3, H, W) uint8
+        x = np.stack(resized).astype(np.float64)
+        x *= 1 / 255  # rescale in float64, then cast (NumPy transformers)
+        y = x.astype(np.float32)
+        y -= np.array(spec.mean, np.float32)
+        y /= np.array(spec.std, np.float32)
+        return torch.from_numpy(y).permute(0, 3, 1, 2)  # a view; _patchify copies once
+    x = torch.from_numpy(np.require(frames, requirements="W")).permute(0, 3, 1, 2)  # (F, 3, H, W) uint8
     if x.shape[-2:] != size:  # uint8 bicubic with antialias, as torchvision resizes on CPU
         x = torch.nn.functional.interpolate(x, size=[h, w], mode="bicubic", align_corners=False, antialias=True)
     mean = torch.tensor(spec.mean) * (1.0 / (1 / 255))  # torchvision's fused rescale + normalise
     std = torch.tensor(spec.std) * (1.0 / (1 / 255))
-    return (x.float() - mean.view(3, 1, 1)) / std.view(3, 1, 1)
+    return x.float().sub_(mean.view(3, 1, 1)).div_(std.view(3, 1, 1))
 
 
 def _patchify(x: Tensor, spec: MediaSpec) -> tuple[Tensor, tuple[int, int, int]]:
     """Frames ``(F, C, H, W)`` -> rows ``(t * h * w, C * T * P * P)`` and ``grid_thw``."""
     p, m, tp = spec.patch_size, spec.merge_size, spec.temporal_patch_size
-    if pad := -x.shape[0] % tp:  # repeat the last frame up to a whole temporal patch
+    if x.shape[0] == 1:  # a still image: the same frame T times, as a view
+        x = x.expand(tp, -1, -1, -1)
+    elif pad := -x.shape[0] % tp:  # repeat the last frame up to a whole temporal patch
         x = torch.cat([x, x[-1:].expand(pad, -1, -1, -1)])
     f, c, height, width = x.shape
     gt, gh, gw = f // tp, height // p, width // p
