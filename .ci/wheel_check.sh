@@ -12,6 +12,7 @@
 # the wheel's requirements are met (`pip check`), and runs from a folder outside the checkout.
 set -euo pipefail
 py=${1:?usage: .ci/wheel_check.sh VENV_PYTHON}
+[ -x "$py" ] || { echo "wheel check: no python at $py"; exit 2; }
 py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")  # absolute, symlink kept (it names the venv)
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -41,7 +42,8 @@ case "$where" in
     "$site"/*) echo "mmpos imported from the wheel: $where" ;;
     *) echo "wheel check: mmpos was imported from $where, not from the installed wheel"; exit 1 ;;
 esac
-for args in "list" "list recipes" "info" "run quickstart profile=smoke progress=false --out $tmp/runs"; do
+for args in "list" "list recipes" "info" "cp quickstart my_quickstart.yaml" \
+    "run quickstart profile=smoke progress=false --out $tmp/runs"; do
     echo "== (cd $tmp) mmpos $args"
     # shellcheck disable=SC2086
     "$tmp/venv/bin/mmpos" $args
