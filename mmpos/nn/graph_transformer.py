@@ -31,7 +31,7 @@ from .blocks import Block
 
 __all__ = ["READOUTS", "GraphTransformer", "NodeFeatureEncoder", "PairwiseBias"]
 
-READOUTS = ("mean", "none")
+READOUTS = ("mean", "none", "pair")
 
 
 class PairwiseBias(BiasEncoder):
@@ -74,8 +74,10 @@ class GraphTransformer(nn.Module):
         maglap: keyword arguments of :class:`MagLapEncoder` (``k``, ``num_q``, ...), or ``None``.
         node_pe_dim: width of absolute node PEs (``batch[node_pe_attr]``), or ``None``.
         pair_dim: width of relative pairwise PEs (``batch[pair_attr]`` with ``pair_attr + "_index"``), or ``None``.
-        readout: ``"mean"`` (one output per graph, ``(B, out_dim)``) or ``"none"``
-            (one per node, ``(num_nodes, out_dim)`` in the batch's node order).
+        readout: ``"mean"`` (one output per graph, ``(B, out_dim)``), ``"none"`` (one per
+            node, ``(num_nodes, out_dim)`` in the batch's node order) or ``"pair"`` (one per
+            ordered node pair, ``(B, N, N, out_dim)`` from an MLP of ``[h_u, h_v]``; padding pairs are
+            meaningless, mask them with ``coords.mask``).
         maglap_attr, node_pe_attr, pair_attr: attribute names written by the transforms.
 
     ``forward(batch)``; :meth:`coords` builds the dense tokens and :class:`GraphCoords`
@@ -116,7 +118,10 @@ class GraphTransformer(nn.Module):
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, out_dim)
+        if readout == "pair":
+            self.head = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, out_dim))
+        else:
+            self.head = nn.Linear(dim, out_dim)
 
     def coords(self, batch: Any) -> tuple[Tensor, GraphCoords, Tensor, Tensor]:
         """``(x (B, N, dim), coords, batch_index (n_total,), local_index (n_total,))`` of a PyG batch."""
@@ -160,5 +165,10 @@ class GraphTransformer(nn.Module):
         x = self.norm(x)
         if self.readout == "none":
             return self.head(x[graph, local])
+        if self.readout == "pair":
+            n = x.shape[1]
+            return self.head(
+                torch.cat([x.unsqueeze(2).expand(-1, -1, n, -1), x.unsqueeze(1).expand(-1, n, -1, -1)], -1)
+            )
         w = coords.mask.unsqueeze(-1).to(x.dtype)
         return self.head((x * w).sum(1) / w.sum(1))

@@ -100,3 +100,11 @@ def test_pyg_gpsconv_trains_on_maglap_pe():
         loss.backward()
         opt.step()
     assert loss_fn().item() < 0.5 * first
+
+
+def test_pair_readout_reads_both_endpoints():
+    model = _model(readout="pair")
+    batch = Batch.from_data_list(_graphs([4, 6]))
+    out = model(batch)
+    assert out.shape == (2, 6, 6, 2)
+    assert not torch.allclose(out[1, 0, 1], out[1, 1, 0])  # ordered pairs: (u, v) differs from (v, u)

@@ -37,3 +37,28 @@ def test_unknown_encoder_is_a_clear_error():
     cfg = resolve_config(load_yaml(RECIPE), SMOKE)
     with pytest.raises(ValueError, match="encoder must be one of"):
         get_task("sorting_networks").build(cfg, "rope", 0, torch.device("cpu"))
+
+
+PLAYGROUND = ROOT / "mmpos" / "recipes" / "configs" / "digraph_playground.yaml"
+
+
+@pytest.mark.parametrize("target", ["reach", "dist"])
+def test_digraph_playground_smoke(tmp_path, target):
+    result = run_recipe(PLAYGROUND, [*SMOKE, "encoders=[maglap]", f"data.target={target}"], out=tmp_path)
+    metrics = result["finals"][0]["metrics"]
+    assert {"test_acc", "id_acc"} <= set(metrics) and all(0.0 <= v <= 1.0 for v in metrics.values())
+    assert ("test_bacc" in metrics) == (target == "reach")
+
+
+def test_playground_targets_are_the_pairwise_distances():
+    from mmpos.data.digraphs import directed_distances
+
+    cfg = resolve_config(load_yaml(PLAYGROUND), [*SMOKE, "data.target=dist"])
+    task = get_task("digraph_playground").build(cfg, "none", 0, torch.device("cpu"))
+    batch = task.train_batch(0)
+    first = batch.get_example(0)
+    n = first.num_nodes
+    ref = directed_distances(first.edge_index, n)
+    max_dist = cfg["data"]["max_dist"]
+    ref = torch.where((ref < 0) | (ref > max_dist), max_dist + 1, ref)
+    assert torch.equal(first.dist.view(n, n), ref)
