@@ -247,14 +247,12 @@ def build_playground(cfg: dict[str, Any], encoder: str, seed: int, device: torch
 
     def targets(batch):
         """``(pairs,)`` targets and the ``(B, N, N)`` mask of real off-diagonal pairs."""
-        x, coords, graph, local = model.coords(batch)
-        mask = coords.mask[:, :, None] & coords.mask[:, None, :]
-        mask &= ~torch.eye(mask.shape[1], dtype=torch.bool, device=mask.device)
-        dense = torch.zeros(mask.shape, dtype=torch.long, device=mask.device)
-        sizes = (batch.ptr[1:] - batch.ptr[:-1]).tolist()
-        dense[coords.mask[:, :, None] & coords.mask[:, None, :]] = torch.cat(
-            [t.view(n, n).flatten() for t, n in zip(batch.dist.split([n * n for n in sizes]), sizes)]
-        )
+        sizes = batch.ptr[1:] - batch.ptr[:-1]
+        nodes = torch.arange(int(sizes.max()), device=sizes.device)[None] < sizes[:, None]  # (B, N)
+        real = nodes[:, :, None] & nodes[:, None, :]
+        mask = real & ~torch.eye(real.shape[1], dtype=torch.bool, device=real.device)
+        dense = torch.zeros(real.shape, dtype=torch.long, device=real.device)
+        dense[real] = batch.dist  # row-major (u, v) per graph, graphs in order: the same order as real's True entries
         y = dense[mask]
         return (y <= d["max_dist"]).long() if reach else y, mask
 
