@@ -56,6 +56,7 @@ bench: install-test
 	$(BIN)/python benchmarks/rope_index.py
 	$(BIN)/python benchmarks/mrope.py
 	$(BIN)/python benchmarks/export.py
+	$(BIN)/python benchmarks/media.py
 
 clean:
 	rm -rf $(VENV) $(VENV_OLD) runs .pytest_cache build dist
