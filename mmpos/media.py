@@ -1,5 +1,10 @@
 """Image and video files to vision patches and layout segments, as the Qwen-VL processors do.
 
+Models: Qwen2-VL (Wang et al. 2024, https://arxiv.org/abs/2409.12191: naive dynamic
+resolution, 14-pixel patches merged 2 x 2, 2-frame temporal patches), Qwen2.5-VL (Bai et al.
+2025, https://arxiv.org/abs/2502.13923: absolute time, ``second_per_grid``) and Qwen3-VL
+(textual timestamps between frames, 16-pixel patches).
+
 :func:`image_patches` and :func:`video_patches` take a file (or bytes, a ``PIL.Image``, an
 array) and return the pixel rows the Qwen-VL vision towers take, ``(N, C * T * P * P)``
 float32, with the :class:`~mmpos.layout.Image` / :class:`~mmpos.layout.Video` segment that

@@ -212,6 +212,10 @@ def test_bad_image_files(tmp_path):
         media.load_image(123)
 
 
+def test_public_names_resolve():
+    assert all(hasattr(media, name) for name in media.__all__)
+
+
 def test_spec_validation():
     with pytest.raises(ValueError, match="spec must be"):
         media.image_patches(_noise(8, 8), "qwen9")
