@@ -326,11 +326,13 @@ class VisionBlocks:
             )
 
 
-def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, k: int, generator, device):
-    """``(K,)`` float64: a random choice per block while training, else ``value`` (default 1)."""
+def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, rank: Tensor, generator):
+    """``(K,)`` float64: a random choice per block while training (drawn in reading order, so
+    both front ends draw alike whatever their block order), else ``value`` (default 1)."""
+    k, device = rank.shape[0], rank.device
     if options.training and name in sch.draws:
         choices = torch.tensor(sch.draws[name], dtype=torch.float64)
-        return choices[torch.randint(len(choices), (k,), generator=generator)].to(device)
+        return choices[torch.randint(len(choices), (k,), generator=generator)].to(device)[rank]
     return torch.full((k,), 1.0 if value is None else float(value), dtype=torch.float64, device=device)
 
 
@@ -358,14 +360,14 @@ def pack(
     sch = get_scheme(scheme)
     b, length = real.shape
     device = real.device
-    k = blocks.grid.shape[0]
-    delta = _per_block(sch, "delta", options.delta, options, k, generator, device)
-    scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator, device)
+    counts = blocks.grid.prod(-1)
+    block_first = blocks.token_index[counts.cumsum(0) - counts]  # flat index of each block's first token
+    rank = torch.empty_like(block_first)
+    rank[block_first.argsort()] = torch.arange(block_first.shape[0], device=device)  # reading order
+    delta = _per_block(sch, "delta", options.delta, options, rank, generator)
+    scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, rank, generator)
     geometry = BlockGeometry.of(blocks.grid, blocks.seconds, blocks.is_image, delta, scale)
     offset, extent, use_start = sch.block(geometry, options)
-
-    counts = geometry.tokens
-    block_first = blocks.token_index[counts.cumsum(0) - counts]  # flat index of each block's first token
     is_real = real.reshape(-1).to(torch.float64)  # (B * L,) 1 on real tokens, 0 on padding
     adv = is_real.clone()  # 1 per text token ...
     adv.index_fill_(0, blocks.token_index, 0)  # ... vision tokens count through their block:

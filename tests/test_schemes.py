@@ -1,0 +1,313 @@
+"""Tests for :mod:`mmpos.schemes`: positions and angles written out independently of the packer.
+
+Each ``_reference_*`` function below is a small explicit loop transcribed from the rule of the
+scheme's reference repository (read for the rule, not copied), run token by token on random
+interleavings and compared with :func:`mmpos.layout.build` and the scheme's rotary encoder:
+
+* MRoPE-I (spatial reset, temporal stride) and MHRoPE positions: JJJYmmm/Multimodal-RoPEs
+  ``multimodal_ropes/pos_design/mrope_i.py`` (``get_mrope_interleave_index``; MHRoPE uses it
+  with ``spatial_reset=False``); MHRoPE heads: ``freq_allocation/mhrope.py``; MRoPE-I pairs:
+  Qwen3-VL's ``apply_interleaved_mrope`` (``freq_allocation/mrope_i.py``).
+* HoPE: hrlics/HoPE ``modeling_hope.py`` (as restated in JJJYmmm ``pos_design/hope.py``).
+* VRoPE: johncaged/VRoPE ``vrope.py`` (``generate_nd_positions``).
+* V2PE: OpenGVLab/V2PE (``arange(last, last + stride * (n + 1), stride)[1:]``, text resumes at
+  ``ceil(last visual) + 1``; ``modeling_internlm2.py`` 1-D RoPE at those positions).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from mmpos import create
+from mmpos.layout import Image, Text, Video, build, pack
+from mmpos.schemes import SCHEMES, BlockGeometry, Scheme, get_scheme, register_scheme, resolve_options
+
+
+def _random_samples(rng: random.Random, batch: int, videos: bool = True):
+    """Samples of Text / Image / Video segments; every vision block is followed by text (the
+    ``<vision_end>`` token of the Qwen prompts)."""
+    samples = []
+    for _ in range(batch):
+        segs = [Text(rng.randint(1, 3))] if rng.random() < 0.8 else []
+        for _ in range(rng.randint(1, 3)):
+            h, w = 2 * rng.randint(1, 4), 2 * rng.randint(1, 4)
+            t = rng.randint(1, 3) if videos and rng.random() < 0.5 else 1
+            segs.append(Video((t, h, w)) if t > 1 or rng.random() < 0.3 else Image((1, h, w)))
+            segs.append(Text(rng.randint(1, 4)))
+        samples.append(segs)
+    return samples
+
+
+def _units(sample):
+    """``("text", n)`` and ``("block", t, h, w)`` (merged by 2) of one sample."""
+    out = []
+    for seg in sample:
+        if isinstance(seg, Text):
+            out.append(("text", seg.n))
+        else:
+            t, h, w = seg.grid_thw
+            out.append(("block", t, h // 2, w // 2))
+    return out
+
+
+def _frames(t, h, w):
+    return [(f, i, j) for f in range(t) for i in range(h) for j in range(w)]
+
+
+# ----------------------------------------------------------------------------- reference loops
+def _reference_mrope_i(units, stride: int, reset: bool):
+    """JJJYmmm ``get_mrope_interleave_index``: a unit starts at the previous chunk's max + 1;
+    a block is ``(st + stride f, i, j)`` with spatial reset (then its ``<vision_end>`` gets
+    ``st + max(stride (T-1), H-1, W-1) + 1``), else ``(st + stride f, st + i, st + j)``."""
+    pos, last_max, pending_end = [], -1, None
+    for unit in units:
+        if unit[0] == "text":
+            for _ in range(unit[1]):
+                p = pending_end if pending_end is not None else last_max + 1
+                pending_end = None
+                pos.append([p, p, p])
+                last_max = max(last_max, p)
+            continue
+        _, t, h, w = unit
+        st = last_max + 1
+        raw = [(f * stride, i, j) for f, i, j in _frames(t, h, w)]
+        for a, b, c in raw:
+            pos.append([a + st, b, c] if reset else [a + st, b + st, c + st])
+        top = max(max(r) for r in raw)
+        if reset:
+            pending_end = st + top + 1  # the token after the block is <vision_end>
+        last_max = max(last_max, st + top)
+    return pos
+
+
+def _reference_hope(units, scale: float):
+    """HoPE: ``t = st + s f``, ``h = i - (H-1)//2 + t``, ``w = j - (W-1)//2 + t``; the next
+    unit starts at the max of the t row + 1."""
+    pos, t_max = [], -1.0
+    for unit in units:
+        if unit[0] == "text":
+            for _ in range(unit[1]):
+                p = t_max + 1
+                pos.append([p, p, p])
+                t_max = p
+            continue
+        _, t, h, w = unit
+        st = t_max + 1
+        for f, i, j in _frames(t, h, w):
+            tt = st + f * scale
+            pos.append([tt, i - (h - 1) // 2 + tt, j - (w - 1) // 2 + tt])
+            t_max = max(t_max, tt)
+    return pos
+
+
+def _reference_vrope(units):
+    """VRoPE: four combinations of ``(i, j)``, frame ``f`` shifted by ``f (H + W - 1)``; the text
+    after a video continues at ``st + T (H + W - 1)``; the video's smallest position is text + 1."""
+    pos, nxt = [], 0
+    for unit in units:
+        if unit[0] == "text":
+            for _ in range(unit[1]):
+                pos.append([nxt] * 4)
+                nxt += 1
+            continue
+        _, t, h, w = unit
+        for f, i, j in _frames(t, h, w):
+            base = nxt + f * (h + w - 1)
+            pos.append([base + i + j, base + i + (w - 1 - j), base + (h - 1 - i) + j, base + (h - 1 - i) + (w - 1 - j)])
+        nxt += t * (h + w - 1)
+    return pos
+
+
+def _reference_v2pe(units, delta: float):
+    """V2PE: text at ``last + 1, ...``; visual token ``k`` at ``last + k delta`` (``k = 1..N``);
+    then ``last = ceil(last visual)``."""
+    pos, last = [], -1.0
+    for unit in units:
+        if unit[0] == "text":
+            for _ in range(unit[1]):
+                last += 1
+                pos.append([last])
+            continue
+        _, t, h, w = unit
+        n = t * h * w
+        visual = [last + k * delta for k in range(1, n + 1)]
+        pos.extend([v] for v in visual)
+        last = float(math.ceil(visual[-1]))
+    return pos
+
+
+REFERENCES = {
+    "mrope-i": (lambda u: _reference_mrope_i(u, 1, True), {}),
+    "mrope-i@3": (lambda u: _reference_mrope_i(u, 3, True), {"temporal_scale": 3}),
+    "mhrope": (lambda u: _reference_mrope_i(u, 1, False), {}),
+    "hope": (lambda u: _reference_hope(u, 0.75), {"temporal_scale": 0.75}),
+    "hope@1.5": (lambda u: _reference_hope(u, 1.5), {"temporal_scale": 1.5}),
+    "vrope": (_reference_vrope, {}),
+    "v2pe": (lambda u: _reference_v2pe(u, 1 / 16), {"delta": 1 / 16}),
+    "v2pe@0.5": (lambda u: _reference_v2pe(u, 0.5), {"delta": 0.5}),
+}
+
+
+@pytest.mark.parametrize("case", list(REFERENCES))
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_positions_equal_the_reference_rule(case, padding_side):
+    scheme = case.split("@")[0]
+    reference, options = REFERENCES[case]
+    rng = random.Random(case + padding_side)
+    for _ in range(6):
+        samples = _random_samples(rng, rng.randint(1, 3))
+        lay = build(samples, scheme, padding_side=padding_side, **options)
+        real = lay.coords.mask
+        for b, sample in enumerate(samples):
+            expected = torch.tensor(reference(_units(sample)), dtype=torch.float64)  # (n, A)
+            got = lay.coords.pos[b][real[b]].double()
+            assert got.shape == expected.shape and torch.equal(got, expected), (case, sample)
+
+
+# ----------------------------------------------------------------------------- angles
+def _inv_freq(pairs: int, theta: float = 10000.0):
+    return torch.tensor([theta ** (-p / pairs) for p in range(pairs)], dtype=torch.float64)
+
+
+def _mrope_i_axis(p: int, section) -> int:
+    """Qwen3-VL interleave: pairs ``1, 4, 7, ... < 3 s_h`` read h, ``2, 5, ... < 3 s_w`` read w, the rest t."""
+    if p % 3 == 1 and p < 3 * section[1]:
+        return 1
+    if p % 3 == 2 and p < 3 * section[2]:
+        return 2
+    return 0
+
+
+@pytest.mark.parametrize("scheme", ["mrope-i", "mhrope", "vrope", "hope", "v2pe"])
+def test_angles_equal_the_reference_allocation(scheme):
+    """Angles per pair (and per KV head for MHRoPE) from the reference positions and the
+    reference frequency allocation, against the scheme's encoder on the layout."""
+    rng = random.Random(scheme)
+    samples = _random_samples(rng, 2)
+    reference, options = REFERENCES[scheme]
+    lay = build(samples, scheme, **options)
+    head_dim, pairs = 32, 16
+    inv = _inv_freq(pairs)
+    kw = {"num_heads": 8, "num_kv_heads": 4, "head_sections": [1, 1, 1]} if scheme == "mhrope" else {}
+    enc = create(get_scheme(scheme).encoder, head_dim=head_dim, **kw)
+    got = enc.angles(lay.coords).double()
+    real = lay.coords.mask
+    for b, sample in enumerate(samples):
+        pos = torch.tensor(reference(_units(sample)), dtype=torch.float64)  # (n, A)
+        n = pos.shape[0]
+        if scheme == "mrope-i":  # default interleaved section for 16 pairs
+            section = (6, 5, 5)
+            expected = torch.stack([pos[:, _mrope_i_axis(p, section)] * inv[p] for p in range(pairs)], -1)
+        elif scheme == "mhrope":  # KV head j reads axis j (t, h, w), the fourth head is not rotated
+            expected = torch.stack([pos[:, j, None] * inv if j < 3 else torch.zeros(n, pairs) for j in range(4)])
+        elif scheme == "vrope":
+            expected = torch.stack([pos[:, p % 4] * inv[p] for p in range(pairs)], -1)
+        elif scheme == "hope":  # section (4, 6, 6): 12 spatial pairs h, w, h, w, ..., then 4 NoPE pairs
+            expected = torch.stack([pos[:, 1 + p % 2] * inv[p] if p < 12 else torch.zeros(n) for p in range(pairs)], -1)
+        else:
+            expected = pos[:, :1] * inv
+        sel = got[b][..., real[b], :] if scheme == "mhrope" else got[b][real[b]]
+        torch.testing.assert_close(sel, expected, rtol=1e-6, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- registry
+def test_every_scheme_declares_what_the_paths_need():
+    for name, sch in SCHEMES.items():
+        assert sch.name == name and sch.axes and sch.encoder and sch.paper
+        rows, back = torch.tensor(sch.hf_rows, dtype=torch.float64), torch.tensor(sch.rows_to_axes, dtype=torch.float64)
+        assert rows.shape == (3, len(sch.axes)) and back.shape == (len(sch.axes), 3)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_hf_rows_unpack_to_the_axes(scheme):
+    """``rows_to_axes`` inverts ``hf_rows`` on every position the scheme produces."""
+    options = {"hope": {"temporal_scale": 0.75}, "v2pe": {"delta": 0.25}}.get(scheme, {})
+    lay = build(_random_samples(random.Random(0), 3), scheme, **options)
+    sch = get_scheme(scheme)
+    rows = lay.hf_position_ids().double()[:, lay.coords.mask]  # (3, n)
+    axes = torch.tensor(sch.rows_to_axes, dtype=torch.float64) @ rows  # (A, n)
+    assert torch.equal(axes, lay.coords.pos[lay.coords.mask].double().T)
+
+
+def test_training_draws_take_the_generator_on_both_paths():
+    """V2PE's delta and HoPE's scale are drawn from the caller's generator, by layout.build and
+    by the token-id path alike (same draws for the same seed)."""
+    pytest.importorskip("transformers")
+    from mmpos.integrations.hf_rope_index import RopeIndexOptions, token_layout
+
+    samples = [[Text(2), Image((1, 4, 4)), Text(1), Video((2, 4, 4)), Text(1)]] * 3
+    ids = []
+    for sample in samples:
+        for seg in sample:
+            ids += (
+                [5] * seg.n
+                if isinstance(seg, Text)
+                else [9 if isinstance(seg, Image) else 10] * (seg.grid_thw[0] * seg.grid_thw[1] * seg.grid_thw[2] // 4)
+            )
+    input_ids = torch.tensor(ids).view(3, -1)
+    for scheme in ("v2pe", "hope"):
+        lay = build(samples, scheme, training=True, generator=torch.Generator().manual_seed(7))
+        options = RopeIndexOptions(scheme, "qwen2", 2, 9, 10, 2.0, training=True)
+        tok = token_layout(
+            options,
+            input_ids,
+            torch.tensor([[1, 4, 4]] * 3),
+            torch.tensor([[2, 4, 4]] * 3),
+            generator=torch.Generator().manual_seed(7),
+        )
+        assert torch.equal(tok.position_ids, lay.position_ids) and torch.equal(tok.rope_deltas, lay.rope_deltas)
+        other = build(samples, scheme, training=True, generator=torch.Generator().manual_seed(8))
+        assert not torch.equal(other.position_ids, lay.position_ids)
+
+
+def test_a_new_scheme_is_one_registry_entry():
+    """Registering a scheme makes it available to layout.build (and so to every path)."""
+
+    def reverse_block(g: BlockGeometry, options):  # a block's tokens in reverse order
+        return (g.tokens[g.block].double() - 1 - g.local).unsqueeze(0), g.tokens.double(), torch.ones(1).double()
+
+    sch = Scheme("reverse-test", ("seq",), "rope", reverse_block, ((1,), (1,), (1,)), ((1, 0, 0),), paper="test")
+    register_scheme(sch)
+    try:
+        lay = build([[Text(2), Image((1, 4, 4)), Text(1)]], "reverse-test")
+        assert lay.position_ids[0, 0].tolist() == [0, 1, 5, 4, 3, 2, 6]
+        with pytest.raises(ValueError, match="already registered"):
+            register_scheme(Scheme("reverse-test", ("seq",), "rope", reverse_block, ((1,), (1,), (1,)), ((1, 0, 0),)))
+    finally:
+        SCHEMES.pop("reverse-test")
+
+
+def test_one_validator_for_every_path():
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        resolve_options("qwen4-vl")
+    with pytest.raises(ValueError, match="temporal stride"):
+        resolve_options("mrope-i", temporal_scale=2.5)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        resolve_options("qwen2-vl", rule="newest")
+    with pytest.raises(TypeError, match="training must be a bool"):
+        resolve_options("v2pe", training=1)
+    with pytest.raises(ValueError, match="tokens_per_second"):
+        resolve_options("qwen2.5-vl", tokens_per_second=math.inf)
+    with pytest.raises(ValueError, match="hf_rows must be 3 rows"):
+        Scheme("bad", ("seq",), "rope", None, ((1,), (1,)), ((1, 0, 0),))
+
+
+def test_huge_seconds_give_a_clear_error_not_wrapped_ids():
+    """Issue 10 (2) on the segment path: ids that int64 / float64 cannot hold are refused."""
+    with pytest.raises(ValueError, match=r"2\*\*53"):
+        build([[Text(1), Video((3, 4, 4), second_per_grid=1e300), Text(1)]], "qwen2.5-vl")
+
+
+def test_pack_is_the_one_core():
+    """``build`` is a front end of ``pack``: the same blocks give the same Layout."""
+    from mmpos.layout import VisionBlocks
+
+    lay = build([[Text(2), Image((1, 4, 6)), Text(1)]], "qwen2-vl")
+    real = torch.ones(1, 9, dtype=torch.bool)
+    blocks = VisionBlocks(torch.tensor([[1, 2, 3]]), torch.zeros(1), torch.tensor([True]), torch.arange(2, 8))
+    again = pack(real, lay.modality, blocks, "qwen2-vl", resolve_options("qwen2-vl"))
+    assert torch.equal(again.position_ids, lay.position_ids) and torch.equal(again.rope_deltas, lay.rope_deltas)
