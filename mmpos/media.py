@@ -367,6 +367,8 @@ def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -
             n = min(max(int(total_frames / video_fps * spec.fps), spec.min_frames), spec.max_frames, total_frames)
         if n is None:
             n = min(max(total_frames, spec.min_frames), spec.max_frames)
+        if n < 1:
+            raise ValueError(f"cannot sample 0 frames from a clip of {total_frames} frames; raise fps or min_frames")
         return np.linspace(0, total_frames - 1, n).round().astype(np.int64)
     if spec.num_frames is not None:
         n = round(spec.num_frames / tp) * tp

@@ -374,6 +374,8 @@ def test_bad_video_files(tmp_path):
         media.video_patches(path, video_fps=10.0)
     with pytest.raises(ValueError, match="cannot sample"):
         media.video_patches(frames[:1], video_fps=10.0, fps=2.0)
+    with pytest.raises(ValueError, match="cannot sample 0 frames"):
+        media.video_patches(frames[:3], "qwen3-vl", video_fps=10.0, fps=2.0, min_frames=0)
     one = tmp_path / "one.avi"
     _write_clip(one, frames[:1], 10.0)
     with pytest.raises(ValueError, match="one.avi.*cannot sample 0 frames"):  # HF divides by zero here
