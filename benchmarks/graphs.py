@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 SMALL = ["pyg", "pyg-undirected", "mmpos-q0", "mmpos-q0.25", "mmpos-q0-many", "mmpos-q0.25-many"]
-BIG = ["pyg-undirected", "mmpos-q0", "mmpos-q0.25"]
+BIG = ["mmpos-q0", "mmpos-q0.25", "pyg-undirected"]
 
 
 def _small_graphs(num: int, cache: Path):
