@@ -27,12 +27,18 @@ load hits them alike); process CPU time on CPU (with one thread, the call's comp
 time on CUDA. Peak memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the
 rise of ``VmHWM`` with glibc mapping blocks of 64 KiB or more, as in ``benchmarks/irpe.py``).
 
-    python benchmarks/rotary.py [--device cpu|cuda] [--repeats 15] [--threads 1] [--no-compile]
+``--stack`` instead times a whole ``mmpos.nn.Transformer`` forward (DeiT-S: dim 384, 12 blocks,
+6 heads, ``rope-axial``; N = 197 batch 8 and N = 1025 batch 2) with the angles computed once per
+forward (the shared encoder) against every block computing them again (the same encoder handed
+to each block's attention, as before the placement module).
+
+    python benchmarks/rotary.py [--device cpu|cuda] [--repeats 15] [--threads 1] [--no-compile] [--stack]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import ctypes
 import datetime
 import platform
@@ -46,6 +52,7 @@ from transformers.models.qwen2_vl import modeling_qwen2_vl as hf_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
 
 from mmpos import Coords, create
+from mmpos.nn import Transformer
 from mmpos.rotary import apply_rotary
 
 HEADS, KV_HEADS, HEAD_DIM, SECTION, THETA = 28, 4, 128, [16, 24, 24], 1e6
@@ -167,6 +174,34 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compiled
     return {"ms": ms, "mib": mib, "notes": notes, "hf_function": hf_name}
 
 
+@torch.no_grad()
+def stack(device: str, repeats: int) -> str:
+    """Forward of a 12-block stack: shared angles (once per forward) vs angles in every block."""
+    lines = ["| N | batch | once per forward ms | every block ms | every block / once |", "|---|---|---|---|---|"]
+    clock = time.perf_counter if device == "cuda" else time.process_time
+    for n, grid, batch in ((197, (14, 14), 8), (1025, (32, 32), 2)):
+        torch.manual_seed(0)
+        shared = Transformer(384, 12, 6, pos="rope-axial", axes=("h", "w")).to(device).eval()
+        per_block = copy.deepcopy(shared)
+        for block in per_block.blocks:
+            block.attn.encoders.insert(0, per_block.rotary["rope-axial"])
+        per_block.rotary = torch.nn.ModuleDict()
+        x, coords = torch.randn(batch, n, 384, device=device), Coords.grid(*grid, prefix=1, device=device)
+        torch.testing.assert_close(shared(x, coords), per_block(x, coords))
+        samples = {"once": [], "every": []}
+        for i in range(repeats + 1):
+            for name, model in (("once", shared), ("every", per_block)):
+                start = clock()
+                model(x, coords)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if i:
+                    samples[name].append(clock() - start)
+        once, every = (1e3 * statistics.median(samples[k]) for k in ("once", "every"))
+        lines.append(f"| {n} | {batch} | {once:.1f} | {every:.1f} | {every / once:.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -175,8 +210,16 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--stack", action="store_true", help="time a 12-block stack instead (angles once vs per block)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.stack:
+        print(
+            f"<!-- {datetime.date.today()}, {args.device}, {args.threads} thread(s), torch {torch.__version__}, "
+            f"median of {args.repeats} -->"
+        )
+        print(stack(args.device, args.repeats))
+        return
     if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
         _LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
     rows = []
