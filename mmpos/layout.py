@@ -92,7 +92,9 @@ class _SchemeAxes(Mapping):
     """``scheme -> axes``, a live view of the registry."""
 
     def __getitem__(self, name: str) -> tuple[str, ...]:
-        return get_scheme(name).axes
+        if name not in SCHEMES:
+            raise KeyError(name)
+        return SCHEMES[name].axes
 
     def __iter__(self):
         return iter(SCHEMES)

@@ -46,7 +46,7 @@ from torch import Tensor
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
-from ..schemes import SCHEMES, get_scheme
+from ..schemes import SCHEMES
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = [
@@ -72,7 +72,9 @@ class _SchemeEncoders(Mapping):
     """``scheme -> encoder name``, a live view of :data:`mmpos.schemes.SCHEMES`."""
 
     def __getitem__(self, name: str) -> str:
-        return get_scheme(name).encoder
+        if name not in SCHEMES:
+            raise KeyError(name)
+        return SCHEMES[name].encoder
 
     def __iter__(self):
         return iter(SCHEMES)
