@@ -1,9 +1,10 @@
 """Export models that use mmpos encoders: ``torch.export`` and ONNX, with clear errors.
 
 :func:`export` is :func:`torch.export.export`, :func:`to_onnx` is
-``torch.onnx.export(..., dynamo=True)``; both behave exactly as torch's functions, except
-that when an export with ``dynamic_shapes`` fails and the model holds encoders that need a
-static token grid (:func:`static_grid_encoders`), the error names them and says why.
+``torch.onnx.export(..., dynamo=True)``; both behave as torch's functions, except that with
+``dynamic_shapes`` an export that fails, or that fixes a size asked to be dynamic (torch keeps
+such a size in a run-time guard, which the ONNX exporter drops), raises a ``ValueError`` naming
+the encoders that need a static token grid (:func:`static_grid_encoders`) and why.
 
 What is dynamic (``docs/export.md``): an encoder that reads coordinates as tensors
 (every rotary encoder, ``sincos``, ``fourier``, ``fuzzy``) and the ``peg`` / ``peg3d``
@@ -19,6 +20,7 @@ Shapes: whatever the model takes; nothing here changes the model.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +48,55 @@ def static_grid_encoders(model: nn.Module) -> dict[str, str]:
     }
 
 
-def _explain(model: nn.Module, error: Exception) -> Exception:
+def _explain(model: nn.Module, what: str) -> ValueError:
     static = static_grid_encoders(model)
     if not static:
-        return error
+        return ValueError(f"export with dynamic_shapes failed: {what}")
     names = "; ".join(f"{name} ({type(model.get_submodule(name)).__name__}) {why}" for name, why in static.items())
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return ValueError(
         f"export with dynamic_shapes failed; these encoders need static token shapes: {names}. Export with "
         f"a fixed token grid (dynamic batch only), or use an encoder that reads coordinates (rotary, sincos, "
-        f"fourier, fuzzy, peg). torch said: {first}"
+        f"fourier, fuzzy, peg). torch: {what}"
     )
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _specialized(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> list[str]:
+    """Input dimensions asked to be dynamic that the program fixed to the example's size."""
+    names = list(program.graph_signature.user_inputs)
+    if isinstance(dynamic_shapes, dict):
+        specs = [(name, dynamic_shapes.get(name)) for name in names]
+    else:
+        specs = list(zip(names, dynamic_shapes))
+    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    fixed = []
+    for name, spec in specs:
+        if not spec or not isinstance(values.get(name), torch.Tensor):
+            continue
+        dims = spec.keys() if isinstance(spec, dict) else [i for i, d in enumerate(spec) if d is not None]
+        shape = values[name].shape
+        fixed += [f"{name}.shape[{d}] = {shape[d]}" for d in dims if not isinstance(shape[d], torch.SymInt)]
+    return fixed
+
+
+def _pinned(program: torch.export.ExportedProgram) -> list[str]:
+    """Input-shape guards that pin a size to a constant (``(L['x'].size()[2] // 4) == 4``).
+
+    torch keeps them in the private ``ExportedProgram._guards_code`` (checked by ``module()``, not
+    by the range constraints, and not exported to ONNX); divisibility guards (``% 4 == 0``) are kept.
+    """
+    guards = getattr(program, "_guards_code", None) or []
+    return [g for g in guards if "size()" in g and "%" not in g and re.search(r"\) == \d+$", g)]
+
+
+def _check(model: nn.Module, program: torch.export.ExportedProgram, dynamic_shapes: Any) -> None:
+    fixed = _specialized(program, dynamic_shapes) + _pinned(program)[:2]
+    if fixed:
+        raise _explain(model, f"sizes asked to be dynamic were fixed to the example's: {'; '.join(fixed)}")
 
 
 def export(
@@ -67,13 +107,18 @@ def export(
     dynamic_shapes: Any = None,
     **options: Any,
 ) -> torch.export.ExportedProgram:
-    """:func:`torch.export.export`, naming the encoders that need static shapes when a dynamic export fails."""
+    """:func:`torch.export.export`; with ``dynamic_shapes``, a ``ValueError`` naming the encoders that need
+    static shapes when the export fails or fixes a dimension asked to be dynamic (torch turns a
+    violated derived dimension, e.g. ``4 * Dim("h")``, into a run-time guard instead of an error)."""
     try:
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, **options)
+        program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, **options)
     except Exception as e:
         if dynamic_shapes is None:
             raise
-        raise _explain(model, e) from e
+        raise _explain(model, _first_line(e)) from e
+    if dynamic_shapes is not None:
+        _check(model, program, dynamic_shapes)
+    return program
 
 
 def to_onnx(
@@ -86,11 +131,12 @@ def to_onnx(
 ):
     """``torch.onnx.export(model, args, path, dynamic_shapes=..., dynamo=True)``; returns the ``ONNXProgram``.
 
-    Needs the ``export`` extra (onnx, onnxscript; onnxruntime to run the result).
+    Needs the ``export`` extra (onnx, onnxscript; onnxruntime to run the result). With
+    ``dynamic_shapes`` the model goes through :func:`export` first (same errors) and the checked
+    program to the ONNX exporter: torch's ONNX exporter (2.14) does not refuse a size that the
+    export pinned, it writes a graph that fails in onnxruntime at any other size.
     """
-    try:
-        return torch.onnx.export(model, args, path, dynamic_shapes=dynamic_shapes, dynamo=True, **options)
-    except Exception as e:
-        if dynamic_shapes is None:
-            raise
-        raise _explain(model, e) from e
+    if dynamic_shapes is None:
+        return torch.onnx.export(model, args, path, dynamo=True, **options)
+    program = export(model, args, dynamic_shapes=dynamic_shapes)
+    return torch.onnx.export(program, args, path, dynamo=True, **options)
