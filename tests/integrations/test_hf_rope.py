@@ -228,20 +228,22 @@ def test_own_scheme_through_mmpos_leaves_logits_and_generate_unchanged(family, s
 
 
 @torch.no_grad()
-def test_layout_position_ids_give_the_model_logits(family):
+@pytest.mark.parametrize("scheme, options", [("own", {}), *SWAPS], ids=["own"] + [s for s, _ in SWAPS])
+def test_layout_position_ids_give_the_model_logits(family, scheme, options):
     """A ``Layout`` from ``mmpos.layout.build`` handed to the patched model as ``position_ids``
-    gives the logits the model computes itself, in the three HF shapes of position ids."""
+    gives the logits the model computes itself (its own scheme and every swapped one), with
+    ``(3, B, L)`` and ``(4, B, L)`` position ids."""
     name, model = family
     inputs = _batch(name)
-    scheme = OWN.get(name, name)
-    use_rope(model, scheme)
+    scheme = OWN.get(name, name) if scheme == "own" else scheme
+    use_rope(model, scheme, **options)
     ref = model(**inputs).logits
     if name.startswith("qwen3"):  # <start> frame <end> <timestamp> <start> frame <end>
         video = [Text(1), Video((1, 2, 6)), Text(3), Video((1, 2, 6)), Text(3)]
     else:
         video = [Text(1), Video((2, 2, 6), 2.0 if name == "qwen2.5-vl" else None), Text(3)]
     samples = [[Text(3), Image((1, 4, 6)), Text(3)] + video, [Text(2), Image((1, 4, 4)), Text(3)]]
-    lay = build(samples, scheme, padding_side="left", rule=RULE)
+    lay = build(samples, scheme, padding_side="left", rule=RULE, **options)
     assert torch.equal(lay.attention_mask, inputs["attention_mask"])
     for shape in ("3d", "4d"):
         got = model(**dict(inputs, position_ids=lay.hf_position_ids(shape))).logits
