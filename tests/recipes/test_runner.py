@@ -410,10 +410,8 @@ def test_a_first_run_that_fails_leaves_no_folder(tmp_path):
     @register_task("toy_broken", defaults=_TOY_DEFAULTS)
     def _build(cfg, encoder, seed, device):
         task = _build_toy(cfg, encoder, seed, device)
-        calls = {"n": 0}
 
         def train_batch(step):  # builds and evaluates fine, then fails in the first training step
-            calls["n"] += 1
             raise ValueError("broken data")
 
         return Task(task.model, train_batch, task.loss, task.evaluate, metric="acc")
