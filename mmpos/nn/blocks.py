@@ -10,7 +10,7 @@ tokens, conv encoders after the blocks listed in ``conv_after`` (CPVT: after blo
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from timm.layers import DropPath, Mlp
@@ -37,10 +37,14 @@ class Block(nn.Module):
         causal: bool = False,
         qkv_bias: bool = True,
         drop_path: float = 0.0,
+        attn: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, num_heads, num_kv_heads, encoders, causal, qkv_bias)
+        if attn is not None and encoders:
+            raise ValueError("attn replaces the block's attention: give its encoders to that module, not to Block")
+        # attn: e.g. a multi-order attention (mmpos.nn.TPEAttention); called as attn(x, coords, attn_mask, rotations)
+        self.attn = Attention(dim, num_heads, num_kv_heads, encoders, causal, qkv_bias) if attn is None else attn
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -68,6 +72,9 @@ class Transformer(nn.Module):
             to encoders that read named axes.
         conv_after: block indices after which conv encoders run.
         drop_path: stochastic depth, linearly increasing to this rate.
+        attn_layer: ``block index -> attention module`` replacing :class:`Attention` in every block,
+            e.g. ``lambda i: TPEAttention(dim, num_heads)`` (the multi-order hook point, 2D-TPE);
+            rotary and bias encoders cannot be combined with it.
 
     Modules: ``additive`` (input encoders), ``rotary`` (fixed-plan rotary encoders shared by all
     blocks, by name; no state-dict entries), ``blocks[i].attn.encoders`` (the encoders block ``i``
@@ -94,6 +101,7 @@ class Transformer(nn.Module):
         qkv_bias: bool = True,
         conv_after: Sequence[int] = (0,),
         drop_path: float = 0.0,
+        attn_layer: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         context = {
@@ -108,6 +116,8 @@ class Transformer(nn.Module):
         if axes is not None:
             context["axes"] = tuple(axes)
         placement = Placement(pos, pos_kwargs, context, conv_after)
+        if attn_layer is not None and any(placement.kinds[n] in ("rotary", "bias") for n in placement.names):
+            raise ValueError("attn_layer replaces the attention: pos may then hold additive and conv encoders only")
         self.additive = nn.ModuleList(placement.additive().values())
         self.conv_after = placement.conv_after
         self.convs = nn.ModuleDict({i: nn.ModuleList(group.values()) for i, group in placement.convs().items()})
@@ -121,6 +131,7 @@ class Transformer(nn.Module):
                 causal,
                 qkv_bias,
                 drop_path * i / max(depth - 1, 1),
+                None if attn_layer is None else attn_layer(i),
             )
             for i in range(depth)
         )

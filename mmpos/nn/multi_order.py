@@ -199,7 +199,8 @@ class MultiOrderAttention(nn.Module):
         qkv_bias, proj_bias: biases of the projections.
         attn_drop: attention dropout.
 
-    ``forward(x (B, N, dim), coords, attn_mask=None, cache=None) -> (B, N, dim)``; ``coords``
+    ``forward(x (B, N, dim), coords, attn_mask=None, rotations=(), cache=None) -> (B, N, dim)``
+    (the signature of :class:`mmpos.nn.Attention`, so :class:`mmpos.nn.Block` takes it); ``coords``
     has the order names among its axes (:attr:`mmpos.table.TableLayout.order_coords`), and its
     ``mask`` marks padding. With a :class:`MultiOrderCache` the new tokens are appended to it;
     a token may attend to every cached or new token whose position is not larger than its own,
@@ -263,10 +264,17 @@ class MultiOrderAttention(nn.Module):
         return qs, ks
 
     def forward(
-        self, x: Tensor, coords: Coords, attn_mask: Tensor | None = None, cache: MultiOrderCache | None = None
+        self,
+        x: Tensor,
+        coords: Coords,
+        attn_mask: Tensor | None = None,
+        rotations: Sequence = (),
+        cache: MultiOrderCache | None = None,
     ) -> Tensor:
         if attn_mask is not None:
             raise ValueError("multi-order attention builds its masks from coords (order positions and mask)")
+        if rotations:
+            raise ValueError("multi-order attention applies RoPE per order itself: use it without rotary encoders")
         if not isinstance(coords, Coords):
             raise TypeError(f"coords must be a Coords holding the order positions {self.orders}, got {coords!r}")
         b, n, _ = x.shape

@@ -174,3 +174,19 @@ def test_invalid_arguments():
         m(torch.randn(1, c.num_tokens, 32), c, attn_mask=torch.ones(1, 1, dtype=torch.bool))
     with pytest.raises(ValueError, match="axis"):
         m(torch.randn(1, 4, 32), Coords.sequence(4))
+
+
+def test_transformer_blocks_take_the_multi_order_attention():
+    from mmpos.nn import Transformer
+
+    torch.manual_seed(6)
+    layout = _ragged_batch()
+    c = layout.order_coords
+    model = Transformer(32, 2, 4, causal=True, attn_layer=lambda i: TPEAttention(32, 4, orders=ORDERS))
+    x = torch.randn(c.batch_size, c.num_tokens, 32)
+    out = model(x, c)
+    assert out.shape == x.shape and isinstance(model.blocks[1].attn, TPEAttention)
+    router_entropy_loss(model, layout.table_mask).backward()
+    assert model.blocks[0].attn.router.gate_1.weight.grad is not None
+    with pytest.raises(ValueError, match="attn_layer"):
+        Transformer(32, 1, 4, pos="rope", attn_layer=lambda i: TPEAttention(32, 4))
