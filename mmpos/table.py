@@ -31,6 +31,12 @@ last item column of the whole table, so that ragged rows end in one column).
 * ``cell`` -- ``(row, column, token-in-cell)`` of every token of a table *cell* (table row
   and table column, not item indices), ``-1`` elsewhere (separators, text, padding).
 
+Importing this module also teaches :func:`mmpos.layout.build` the :class:`Table` segment
+(through :func:`mmpos.layout.register_segment`): under every multimodal scheme a table is a run
+of text tokens at its serialised positions (its ``"row"`` order), so tables mix with text,
+images and videos in one sequence; the other orders and the cell coordinates come from
+:func:`build`, which lays out text and tables.
+
 Shapes: ``B`` samples padded to ``L`` tokens; ``K = len(orders)``.
 """
 
@@ -44,7 +50,7 @@ import torch
 from torch import Tensor
 
 from .coords import Coords, Modality
-from .layout import Image, Text, Video
+from .layout import Image, Text, Unit, Video, register_segment
 
 __all__ = ["ORDERS", "Table", "TableLayout", "build", "serialise"]
 
@@ -177,6 +183,14 @@ def serialise(table: Table) -> _Serialised:
     return _Serialised(r, c, cell, orders, extent)
 
 
+def _layout_units(table: Table, scheme: object, merge: int, where: str) -> list[Unit]:
+    """:func:`mmpos.layout.build` reads a table as its serialised tokens, in row-major order, as text."""
+    return [Unit(int(Modality.TEXT), serialise(table).num_tokens)]
+
+
+register_segment(Table, _layout_units)
+
+
 @dataclass(frozen=True, eq=False)
 class TableLayout:
     """Positions of a batch of samples with tables (``B`` samples padded to ``L`` tokens).
@@ -238,7 +252,7 @@ def _sample(segments: Sequence[Text | Table], orders: tuple[str, ...], index: in
         elif isinstance(seg, (Image, Video)):
             raise TypeError(
                 f"samples[{index}][{s}] is an {type(seg).__name__}: mmpos.table.build lays out Text and Table "
-                "segments; images and videos go through mmpos.layout.build"
+                "segments; samples with images and videos go through mmpos.layout.build (tables as text runs)"
             )
         else:
             raise TypeError(f"samples[{index}][{s}] must be a Text or a Table, got {type(seg).__name__}")

@@ -88,3 +88,18 @@ def test_build_validation():
         build([[Text(1), Image((1, 2, 2))]])
     with pytest.raises(ValueError, match="samples"):
         build([t])
+
+
+def test_layout_build_reads_tables_as_text_runs_under_every_scheme():
+    from mmpos import layout as mm
+
+    t = Table(((1, 2), (3,)), rule_rows=True)
+    sample = [Text(2), t, Text(3)]
+    flat = mm.build([sample], "flat")
+    rows = build([sample], orders=("row",))
+    assert torch.equal(flat.coords.pos[..., 0], rows.order_coords.pos[..., 0])
+    mixed = mm.build([[Text(2), t, mm.Image((1, 4, 4)), Text(1)]], "qwen2-vl")
+    n = 2 + serialise(t).num_tokens
+    pos = mixed.position_ids[:, 0, :n]
+    assert torch.equal(pos, torch.arange(n).expand(3, n))  # table tokens: text positions on every axis
+    assert (mixed.modality[0, n : n + 4] == 1).all() and mixed.position_ids[0, 0, -1] == n + 2
