@@ -41,7 +41,8 @@ Conventions shared with the rotary encoders (:mod:`mmpos.encoders.mrope`):
   whose positions after a video may be fractional); during decoding the token at
   cache position ``c`` gets position ``c + rope_deltas`` on every axis
   (:func:`decode_position_ids`). Under ``rule="hf-5.3"`` it is the largest position + 1
-  minus the number of real tokens, as transformers >= 5.3 computes it.
+  (never behind the next position) minus the number of real tokens, as transformers >= 5.3
+  computes it for its own schemes.
 
 New segment kinds plug in with :func:`register_segment` (``docs/adding-a-scheme.md``).
 """
@@ -62,6 +63,7 @@ from .schemes import (
     SCHEMES,
     V2PE_DELTAS,
     BlockGeometry,
+    Rule,
     Scheme,
     SchemeOptions,
     get_rule,
@@ -221,13 +223,14 @@ class Layout:
         position_ids: ``(3, B, L)`` (``(4, B, L)`` for ``vrope``): one row per axis (1-axis
             schemes repeat it three times); the rule's padding value on padding.
         rope_deltas: ``(B, 1)`` next position minus ``L`` (int64; float32 for ``hope``);
-            under ``rule="hf-5.3"`` largest position + 1 minus the real length.
+            under ``rule="hf-5.3"`` max(largest position + 1, next) minus the real length.
         attention_mask: ``(B, L)`` int64, 1 on real tokens (as HF models expect).
         modality: ``(B, L)`` int64 :class:`~mmpos.coords.Modality` codes (padding: ``TEXT``).
         coords: the same positions as a :class:`~mmpos.coords.Coords` (``pos`` ``(B, L, A)``,
             axes :data:`SCHEME_AXES` ``[scheme]``, ``mask`` = real tokens).
         scheme: the scheme name.
-        rule: the name of the rule (:data:`mmpos.schemes.RULES`) it was built with.
+        rule: the :class:`~mmpos.schemes.Rule` it was built with (a :data:`mmpos.schemes.RULES`
+            entry, or a name of one).
     """
 
     position_ids: Tensor
@@ -236,7 +239,7 @@ class Layout:
     modality: Tensor
     coords: Coords
     scheme: str
-    rule: str = "original"
+    rule: Rule | str = "original"
 
     def _hf_deltas(self) -> Tensor:
         """``rope_deltas`` relative to the padded length (what :func:`decode_position_ids` reads)."""
@@ -395,12 +398,12 @@ def pack(
     if ids.shape[0] == 1:
         ids = ids.expand(3, -1, -1).contiguous()
     if rule.deltas == "max-real":
-        top = pos.masked_fill(~real, -math.inf).amax(dim=(0, 2))  # (B,)
-        deltas = torch.where(real.any(1), top + 1, 0) - real.sum(1)
+        top = pos.masked_fill(~real, -math.inf).amax(dim=(0, 2))  # (B,) largest position
+        deltas = torch.where(real.any(1), torch.maximum(top + 1, nxt), 0) - real.sum(1)  # never behind next
     else:
         deltas = nxt - length
     coords = Coords(pos.permute(1, 2, 0).to(sch.coord_dtype).contiguous(), sch.axes, mask=real, modality=modality)
-    return Layout(ids, deltas.unsqueeze(1).to(sch.delta_dtype), real.long(), modality, coords, sch.name, rule.name)
+    return Layout(ids, deltas.unsqueeze(1).to(sch.delta_dtype), real.long(), modality, coords, sch.name, rule)
 
 
 # --------------------------------------------------------------------------- build

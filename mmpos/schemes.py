@@ -24,13 +24,13 @@ Qwen-family *rules* (:data:`RULES`) are a second, orthogonal choice: how far the
 a vision block moves (``advance``), how Qwen2.5-VL turns seconds into temporal indices
 (``seconds``) and the Hugging Face conventions for padding and ``rope_deltas``:
 
-=============  =========  ===========  =======  ===============================================
-rule           advance    seconds      padding  ``rope_deltas``
-=============  =========  ===========  =======  ===============================================
-``original``   ``max``    ``exact``    1        next position - padded length
-``hf-4.57``    ``max``    ``truncate`` 1        next position - padded length
-``hf-5.3``     ``spatial````interval``  0        max position + 1 - real (unpadded) length
-=============  =========  ===========  =======  ===============================================
+=============  ===========  ============  =======  ================================================
+rule           advance      seconds       padding  ``rope_deltas``
+=============  ===========  ============  =======  ================================================
+``original``   ``max``      ``exact``     1        next position - padded length
+``hf-4.57``    ``max``      ``truncate``  1        next position - padded length
+``hf-5.3``     ``spatial``  ``interval``  0        max(largest position + 1, next) - real length
+=============  ===========  ============  =======  ================================================
 
 ``max``: the text after a block continues at the block's maximum over every axis + 1 (the
 rule of the Qwen2/2.5/3-VL checkpoints and transformers <= 5.2). ``spatial``: at the block

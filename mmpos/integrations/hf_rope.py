@@ -283,9 +283,10 @@ def use_rope(
         temporal_scale: HoPE temporal scale (required for ``hope`` unless ``training``), or the
             integer MRoPE-I temporal stride.
         training: draw V2PE's delta / HoPE's scale per vision block, as in their training.
-        advance: ``"max"`` or ``"spatial"`` (:mod:`mmpos.schemes`); default: the installed
-            release's rule (``max`` before transformers 5.3, ``spatial`` from 5.3 on). The padding
-            and ``rope_deltas`` conventions always follow the installed release.
+        advance: ``"max"`` or ``"spatial"`` (:mod:`mmpos.schemes`); default: for the model's own
+            scheme names the installed release's rule (``max`` before transformers 5.3, ``spatial``
+            from 5.3 on), for the other schemes ``max`` (their reference rule). The padding and
+            ``rope_deltas`` conventions always follow the installed release.
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared.
@@ -296,9 +297,11 @@ def use_rope(
     if advance is not None and advance not in ADVANCES:
         raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
     base = RULES[installed_rule(core)]
+    if advance is None:  # the model's own scheme follows the release; the others their reference ("max")
+        advance = base.advance if scheme in ("own", *MODEL_SCHEMES.values()) else "max"
     rule = (
         base
-        if advance in (None, base.advance)
+        if advance == base.advance
         else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
     )
     options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
