@@ -74,7 +74,7 @@ class Coords:
     #: data-dependent finiteness check -- it synchronises with the device, and forward must not
     _trusted: InitVar[bool] = False
 
-    def __post_init__(self, _trusted: bool = False) -> None:
+    def __post_init__(self, _trusted: bool) -> None:
         pos = self.pos
         if not isinstance(pos, Tensor) or pos.dim() != 3 or not pos.is_floating_point():
             got = tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__
@@ -102,9 +102,9 @@ class Coords:
                     f"grid_shape {grid} with prefix={self.prefix} describes "
                     f"{math.prod(grid) + self.prefix} tokens, but pos has N={n}"
                 )
-        if not _trusted and not torch.compiler.is_compiling() and pos.device.type != "meta":
-            if not bool(torch.isfinite(pos).all()):
-                raise ValueError("pos must be finite: found NaN or inf coordinates")
+        checked = not _trusted and not torch.compiler.is_compiling() and pos.device.type != "meta"
+        if checked and not bool(torch.isfinite(pos).all()):  # a host sync: builders and direct construction only
+            raise ValueError("pos must be finite: found NaN or inf coordinates")
 
     # ------------------------------------------------------------------ builders
     @classmethod
