@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -39,7 +39,7 @@ from ..coords import Coords
 from ..registry import register_encoder
 from .base import BiasEncoder, resolve_head_dim
 
-__all__ = ["IRPE", "PRESETS", "METHODS", "piecewise_index", "bucket_ids", "num_buckets"]
+__all__ = ["IRPE", "METHODS", "PRESETS", "bucket_ids", "num_buckets", "piecewise_index"]
 
 METHODS = ("euc", "quant", "cross", "product")
 _MODES = {"bias": "bias", "ctx": "contextual", "contextual": "contextual"}
@@ -48,12 +48,12 @@ _PAPER = "Wu et al. 2021, iRPE (arXiv:2107.14222)"
 # Presets of the reference (rpe_models.py, all shared_head=True, skip=1); the number in
 # the reference names counts the buckets used on a 14 x 14 grid plus the class bucket.
 PRESETS: dict[str, dict] = {
-    "product-ctx-k": dict(method="product", mode="ctx", ratio=1.9, rpe_on="k"),  # ctx_product_50_shared_k
-    "product-ctx-qk": dict(method="product", mode="ctx", ratio=1.9, rpe_on="qk"),  # ctx_product_50_shared_qk
-    "product-ctx-qkv": dict(method="product", mode="ctx", ratio=1.9, rpe_on="qkv"),  # ctx_product_50_shared_qkv
-    "euc-ctx-k": dict(method="euc", mode="ctx", ratio=20, rpe_on="k"),  # ctx_euc_20_shared_k
-    "quant-ctx-k": dict(method="quant", mode="ctx", ratio=33, rpe_on="k"),  # ctx_quant_51_shared_k
-    "cross-ctx-k": dict(method="cross", mode="ctx", ratio=20, rpe_on="k"),  # ctx_cross_56_shared_k
+    "product-ctx-k": {"method": "product", "mode": "ctx", "ratio": 1.9, "rpe_on": "k"},  # ctx_product_50_shared_k
+    "product-ctx-qk": {"method": "product", "mode": "ctx", "ratio": 1.9, "rpe_on": "qk"},  # ctx_product_50_shared_qk
+    "product-ctx-qkv": {"method": "product", "mode": "ctx", "ratio": 1.9, "rpe_on": "qkv"},  # ctx_product_50_shared_qkv
+    "euc-ctx-k": {"method": "euc", "mode": "ctx", "ratio": 20, "rpe_on": "k"},  # ctx_euc_20_shared_k
+    "quant-ctx-k": {"method": "quant", "mode": "ctx", "ratio": 33, "rpe_on": "k"},  # ctx_quant_51_shared_k
+    "cross-ctx-k": {"method": "cross", "mode": "ctx", "ratio": 20, "rpe_on": "k"},  # ctx_cross_56_shared_k
 }
 
 
@@ -98,9 +98,7 @@ def num_buckets(method: str, ratio: float, prefix: int = 0) -> int:
     return (side**2 if method == "product" else side) + (1 if prefix > 0 else 0)
 
 
-def bucket_ids(
-    grid_shape: Sequence[int], method: str, ratio: float, prefix: int = 0
-) -> tuple[Tensor, int]:
+def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, prefix: int = 0) -> tuple[Tensor, int]:
     """Bucket id of every (query, key) pair of ``prefix`` tokens followed by a row-major grid.
 
     Args:

@@ -47,4 +47,3 @@ class Rope1d(RotaryEncoder):
         if "seq" in coords.axes:
             return coords
         return coords.flattened()
-

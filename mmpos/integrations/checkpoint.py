@@ -11,8 +11,8 @@ backbone transfers its embedding to a converted one and back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from torch import Tensor, nn
 
@@ -74,7 +74,7 @@ def load_state_dict_report(
             dimensions (e.g. ``(N, D)`` and ``(1, N, D)``) is reshaped.
     """
     if not isinstance(state_dict, Mapping):
-        raise ValueError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+        raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
     targets = model.state_dict()
     load: dict[str, Tensor] = {}
     dropped, mismatched, renamed = [], [], []

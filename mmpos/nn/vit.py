@@ -7,7 +7,8 @@ encoders that read coordinates.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from timm.layers import PatchEmbed, to_2tuple
@@ -86,7 +87,9 @@ class VisionTransformer(nn.Module):
         h, w = images.shape[-2:]
         if h % self.patch_size or w % self.patch_size:
             raise ValueError(f"image size {(h, w)} must be a multiple of patch_size={self.patch_size}")
-        return Coords.grid(h // self.patch_size, w // self.patch_size, prefix=self.num_prefix_tokens, device=images.device)
+        return Coords.grid(
+            h // self.patch_size, w // self.patch_size, prefix=self.num_prefix_tokens, device=images.device
+        )
 
     def forward_features(self, images: Tensor) -> Tensor:
         """``(B, prefix + h * w, dim)`` tokens after the transformer."""
