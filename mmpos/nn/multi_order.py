@@ -252,6 +252,14 @@ class MultiOrderAttention(nn.Module):
     def num_orders(self) -> int:
         return len(self.orders)
 
+    def _apply(self, fn, recurse=True):
+        # keep the RoPE spectrum in float32 under model.to(torch.bfloat16) (as RotaryEncoder does)
+        fixed = self._buffers.get("inv_freq")
+        super()._apply(fn, recurse)
+        if fixed is not None and self._buffers["inv_freq"].dtype != fixed.dtype:
+            self._buffers["inv_freq"] = fixed.to(self._buffers["inv_freq"].device)
+        return self
+
     def mix_weights(self, x: Tensor) -> Tensor:
         """``(B, N, H, K)`` weights over the orders per head and token (subclasses define it)."""
         raise NotImplementedError

@@ -161,6 +161,13 @@ def test_non_causal_attends_to_every_real_key_in_every_order():
         m(x, c, cache=MultiOrderCache())
 
 
+def test_rope_spectrum_stays_float32_under_half_precision():
+    m = TPEAttention(32, 4).to(torch.bfloat16)
+    assert m.inv_freq.dtype == torch.float32 and m.q.weight.dtype == torch.bfloat16
+    c = build([[Text(2), Table.grid(3, 3)]]).order_coords
+    assert m(torch.randn(1, c.num_tokens, 32, dtype=torch.bfloat16), c).dtype == torch.bfloat16
+
+
 def test_invalid_arguments():
     with pytest.raises(ValueError, match="divisible"):
         TPEAttention(30, 4)
