@@ -15,11 +15,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Coords",
-    "Modality",
-    "FrequencyPlan",
     "EncoderInfo",
+    "FrequencyPlan",
+    "Modality",
+    "__version__",
     "create",
     "list_encoders",
     "register_encoder",
-    "__version__",
 ]

@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, replace
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -87,8 +87,7 @@ class Coords:
         b, n = pos.shape[:2]
         if self.mask is not None and (self.mask.dtype != torch.bool or tuple(self.mask.shape) != (b, n)):
             raise ValueError(
-                f"mask must be a bool tensor of shape (B, N) = {(b, n)}, got "
-                f"{self.mask.dtype} {tuple(self.mask.shape)}"
+                f"mask must be a bool tensor of shape (B, N) = {(b, n)}, got {self.mask.dtype} {tuple(self.mask.shape)}"
             )
         if self.modality is not None and tuple(self.modality.shape) != (b, n):
             raise ValueError(f"modality must have shape (B, N) = {(b, n)}, got {tuple(self.modality.shape)}")
@@ -116,7 +115,7 @@ class Coords:
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
-    ) -> "Coords":
+    ) -> Coords:
         """1-D positions ``start, start+1, ...``: ``pos`` ``(batch, n, 1)``, axis ``"seq"``."""
         (n, batch) = _positive_sizes((n, batch), "n and batch")
         if n > _MAX_TOKENS:
@@ -137,7 +136,7 @@ class Coords:
         batch: int = 1,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
-    ) -> "Coords":
+    ) -> Coords:
         """Row-major grid positions (integer indices) after ``prefix`` position-less tokens.
 
         ``Coords.grid(h, w)`` gives axes ``("h", "w")``, ``Coords.grid(t, h, w)`` gives
@@ -176,9 +175,7 @@ class Coords:
         )
 
     @classmethod
-    def points(
-        cls, xyz: Tensor, mask: Tensor | None = None, axes: Sequence[str] | None = None
-    ) -> "Coords":
+    def points(cls, xyz: Tensor, mask: Tensor | None = None, axes: Sequence[str] | None = None) -> Coords:
         """Free coordinates, e.g. a point cloud: ``xyz`` ``(B, N, A)`` or ``(N, A)``."""
         if not isinstance(xyz, Tensor) or xyz.dim() not in (2, 3):
             raise ValueError(f"xyz must be a tensor of shape (B, N, A) or (N, A), got {getattr(xyz, 'shape', xyz)}")
@@ -195,7 +192,7 @@ class Coords:
         return cls(xyz, tuple(axes), mask=mask, modality=modality)
 
     @classmethod
-    def stack(cls, items: Sequence["Coords"], padding_side: str = "right") -> "Coords":
+    def stack(cls, items: Sequence[Coords], padding_side: str = "right") -> Coords:
         """Batch coordinates of different lengths; padding gets ``mask=False`` and ``pos=0``."""
         if padding_side not in ("right", "left"):
             raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
@@ -254,7 +251,7 @@ class Coords:
             raise ValueError(f"axis {name!r} is not one of {self.axes}")
         return self.axes.index(name)
 
-    def select(self, *axes: str) -> "Coords":
+    def select(self, *axes: str) -> Coords:
         """Keep only the named axes, in the given order.
 
         The tokens keep their order, so ``grid_shape`` survives only when all axes are kept in
@@ -280,7 +277,7 @@ class Coords:
         keep[:, : self.prefix] = 0
         return keep
 
-    def flattened(self) -> "Coords":
+    def flattened(self) -> Coords:
         """1-D raster positions ``0 .. N - prefix - 1`` of the grid tokens (axis ``"seq"``).
 
         Lets a 1-D encoder (e.g. plain RoPE) read a 2-D / 3-D grid in flattened order.
@@ -292,15 +289,15 @@ class Coords:
         pos = (index.clamp(min=0).view(1, n, 1)).expand(self.batch_size, n, 1)
         return replace(self, pos=pos, axes=("seq",), grid_shape=(n - self.prefix,), _trusted=True)
 
-    def scaled(self, factor: float | Sequence[float]) -> "Coords":
+    def scaled(self, factor: float | Sequence[float]) -> Coords:
         """Positions multiplied by ``factor`` (a scalar or one value per axis)."""
         return replace(self, pos=self.pos * self._per_axis(factor, "factor"), _trusted=True)
 
-    def shifted(self, offset: float | Sequence[float]) -> "Coords":
+    def shifted(self, offset: float | Sequence[float]) -> Coords:
         """Positions plus ``offset`` (prefix tokens keep position 0)."""
         return replace(self, pos=self.pos + self._per_axis(offset, "offset") * self.positioned(), _trusted=True)
 
-    def normalized(self) -> "Coords":
+    def normalized(self) -> Coords:
         """Grid positions mapped to cell centres in [-1, 1]: ``(2 i + 1) / size - 1``.
 
         This is the ``align_corners=False`` convention of ``F.grid_sample``.
@@ -312,7 +309,7 @@ class Coords:
         size = torch.tensor(self.grid_shape, dtype=self.pos.dtype, device=self.pos.device)
         return replace(self, pos=((2 * self.pos + 1) / size - 1) * self.positioned(), _trusted=True)
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Coords":
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Coords:
         """Move to ``device``; ``dtype`` (a floating type) applies to ``pos`` only."""
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating type, got {dtype}")
@@ -324,7 +321,7 @@ class Coords:
             _trusted=dtype is None,  # a device move keeps values; a narrower dtype may overflow to inf
         )
 
-    def expand(self, batch: int) -> "Coords":
+    def expand(self, batch: int) -> Coords:
         """The same coordinates for ``batch`` sequences (from a batch of 1, without a copy)."""
         if self.batch_size == batch:
             return self

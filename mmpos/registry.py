@@ -8,12 +8,13 @@ so a new file is all it takes to add an encoder.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from torch import nn
 
-__all__ = ["EncoderInfo", "register_encoder", "create", "list_encoders", "encoder_info", "KINDS"]
+__all__ = ["KINDS", "EncoderInfo", "create", "encoder_info", "list_encoders", "register_encoder"]
 
 KINDS = ("none", "additive", "conv", "rotary", "bias")
 

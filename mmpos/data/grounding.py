@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .scenes import COLORS, SHAPES, random_scene, render_scene
 
-__all__ = ["GroundingBatch", "make_grounding", "VOCAB_SIZE", "MAX_CELLS", "PAD", "WHAT", "WHERE", "ANSWER", "EMPTY"]
+__all__ = ["ANSWER", "EMPTY", "MAX_CELLS", "PAD", "VOCAB_SIZE", "WHAT", "WHERE", "GroundingBatch", "make_grounding"]
 
 MAX_CELLS = 8
 PAD, WHAT, WHERE, ANSWER, EMPTY = range(5)

@@ -19,7 +19,7 @@ from torch import Tensor
 from .grounding import ANSWER, COLOR0, SHAPE0, VOCAB_SIZE
 from .scenes import COLORS, NUM_OBJECTS, render_scene
 
-__all__ = ["Haystack", "make_haystack", "NEEDLE", "IMAGE_SEP", "HAYSTACK_VOCAB_SIZE"]
+__all__ = ["HAYSTACK_VOCAB_SIZE", "IMAGE_SEP", "NEEDLE", "Haystack", "make_haystack"]
 
 NEEDLE, IMAGE_SEP = VOCAB_SIZE, VOCAB_SIZE + 1
 HAYSTACK_VOCAB_SIZE = VOCAB_SIZE + 2

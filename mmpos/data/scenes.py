@@ -11,7 +11,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["SHAPES", "COLORS", "NUM_OBJECTS", "render_scene", "random_scene"]
+__all__ = ["COLORS", "NUM_OBJECTS", "SHAPES", "random_scene", "render_scene"]
 
 SHAPES = ("square", "circle", "triangle", "cross")
 COLORS = {  # RGB

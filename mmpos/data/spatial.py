@@ -132,7 +132,11 @@ def sample_layout(
 
 
 def paint_boxes(
-    images: Tensor, start: Tensor, stop: Tensor, colors: Sequence[Sequence[float]], color_jitter: float,
+    images: Tensor,
+    start: Tensor,
+    stop: Tensor,
+    colors: Sequence[Sequence[float]],
+    color_jitter: float,
     generator: torch.Generator,
 ) -> Tensor:
     """Fill box ``k`` (rows and columns ``[start, stop)``, ``(B, K, 2)`` pixels as ``(y, x)``) of

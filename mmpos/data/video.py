@@ -27,12 +27,16 @@ from .grounding import ANSWER, EMPTY, INDEX0, MAX_CELLS, VOCAB_SIZE
 from .scenes import random_scene, render_scene
 
 __all__ = [
+    "EVENT",
+    "VIDEO_VOCAB_SIZE",
+    "WHEN",
     "EventClips",
-    "make_event_clips",
     "flash_clip",
+    "make_event_clips",
+    "read_video",
     "roundtrip_video",
     "write_video",
-    "read_video", "WHEN", "EVENT", "VIDEO_VOCAB_SIZE"]
+]
 
 WHEN, EVENT = VOCAB_SIZE, VOCAB_SIZE + 1
 VIDEO_VOCAB_SIZE = VOCAB_SIZE + 2
@@ -42,7 +46,7 @@ def write_video(path: str, frames: np.ndarray, fps: float = 8.0, codec: str = "M
     """Write float ``(T, 3, H, W)`` RGB frames in [0, 1] to ``path`` with OpenCV."""
     if frames.ndim != 4 or frames.shape[1] != 3:
         raise ValueError(f"frames must be (T, 3, H, W), got {frames.shape}")
-    t, _, h, w = frames.shape
+    _t, _, h, w = frames.shape
     writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec), fps, (w, h))
     if not writer.isOpened():
         raise RuntimeError(f"OpenCV could not open a {codec} writer for {path}")
@@ -74,8 +78,13 @@ def roundtrip_video(frames: np.ndarray, path: str) -> np.ndarray:
 
 
 def flash_clip(
-    base: np.ndarray, frames: int, event: tuple[int, int, int], duration: int, cell: int,
-    rng: np.random.Generator, noise: float,
+    base: np.ndarray,
+    frames: int,
+    event: tuple[int, int, int],
+    duration: int,
+    cell: int,
+    rng: np.random.Generator,
+    noise: float,
 ) -> np.ndarray:
     """``(T, 3, H, W)``: the still ``base`` with a white square in cell ``(r, c)`` for frames
     ``f .. f + duration - 1`` (``event = (f, r, c)``), plus Gaussian noise of std ``noise``."""

@@ -13,4 +13,4 @@ for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["PositionEncoder", "AdditiveEncoder", "ConvEncoder", "RotaryEncoder", "BiasEncoder"]
+__all__ = ["AdditiveEncoder", "BiasEncoder", "ConvEncoder", "PositionEncoder", "RotaryEncoder"]

@@ -22,8 +22,13 @@ from ..coords import Coords
 from ..rotary import FrequencyPlan, Rotation, coords_angles
 
 __all__ = [
+    "AdditiveEncoder",
+    "BiasEncoder",
+    "ConvEncoder",
+    "PositionEncoder",
+    "RotaryEncoder",
     "resolve_head_dim",
-    "PositionEncoder", "AdditiveEncoder", "ConvEncoder", "RotaryEncoder", "BiasEncoder"]
+]
 
 
 class PositionEncoder(nn.Module):
@@ -112,7 +117,9 @@ class RotaryEncoder(PositionEncoder):
         return self.rotation(coords).rotate(q, k)
 
     def extra_repr(self) -> str:
-        return f"axes={self.axes}, head_dim={self.head_dim}, pairs={self.weight.shape[-1]}, convention={self.convention!r}"
+        return (
+            f"axes={self.axes}, head_dim={self.head_dim}, pairs={self.weight.shape[-1]}, convention={self.convention!r}"
+        )
 
 
 class BiasEncoder(PositionEncoder):

@@ -20,7 +20,7 @@ Shapes: ``embed(coords)`` ``(B, N, D)`` from ``pos`` ``(B, N, A)``; prefix token
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -60,7 +60,11 @@ class LearnableFourierFeatures(AdditiveEncoder):
         super().__init__()
         self.axes = check_axes(axes)
         gamma = check_float(gamma, "gamma")
-        dim, groups, hidden_dim = check_int(dim, "dim"), check_int(groups, "groups"), check_int(hidden_dim, "hidden_dim")
+        dim, groups, hidden_dim = (
+            check_int(dim, "dim"),
+            check_int(groups, "groups"),
+            check_int(hidden_dim, "hidden_dim"),
+        )
         fourier_dim = dim if fourier_dim is None else fourier_dim
         if not isinstance(groups, int) or groups <= 0 or not self.axes or len(self.axes) % groups:
             raise ValueError(

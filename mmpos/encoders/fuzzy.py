@@ -26,7 +26,7 @@ zeros on prefix (class/register) tokens and on padding tokens.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +47,9 @@ def _row_col(coords: Coords) -> list[int]:
     rows = [a for a in coords.axes if a in _ROW_AXES]
     cols = [a for a in coords.axes if a in _COL_AXES]
     if coords.num_axes != 2 or len(rows) != 1 or len(cols) != 1:
-        raise ValueError(f"the fuzzy encoder needs 2-D coordinates with axes ('h', 'w') or ('y', 'x'), got {coords.axes}")
+        raise ValueError(
+            f"the fuzzy encoder needs 2-D coordinates with axes ('h', 'w') or ('y', 'x'), got {coords.axes}"
+        )
     return [coords.axis(rows[0]), coords.axis(cols[0])]
 
 

@@ -11,7 +11,7 @@ Shapes: table ``(1, prefix + prod(grid_size), D)``; ``embed(coords)`` ``(1, N, D
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +62,9 @@ class LearnedPositionEmbedding(AdditiveEncoder):
     def table_for(self, grid_shape: tuple[int, ...]) -> Tensor:
         """The table ``(1, prefix + prod(grid_shape), D)`` resampled to ``grid_shape``."""
         if len(grid_shape) != len(self.grid_size):
-            raise ValueError(f"coords grid_shape {grid_shape} must have {len(self.grid_size)} axes like grid_size {self.grid_size}")
+            raise ValueError(
+                f"coords grid_shape {grid_shape} must have {len(self.grid_size)} axes like grid_size {self.grid_size}"
+            )
         if tuple(grid_shape) == self.grid_size:
             return self.pos_embed
         if len(grid_shape) == 2:

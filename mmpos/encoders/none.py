@@ -11,4 +11,4 @@ __all__ = ["no_position"]
 @register_encoder("none", kind="none", paper="baseline: no position encoding")
 def no_position() -> None:
     """Factory of the ``none`` encoder: returns ``None``."""
-    return None
+    return

@@ -28,7 +28,7 @@ Shapes: ``x`` ``(B, prefix + h * w, D)`` -> ``(B, prefix + gh * gw, D)`` plus th
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -126,7 +126,9 @@ class AdaptiveTokenMerger(nn.Module):
     def forward(self, x: Tensor, coords: Coords) -> tuple[Tensor, Coords]:
         grid = coords.grid_shape
         if grid is None or len(grid) != 2:
-            raise ValueError(f"AdaptiveTokenMerger needs 2-D grid coordinates (Coords.grid(h, w)), got grid_shape={grid}")
+            raise ValueError(
+                f"AdaptiveTokenMerger needs 2-D grid coordinates (Coords.grid(h, w)), got grid_shape={grid}"
+            )
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, N, D={self.dim}), got {tuple(x.shape)}")
         coords.check_tokens(x.shape[0], x.shape[1])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,7 @@ from ..coords import Coords
 from ..encoders.base import BiasEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import Rotation
 
-__all__ = ["attention", "Attention", "attention_mask"]
+__all__ = ["Attention", "attention", "attention_mask"]
 
 
 def attention_mask(coords: Coords | None, n: int, causal: bool, attn_mask: Tensor | None, device) -> Tensor | None:
@@ -87,7 +87,7 @@ def attention(
         elif isinstance(enc, BiasEncoder):
             biases.append(enc)
         else:
-            raise ValueError(
+            raise TypeError(
                 f"attention applies rotary and bias encoders; {type(enc).__name__} (kind={enc.kind!r}) "
                 "acts on tokens: give it to mmpos.nn.Transformer instead"
             )
@@ -161,16 +161,27 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         for enc in encoders:
             if not isinstance(enc, (RotaryEncoder, BiasEncoder)):
-                raise ValueError(f"encoders must be rotary or bias encoders, got {type(enc).__name__}")
+                raise TypeError(f"encoders must be rotary or bias encoders, got {type(enc).__name__}")
         self.encoders = nn.ModuleList(encoders)
 
     def forward(
-        self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None, rotations: Sequence[Rotation] = ()
+        self,
+        x: Tensor,
+        coords: Coords | None = None,
+        attn_mask: Tensor | None = None,
+        rotations: Sequence[Rotation] = (),
     ) -> Tensor:
         b, n, _ = x.shape
         q = self.q(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(x).view(b, n, 2, self.num_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         out = attention(
-            q, k, v, coords, [*rotations, *self.encoders], self.causal, attn_mask, self.attn_drop if self.training else 0.0
+            q,
+            k,
+            v,
+            coords,
+            [*rotations, *self.encoders],
+            self.causal,
+            attn_mask,
+            self.attn_drop if self.training else 0.0,
         )
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, -1)))

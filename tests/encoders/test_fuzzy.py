@@ -35,8 +35,10 @@ def _bilinear(table, pos):
         r1, c1 = min(r0 + 1, gh - 1), min(c0 + 1, gw - 1)
         fr, fc = r - r0, c - c0
         out.append(
-            (1 - fr) * (1 - fc) * table[:, r0, c0] + (1 - fr) * fc * table[:, r0, c1]
-            + fr * (1 - fc) * table[:, r1, c0] + fr * fc * table[:, r1, c1]
+            (1 - fr) * (1 - fc) * table[:, r0, c0]
+            + (1 - fr) * fc * table[:, r0, c1]
+            + fr * (1 - fc) * table[:, r1, c0]
+            + fr * fc * table[:, r1, c1]
         )
     return torch.stack(out)
 
@@ -50,7 +52,7 @@ def test_eval_equals_table_on_training_grid_and_is_deterministic():
     assert torch.equal(emb[:, :1], torch.zeros(1, 1, 6))  # prefix tokens get no PE
     assert torch.equal(enc.embed(coords), emb)
     # the learned grid is read in (row, col) order: the transposed table would not match
-    assert not torch.allclose(emb[0, 1:], enc.pos_embed[0].transpose(1, 2).flatten(1).T[: 35])
+    assert not torch.allclose(emb[0, 1:], enc.pos_embed[0].transpose(1, 2).flatten(1).T[:35])
 
 
 def test_training_offsets_stay_within_half_a_cell():

@@ -57,7 +57,7 @@ def naive_ids(grid, method, ratio, prefix):
 
 def naive_attention(q, k, v, enc, grid, prefix):
     """Reference formulas with (N, N, D) per-pair encodings; tables read from ``enc``."""
-    maps, size = naive_ids(grid, enc.method, enc.ratio, prefix)
+    maps, _size = naive_ids(grid, enc.method, enc.ratio, prefix)
     s = q.shape[-1] ** -0.5
     q = q * s
     logits = q @ k.transpose(-2, -1)
@@ -167,8 +167,16 @@ CASES = [(mode, on) for mode, ons in (("bias", ("q", "k", "qk")), ("ctx", ("q", 
 @pytest.mark.parametrize("shared_head", [True, False])
 def test_every_mode_equals_naive_values_and_gradients(method, mode, rpe_on, shared_head):
     grid, prefix = (3, 4), 1
-    enc = IRPE(head_dim=8, num_heads=2, method=method, mode=mode, ratio=RATIOS[method], rpe_on=rpe_on,
-               shared_head=shared_head, skip=1).double()
+    enc = IRPE(
+        head_dim=8,
+        num_heads=2,
+        method=method,
+        mode=mode,
+        ratio=RATIOS[method],
+        rpe_on=rpe_on,
+        shared_head=shared_head,
+        skip=1,
+    ).double()
     _randomize(enc)
     coords = Coords.grid(*grid, prefix=prefix, dtype=torch.float64)
     q, k, v = _qkv()
@@ -285,7 +293,12 @@ def test_presets_are_registered_with_reference_settings():
         enc = mmpos.create(f"irpe-{name}", dim=48, num_heads=3)
         assert infos[f"irpe-{name}"].kind == "bias"
         assert (enc.method, enc.ratio, enc.rpe_on, enc.shared_head, enc.skip) == (
-            config["method"], config["ratio"], config["rpe_on"], True, 1)
+            config["method"],
+            config["ratio"],
+            config["rpe_on"],
+            True,
+            1,
+        )
     enc = mmpos.create("irpe", dim=48, num_heads=3)
     assert (enc.method, enc.mode, enc.ratio, enc.rpe_on, enc.head_dim) == ("product", "contextual", 1.9, "k", 16)
     assert enc.k_table.shape == (1, 16, 50) and enc.q_table is None and not enc.has_output

@@ -64,7 +64,7 @@ def test_non_square_grid_row_major():
     peg = create("peg", dim=dim)
     x = _tokens(1, (h, w), dim)
     feat = x.transpose(1, 2).reshape(1, dim, h, w)
-    expected = (torch.nn.functional.conv2d(feat, peg.proj.weight, peg.proj.bias, padding=1, groups=dim) + feat)
+    expected = torch.nn.functional.conv2d(feat, peg.proj.weight, peg.proj.bias, padding=1, groups=dim) + feat
     torch.testing.assert_close(peg(x, Coords.grid(h, w)), expected.flatten(2).transpose(1, 2))
 
 

@@ -99,7 +99,7 @@ def test_timm_pixel_bands_are_a_frequency_plan():
     # coordinates linspace(-1, 1). Not rope-vit's spectrum, but an axial plan with other frequencies and coordinates.
     dim, height, width = 16, 5, 6
     timm_rope = RotaryEmbeddingCat(dim, max_res=64, rotate_half=True)
-    bands = 2 ** torch.linspace(0, math.log(64, 2) - 1, dim // 4) * torch.pi  # 1 .. 32 cycles per unit
+    bands = 2 ** torch.linspace(0, math.log2(64) - 1, dim // 4) * torch.pi  # 1 .. 32 cycles per unit
     axis_of_pair = torch.arange(dim // 2) // (dim // 4)  # first half h, second half w
     plan = FrequencyPlan.from_assignment(axis_of_pair, torch.cat([bands, bands]), ("h", "w"), dim)
     grid = torch.stack(torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij"), -1)

@@ -74,7 +74,7 @@ def test_shapes_coords_and_repeated_merging_reach_target():
     assert sizes == [(16, 12), (8, 6), (4, 4)]
     assert out.shape == (3, 2 + 16, 8)
     assert coords.grid_shape == (4, 4) and coords.axes == ("h", "w") and coords.batch_size == 3
-    same, same_coords = atm(torch.randn(3, 16, 8), Coords.grid(4, 4))
+    _same, same_coords = atm(torch.randn(3, 16, 8), Coords.grid(4, 4))
     assert len(sizes) == 3 and same_coords.grid_shape == (4, 4)  # already at the target: nothing merged
 
 

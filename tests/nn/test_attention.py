@@ -103,7 +103,7 @@ def test_errors():
         attention(q, k, v, None, [create("rope", head_dim=8)])
     with pytest.raises(ValueError, match="tokens"):
         attention(q, k, v, Coords.sequence(5), [create("rope", head_dim=8)])
-    with pytest.raises(ValueError, match="Transformer"):
+    with pytest.raises(TypeError, match="Transformer"):
         attention(q, k, v, Coords.grid(1, 7), [create("sincos", dim=8)])
     with pytest.raises(ValueError, match="divisible"):
         Attention(30, 4)
