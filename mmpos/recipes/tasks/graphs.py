@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
         "feat_dim": 32,
         "k": 16,
         "q": 0.25,
+        "q_relative": True,
         "walk_length": 3,
         "ppr_alpha": 0.1,
         "eval_batch": 32,
@@ -77,10 +78,11 @@ def _networks(channels: tuple[int, ...], num: int, seed: int, reverse: bool, fea
 
 
 @lru_cache(maxsize=16)
-def _with_eigvecs(key: tuple, k: int, q: float) -> tuple:
+def _with_eigvecs(key: tuple, k: int, q: float, q_relative: bool) -> tuple:
     from ...integrations.pyg import AddMagneticLaplacianPE
 
-    return tuple(AddMagneticLaplacianPE(k, q=q).apply_many([g.clone() for g in _networks(*key)]))
+    pe = AddMagneticLaplacianPE(k, q=q, q_relative=q_relative)
+    return tuple(pe.apply_many([g.clone() for g in _networks(*key)]))
 
 
 @lru_cache(maxsize=16)
@@ -112,7 +114,7 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
     def graphs(which: str) -> tuple:
         key = _split(d, which)
         if encoder in ("lap", "maglap"):
-            return _with_eigvecs(key, d["k"], 0.0 if encoder == "lap" else d["q"])
+            return _with_eigvecs(key, d["k"], 0.0 if encoder == "lap" else d["q"], d["q_relative"])
         if encoder == "drw":
             return _with_walks(key, d["walk_length"], d["ppr_alpha"])
         return _networks(*key)
@@ -175,6 +177,7 @@ PLAYGROUND_DEFAULTS: dict[str, Any] = {
         "max_dist": 6,
         "k": 16,
         "q": 0.1,
+        "q_relative": True,
         "walk_length": 3,
         "ppr_alpha": 0.1,
         "eval_batch": 64,
@@ -197,12 +200,15 @@ def _digraphs(sizes: tuple[int, int], num: int, seed: int, acyclic: bool, max_di
 
 
 @lru_cache(maxsize=16)
-def _playground_pe(key: tuple, encoder: str, k: int, q: float, walk_length: int, ppr_alpha: float) -> tuple:
+def _playground_pe(
+    key: tuple, encoder: str, k: int, q: float, q_relative: bool, walk_length: int, ppr_alpha: float
+) -> tuple:
     from ...integrations.pyg import AddDirectionalRandomWalkPE, AddMagneticLaplacianPE
 
     graphs = [g.clone() for g in _digraphs(*key)]
     if encoder in ("lap", "maglap"):
-        return tuple(AddMagneticLaplacianPE(k, q=0.0 if encoder == "lap" else q).apply_many(graphs))
+        pe = AddMagneticLaplacianPE(k, q=0.0 if encoder == "lap" else q, q_relative=q_relative)
+        return tuple(pe.apply_many(graphs))
     if encoder == "drw":
         return tuple(AddDirectionalRandomWalkPE(walk_length, ppr_alpha, mode="both")(g) for g in graphs)
     return tuple(graphs)
@@ -227,7 +233,7 @@ def build_playground(cfg: dict[str, Any], encoder: str, seed: int, device: torch
         sizes = tuple(d["train_nodes"] if which != "test" else d["test_nodes"])
         offset = {"train": 0, "test": 1, "id": 2}[which]
         key = (sizes, d[f"{which}_graphs"], d["data_seed"] + offset, bool(d["acyclic"]), d["max_dist"])
-        return _playground_pe(key, encoder, d["k"], d["q"], d["walk_length"], d["ppr_alpha"])
+        return _playground_pe(key, encoder, d["k"], d["q"], d["q_relative"], d["walk_length"], d["ppr_alpha"])
 
     train, evals = graphs("train"), {"test": graphs("test"), "id": graphs("id")}
     model = GraphTransformer(
