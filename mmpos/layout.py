@@ -50,8 +50,10 @@ New segment kinds plug in with :func:`register_segment` (``docs/adding-a-scheme.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -226,20 +228,37 @@ class Layout:
             under ``rule="hf-5.3"`` max(largest position + 1, next) minus the real length.
         attention_mask: ``(B, L)`` int64, 1 on real tokens (as HF models expect).
         modality: ``(B, L)`` int64 :class:`~mmpos.coords.Modality` codes (padding: ``TEXT``).
-        coords: the same positions as a :class:`~mmpos.coords.Coords` (``pos`` ``(B, L, A)``,
-            axes :data:`SCHEME_AXES` ``[scheme]``, ``mask`` = real tokens).
         scheme: the scheme name.
         rule: the :class:`~mmpos.schemes.Rule` it was built with (a :data:`mmpos.schemes.RULES`
             entry, or a name of one).
+        coords: the same positions as a :class:`~mmpos.coords.Coords` (``pos`` ``(B, L, A)``,
+            axes :data:`SCHEME_AXES` ``[scheme]``, ``mask`` = real tokens); built from the
+            packer's float64 positions when first read (from ``position_ids`` when the layout
+            was made without them), then cached.
     """
 
     position_ids: Tensor
     rope_deltas: Tensor
     attention_mask: Tensor
     modality: Tensor
-    coords: Coords
     scheme: str
     rule: Rule | str = "original"
+    #: internal: the packer's ``(text (B, L), vision (A, Nv), token_index (Nv,))`` float64 positions
+    _parts: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
+
+    @cached_property
+    def coords(self) -> Coords:
+        sch = get_scheme(self.scheme)
+        a = len(sch.axes)
+        real = self.attention_mask.bool()
+        if self._parts is None:
+            pos = self.position_ids[:a].to(torch.float64)  # (A, B, L)
+        else:
+            text, vision, token_index = self._parts
+            pos = text.unsqueeze(0).repeat(a, 1, 1)
+            pos.view(a, -1).index_copy_(1, token_index, vision)
+        pos = pos.masked_fill_(~real, 0).permute(1, 2, 0).to(sch.coord_dtype).contiguous()  # (B, L, A)
+        return Coords(pos, sch.axes, mask=real, modality=self.modality, _trusted=True)  # checked by the packer
 
     def _hf_deltas(self) -> Tensor:
         """``rope_deltas`` relative to the padded length (what :func:`decode_position_ids` reads)."""
@@ -263,16 +282,22 @@ class Layout:
         a text row first (``attention_mask.cumsum - 1``, 0 on padding, as ``generate``
         builds it; used for packed sequences and masks); ``"text"`` ``(B, L)``, that row.
         """
-        real = self.attention_mask.bool()
-        text = (self.attention_mask.cumsum(-1) - 1).masked_fill(~real, 0)  # (B, L)
-        if shape == "text":
-            return text
-        if shape not in ("3d", "4d"):
+        if shape not in ("3d", "4d", "text"):
             raise ValueError(f"shape must be '3d', '4d' or 'text', got {shape!r}")
+        real = self.attention_mask.bool()
+        if shape != "3d":
+            text = (self.attention_mask.cumsum(-1) - 1).masked_fill(~real, 0)  # (B, L)
+            if shape == "text":
+                return text
         sch = get_scheme(self.scheme)
-        pos = self.coords.pos.permute(2, 0, 1).to(torch.float64)  # (A, B, L)
-        rows = torch.einsum("ra,abl->rbl", torch.tensor(sch.hf_rows, dtype=torch.float64, device=pos.device), pos)
-        ids = rows.masked_fill(~real, get_rule(self.rule).padding_value).to(self.position_ids.dtype)
+        picks = [row.index(1) if sorted(row) == [0] * (len(row) - 1) + [1] else None for row in sch.hf_rows]
+        if None not in picks:  # every row reads one axis: position_ids holds it (same padding and dtype)
+            ids = self.position_ids if picks == list(range(len(self.position_ids))) else self.position_ids[picks]
+        else:
+            pos = self.coords.pos.permute(2, 0, 1).to(torch.float64)  # (A, B, L)
+            weights = torch.tensor(sch.hf_rows, dtype=torch.float64, device=pos.device)
+            rows = torch.einsum("ra,abl->rbl", weights, pos)
+            ids = rows.masked_fill(~real, get_rule(self.rule).padding_value).to(self.position_ids.dtype)
         if shape == "3d":
             return ids
         return torch.cat([text.to(ids.dtype).unsqueeze(0), ids])
@@ -360,7 +385,11 @@ def pack(
         generator: random source of the per-block training draws (V2PE, HoPE).
 
     A text token advances the position by 1 and a vision block by its *extent*; a unit
-    starts at the running sum of what came before it (one ``cumsum`` along ``L``).
+    starts at the running sum of what came before it (one ``cumsum`` along ``L``). The
+    vision positions ``(A, Nv)`` come from the scheme's block rule over all blocks of the
+    batch at once and are validated once (a single host synchronisation); the ``(A, B, L)``
+    ids are written once (text row broadcast, vision tokens scattered); ``Layout.coords``
+    is built from the same float64 positions when first read.
     """
     sch = get_scheme(scheme)
     b, length = real.shape
@@ -373,40 +402,54 @@ def pack(
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, rank, generator)
     geometry = BlockGeometry.of(blocks.grid, blocks.seconds, blocks.is_image, delta, scale)
     offset, extent, use_start = sch.block(geometry, options)
-    is_real = real.reshape(-1).to(torch.float64)  # (B * L,) 1 on real tokens, 0 on padding
-    adv = is_real.clone()  # 1 per text token ...
+    adv = real.reshape(-1).to(torch.float64)  # (B * L,) 1 per text token, 0 on padding ...
     adv.index_fill_(0, blocks.token_index, 0)  # ... vision tokens count through their block:
     adv[block_first] = extent  # the block's extent, once
-    cum = adv.view(b, length).cumsum(dim=1).view(-1)  # (B * L,)
-    block_start = cum[block_first] - extent  # (K,)
-
-    text = (cum - 1) * is_real  # text positions, 0 on padding
-    pos = text.unsqueeze(0).repeat(use_start.shape[0], 1)  # (A, B * L): all axes equal
-    token_start = block_start[geometry.block]
-    pos.index_copy_(1, blocks.token_index, token_start * use_start.unsqueeze(1) + offset)  # (A, Nv) vision
-    pos = pos.view(-1, b, length)
-    nxt = cum.view(b, length)[:, -1]  # (B,) the position the token after each sample gets
-    finite = bool(torch.isfinite(pos).all()) and bool(torch.isfinite(nxt).all())
-    if not finite or bool(pos.abs().max() >= 2**53) or bool(nxt.abs().max() >= 2**53):
+    cum = adv.view(b, length).cumsum(dim=1)  # (B, L)
+    block_end = cum.view(-1)[block_first]  # (K,)
+    block_start = block_end - extent
+    vision = torch.addcmul(offset, use_start.unsqueeze(1), block_start[geometry.block].unsqueeze(0))  # (A, Nv)
+    nxt = cum[:, -1]  # (B,) the position the token after each sample gets
+    bounds = torch.stack(list(torch.aminmax(torch.cat([nxt, block_start, block_end]))))  # nxt: never empty
+    if vision.numel():
+        bounds = torch.cat([bounds, torch.stack(list(torch.aminmax(vision)))])
+    if not bool(bounds.abs().lt(2**53).all()):  # NaN fails too; the only host synchronisation
         raise ValueError(
-            "positions reach 2**53 or beyond (float64 and int64 ids would be wrong): check second_per_grid / "
-            "second_per_grid_ts, tokens_per_second and temporal_scale"
+            "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
+            "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
         )
 
     rule = options.rule
-    ids = pos.masked_fill(~real, rule.padding_value).to(sch.id_dtype)  # (A, B, L)
+    text = (cum - 1).masked_fill_(~real, rule.padding_value)  # (B, L) text positions, padding value on padding
+    ids = torch.empty((vision.shape[0], b * length), dtype=sch.id_dtype, device=device)  # (A, B * L)
+    text_ids = text.view(-1).to(sch.id_dtype)
+    for row, values in zip(ids, vision.to(sch.id_dtype)):  # 1-D copies and scatters per axis (A <= 4)
+        row.copy_(text_ids).index_copy_(0, blocks.token_index, values)
+    ids = ids.view(-1, b, length)
     if ids.shape[0] == 1:
         ids = ids.expand(3, -1, -1).contiguous()
     if rule.deltas == "max-real":
-        top = pos.masked_fill(~real, -math.inf).amax(dim=(0, 2))  # (B,) largest position
+        is_text = real & (modality == int(Modality.TEXT))
+        top = text.masked_fill(~is_text, -math.inf).amax(1)  # (B,) largest text position
+        if vision.shape[1]:
+            block_top = torch.full_like(extent, -math.inf).scatter_reduce_(0, geometry.block, vision.amax(0), "amax")
+            top = top.scatter_reduce(0, block_first // length, block_top, "amax")  # ... and vision position
         deltas = torch.where(real.any(1), torch.maximum(top + 1, nxt), 0) - real.sum(1)  # never behind next
     else:
         deltas = nxt - length
-    coords = Coords(pos.permute(1, 2, 0).to(sch.coord_dtype).contiguous(), sch.axes, mask=real, modality=modality)
-    return Layout(ids, deltas.unsqueeze(1).to(sch.delta_dtype), real.long(), modality, coords, sch.name, rule)
+    parts = (text, vision, blocks.token_index)
+    return Layout(ids, deltas.unsqueeze(1).to(sch.delta_dtype), real.long(), modality, sch.name, rule, parts)
 
 
 # --------------------------------------------------------------------------- build
+def _seconds(sparse: dict[int, float], units: int, device) -> Tensor:
+    """``(units,)`` float32 seconds per grid from ``{unit row: seconds}`` (0 elsewhere)."""
+    out = torch.zeros(units, dtype=torch.float32)
+    if sparse:
+        out[list(sparse)] = torch.tensor(list(sparse.values()), dtype=torch.float32)
+    return out.to(device)
+
+
 def build(
     samples: Sequence[Sequence[Segment]],
     scheme: str,
@@ -458,22 +501,41 @@ def build(
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or not samples:
         raise ValueError("samples must be a non-empty list of samples (lists of segments)")
 
-    # one row per unit: sample, modality, tokens, t, h, w (merged); seconds per grid
-    rows: list[tuple[int, int, int, int, int, int]] = []
-    seconds: list[float] = []
+    # one row per unit: sample, modality, tokens, t, h, w, raw (1: a Image grid still in patches); the
+    # built-in Text and Image segments skip the Unit objects (validated when they were made)
+    flat = array("q")
+    seconds: dict[int, float] = {}  # unit row -> seconds per grid (videos)
+    image = int(Modality.IMAGE)
     for i, sample in enumerate(samples):
         if isinstance(sample, (str, bytes)) or not isinstance(sample, Sequence) or not sample:
             raise ValueError(f"samples[{i}] must be a non-empty list of segments, got {sample!r}")
         for j, seg in enumerate(sample):
-            units = _SEGMENT_KINDS.get(type(seg))
-            if units is None:
-                kinds = ", ".join(c.__name__ for c in _SEGMENT_KINDS)
-                raise ValueError(f"samples[{i}][{j}] must be a {kinds} segment, got {seg!r}")
-            for unit in units(seg, sch, m, f"samples[{i}][{j}]"):
-                rows.append((i, unit.modality, unit.tokens, *(unit.grid or (0, 0, 0))))
-                seconds.append(unit.seconds)
+            kind = type(seg)
+            if kind is Text:
+                flat.extend((i, 0, seg.n, 0, 0, 0, 0))
+            elif kind is Image:
+                flat.extend((i, image, 0, *seg.grid_thw, 1))
+            else:
+                units = _SEGMENT_KINDS.get(kind)
+                if units is None:
+                    kinds = ", ".join(c.__name__ for c in _SEGMENT_KINDS)
+                    raise ValueError(f"samples[{i}][{j}] must be a {kinds} segment, got {seg!r}")
+                for unit in units(seg, sch, m, f"samples[{i}][{j}]"):
+                    if unit.seconds:
+                        seconds[len(flat) // 7] = unit.seconds
+                    flat.extend((i, unit.modality, unit.tokens, *(unit.grid or (0, 0, 0)), 0))
 
-    seg = torch.tensor(rows, dtype=torch.long, device=device)  # (S, 6)
+    seg = torch.frombuffer(flat, dtype=torch.long).view(-1, 7).to(device)  # (S, 7)
+    raw = seg[:, 6].bool()
+    if bool(raw.any()):  # Image grids: merge h and w (all at once), tokens t * h * w
+        if bool((seg[raw, 4:6] % m).any()):
+            for i, sample in enumerate(samples):  # the error path names the first bad segment
+                for j, s in enumerate(sample):
+                    if type(s) is Image:
+                        _merged(s, m, f"samples[{i}][{j}]")
+        merged = seg[raw, 3:6] // torch.tensor([1, m, m], device=device)
+        seg[raw, 3:6] = merged
+        seg[raw, 2] = merged.prod(-1)
     seg_sample, seg_kind, seg_len = seg[:, 0], seg[:, 1], seg[:, 2]
     batch = len(samples)
     sample_len = torch.zeros(batch, dtype=torch.long, device=device).index_add_(0, seg_sample, seg_len)
@@ -502,7 +564,7 @@ def build(
 
     blocks = VisionBlocks(
         grid=seg[is_block, 3:6],
-        seconds=torch.tensor(seconds, dtype=torch.float32, device=device)[is_block],
+        seconds=_seconds(seconds, seg.shape[0], device)[is_block],
         is_image=seg_kind[is_block] == int(Modality.IMAGE),
         token_index=token_index,
     )

@@ -150,21 +150,26 @@ class BlockGeometry:
     def of(cls, grid: Tensor, seconds: Tensor, is_image: Tensor, delta: Tensor, scale: Tensor) -> BlockGeometry:
         """From per-block ``grid`` ``(K, 3)`` int64 and per-block values.
 
-        Index arithmetic runs in float64 (floor of a quotient is exact below 2**31), which is
-        several times faster than int64 division on CPU."""
-        f64 = torch.float64
+        Vectorised over the blocks of the batch in two levels: rows ``(f, i)`` of every block
+        (``sum t * h`` of them) get their frame and row index, then each token its row and
+        column by one ``repeat_interleave``; no division per token."""
+        f64, device = torch.float64, grid.device
         t, h, w = grid.to(f64).unbind(-1)
         tokens = grid.prod(-1)
         nv = int(tokens.sum())
-        block = torch.repeat_interleave(torch.arange(tokens.shape[0], device=grid.device), tokens, output_size=nv)
-        first = (tokens.cumsum(0) - tokens).to(f64)
-        local = torch.arange(nv, device=grid.device, dtype=f64) - first[block]
-        wk = w[block]
-        row = torch.floor(local / wk)  # f * H + i
-        wi = local - row * wk
-        ti = torch.floor(row / h[block])
-        hi = row - ti * h[block]
-        return cls(t, h, w, tokens, seconds, is_image, delta, scale, block, local, ti, hi, wi)
+        k_rows = grid[:, 0] * grid[:, 1]  # (K,) rows per block
+        nr = int(k_rows.sum())
+        row_block = torch.repeat_interleave(torch.arange(grid.shape[0], device=device), k_rows, output_size=nr)
+        row_local = torch.arange(nr, device=device) - (k_rows.cumsum(0) - k_rows)[row_block]  # f * H + i
+        row_w = grid[row_block, 2]  # (R,)
+        row = torch.repeat_interleave(torch.arange(nr, device=device), row_w, output_size=nv)  # (Nv,)
+        row_first = row_w.cumsum(0) - row_w  # (R,) first token of each row, over the batch
+        wi = (torch.arange(nv, device=device) - row_first[row]).to(f64)
+        row_h = grid[row_block, 1]
+        ti_r = torch.div(row_local, row_h, rounding_mode="floor")
+        per_row = torch.stack([ti_r, row_local - ti_r * row_h, row_block, row_local * row_w]).to(f64)  # (4, R)
+        ti, hi, block_f, local_row = (r.index_select(0, row) for r in per_row)  # (Nv,) each
+        return cls(t, h, w, tokens, seconds, is_image, delta, scale, block_f.long(), local_row + wi, ti, hi, wi)
 
 
 #: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and

@@ -195,10 +195,9 @@ INT_ARGS = {
     "dim", "num_heads", "head_dim", "grid_size", "sections", "mrope_section", "head_sections", "kernel_size",
     "num_prefix_tokens", "rotary_dim", "skip", "fourier_dim", "hidden_dim", "groups", "num_kv_heads",
 }  # fmt: skip
-# Known gaps in files this suite's author does not own (reported in docs/reliability.md): the
-# M-RoPE family converts its section counts with int(), so (1.9, 1, 2) is read as (1, 1, 2).
-KNOWN_GAPS = {("mrope", "mrope_section"), ("mrope-i", "mrope_section"), ("mrope-interleaved", "mrope_section"),
-              ("hope", "mrope_section"), ("mhrope", "head_sections")}  # fmt: skip
+# Known gaps (encoder name, argument) that may still coerce a non-integer; none at present
+# (the M-RoPE family's section counts were the last, fixed in issue 12).
+KNOWN_GAPS: set[tuple[str, str]] = set()
 
 
 def _not_int(v) -> bool:

@@ -43,6 +43,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from .._validate import check_ints
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
@@ -110,11 +111,8 @@ def default_mrope_section(head_dim: int, interleaved: bool = False) -> tuple[int
 
 
 def _check_section(section: Sequence[int], total: int, what: str, name: str = "mrope_section") -> tuple[int, ...]:
-    try:
-        out = tuple(int(s) for s in section)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a sequence of 3 ints (t, h, w), got {section!r}") from None
-    if len(out) != 3 or any(s < 0 for s in out) or sum(out) != total:
+    out = check_ints(section, name, low=0, length=3)  # (1.9, 1, 2) is refused, not read as (1, 1, 2)
+    if sum(out) != total:
         raise ValueError(f"{name} must hold 3 non-negative {what} (t, h, w) summing to {total}, got {list(out)}")
     return out
 
@@ -164,11 +162,8 @@ def mhrope_plan(
     if head_sections is None:
         t = num_kv_heads // 4
         head_sections = (t, (num_kv_heads - t) // 2, (num_kv_heads - t) // 2)
-    try:
-        sections = tuple(int(s) for s in head_sections)
-    except (TypeError, ValueError):
-        raise ValueError(f"head_sections must be a sequence of 3 ints (t, h, w), got {head_sections!r}") from None
-    if len(sections) != 3 or any(s < 0 for s in sections) or sum(sections) > num_kv_heads:
+    sections = check_ints(head_sections, "head_sections", low=0, length=3)  # no silent int() of 1.5
+    if sum(sections) > num_kv_heads:
         raise ValueError(
             f"head_sections must hold 3 non-negative KV-head counts (t, h, w) summing to at most "
             f"num_kv_heads={num_kv_heads}, got {list(sections)}"

@@ -277,9 +277,7 @@ def token_layout(
             _token_index(is_video, tokens[k_img:], "video_grid_thw"),
         ]
     )
-    modality = torch.full_like(input_ids, int(Modality.TEXT), dtype=torch.long)
-    modality[is_image] = int(Modality.IMAGE)
-    modality[is_video] = int(Modality.VIDEO)
+    modality = is_image.long() * int(Modality.IMAGE) + is_video.long() * int(Modality.VIDEO)  # TEXT elsewhere
     is_image_block = torch.arange(grid.shape[0], device=device) < k_img
     blocks = VisionBlocks(
         grid=grid,
