@@ -188,22 +188,24 @@ def maglap_eigenpairs(
 
 
 def _dense_adjacency(ei: np.ndarray, n: int) -> np.ndarray:
-    a = np.zeros((n, n))
-    a[ei[0], ei[1]] = 1.0
+    """Binary ``(n, n)`` bool adjacency (kept small: many graphs wait in memory for their batch)."""
+    a = np.zeros((n, n), dtype=bool)
+    a[ei[0], ei[1]] = True
     return a
 
 
 def _effective_qs_dense(a: np.ndarray, qs: tuple[float, ...], q_relative: bool) -> list[float]:
     """:func:`_effective_qs` for a dense adjacency."""
-    one_way = int(((a - a.T) > 0).sum())
+    one_way = int((a & ~a.T).sum())
     if one_way == 0:
         return [0.0] * len(qs)
     return [relative_q(q, one_way, a.shape[0]) if q_relative else q for q in qs]
 
 
 def _dense_maglaps(a: np.ndarray, qs: list[float]) -> np.ndarray:
-    """``(Q, n, n)`` ``L_q`` (``"sym"``) from a dense binary adjacency; float64 when every ``q`` is 0."""
+    """``(Q, n, n)`` ``L_q`` (``"sym"``) from a dense bool adjacency; float64 when every ``q`` is 0."""
     n = a.shape[0]
+    a = a.astype(np.float64)
     a_s = ((a + a.T) > 0).astype(np.float64)
     dinv = np.maximum(a_s.sum(1), 1.0) ** -0.5
     w = dinv[:, None] * a_s * dinv[None, :]
