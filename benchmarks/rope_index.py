@@ -1,14 +1,19 @@
 """Position ids of a Qwen2-VL batch: mmpos against transformers' ``get_rope_index``.
 
-64 samples x 8 images with text between them (left padding), one run, three timings:
+64 samples x 8 images with text between them (left padding), one run, four timings:
 
 * transformers ``Qwen2VLModel.get_rope_index`` of the installed release (a Python loop over
   samples and blocks; from 5.3 on it reads ``mm_token_type_ids``),
 * :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the same token ids (vectorised,
   ``rule="installed"``),
-* :func:`mmpos.layout.build` from the segment lists (what a data loader would call).
+* :func:`mmpos.layout.build` from the segment lists (what a data loader would call), and the
+  same followed by reading ``Layout.coords`` (built on first read, float32 ``(B, L, 3)``).
 
-The outputs are checked equal before timing. Usage::
+The outputs are checked equal before timing. Time: wall and process CPU time per call, the
+functions taking turns call by call (a shared machine's load hits them alike). Peak memory:
+extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of ``VmHWM`` with glibc
+mapping blocks of 64 KiB or more, measured after the timings, as ``benchmarks/rotary.py`` does).
+Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/rope_index.py [--device cuda] [--samples 64] [--images 8]
 """
@@ -16,6 +21,8 @@ The outputs are checked equal before timing. Usage::
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import inspect
 import platform
 import random
@@ -61,20 +68,46 @@ def make_batch(samples: int, images: int, seed: int = 0):
     return config, input_ids, mask, torch.tensor(grids), segments
 
 
-def time_rounds(fns: dict, repeats: int, sync) -> dict:
-    """Seconds of ``repeats`` calls per function; the functions take turns in every round so
-    that all of them see the same load (the CPU is shared)."""
+def time_rounds(fns: dict, repeats: int, sync) -> tuple[dict, dict]:
+    """Wall and process CPU seconds of ``repeats`` calls per function; the functions take turns
+    in every round so that all of them see the same load (the CPU is shared)."""
     for fn in fns.values():
         fn()  # warm-up
-    times = {name: [] for name in fns}
+    wall, cpu = {name: [] for name in fns}, {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             sync()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             sync()
-            times[name].append(time.perf_counter() - start)
-    return times
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return wall, cpu
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def peak_mib(fn, device: torch.device) -> float:
+    """Extra peak memory (MiB) of one call, after a warm-up call."""
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: blocks of 64 KiB and more are mapped, RSS follows them
+    libc.malloc_trim(0)
+    base = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    fn()
+    return (_status_kib("VmHWM") - base) / 1024
 
 
 def main() -> None:
@@ -103,20 +136,21 @@ def main() -> None:
     assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1].to(device))
     assert torch.equal(lay.position_ids, ref[0]) and torch.equal(lay.rope_deltas, ref[1].to(device))
 
-    times = time_rounds(
-        {
-            "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, **hf_kwargs),
-            "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
-                config, input_ids, grids, attention_mask=mask, rule=rule
-            ),
-            "mmpos `layout.build` (segments)": lambda: build(
-                segments, "qwen2-vl", padding_side="left", device=device, rule=rule
-            ),
-        },
-        args.repeats,
-        sync,
-    )
-    base = next(iter(times.values()))  # transformers
+    fns = {
+        "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, **hf_kwargs),
+        "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
+            config, input_ids, grids, attention_mask=mask, rule=rule
+        ),
+        "mmpos `layout.build` (segments)": lambda: build(
+            segments, "qwen2-vl", padding_side="left", device=device, rule=rule
+        ),
+        "mmpos `layout.build` + `.coords` (built on first read)": lambda: (
+            build(segments, "qwen2-vl", padding_side="left", device=device, rule=rule).coords
+        ),
+    }
+    times, cpu = time_rounds(fns, args.repeats, sync)
+    mib = {name: peak_mib(fn, device) for name, fn in fns.items()}  # after timing: mallopt slows allocations
+    base, base_cpu = next(iter(times.values())), next(iter(cpu.values()))  # transformers
 
     b, length = input_ids.shape
     print(
@@ -124,12 +158,17 @@ def main() -> None:
         f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{platform.processor() or platform.machine()}"
     )
-    print("| method | best (ms) | median (ms) | speed-up, best | speed-up, median |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| method | best (ms) | median (ms) | speed-up, best | speed-up, median | CPU median (ms) "
+        "| speed-up, CPU median | peak (MiB) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    med = statistics.median
     for name, t in times.items():
+        c = cpu[name]
         print(
-            f"| {name} | {min(t) * 1e3:.2f} | {statistics.median(t) * 1e3:.2f} | "
-            f"{min(base) / min(t):.1f}x | {statistics.median(base) / statistics.median(t):.1f}x |"
+            f"| {name} | {min(t) * 1e3:.2f} | {med(t) * 1e3:.2f} | {min(base) / min(t):.1f}x | "
+            f"{med(base) / med(t):.1f}x | {med(c) * 1e3:.2f} | {med(base_cpu) / med(c):.1f}x | {mib[name]:.1f} |"
         )
 
 

@@ -252,7 +252,7 @@ class Layout:
         a = len(sch.axes)
         real = self.attention_mask.bool()
         if self._parts is None:
-            pos = self.position_ids[:a].to(torch.float64)  # (A, B, L)
+            pos = self.position_ids[:a].to(torch.float64, copy=True)  # (A, B, L), filled in place below
         else:
             text, vision, token_index = self._parts
             pos = text.unsqueeze(0).repeat(a, 1, 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -283,3 +285,18 @@ def test_decode_errors():
 def test_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- coords and HF rows
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_coords_read_later_equal_position_ids_and_hf_rows(scheme):
+    lay = _build(SAMPLES, scheme, padding_side="left")
+    coords = lay.coords
+    assert coords is lay.coords  # built on first read, then cached
+    bare = dataclasses.replace(lay, _parts=None)  # a Layout without the packer's float64 positions
+    assert torch.equal(bare.coords.pos, coords.pos) and torch.equal(bare.coords.mask, coords.mask)
+    # the HF rows read from position_ids equal the scheme's hf_rows applied to the coordinates
+    real = lay.attention_mask.bool()
+    weights = torch.tensor(SCHEMES[scheme].hf_rows, dtype=torch.float64)
+    rows = torch.einsum("ra,bla->rbl", weights, coords.pos.double()).masked_fill(~real, 1)
+    assert torch.equal(lay.hf_position_ids("3d"), rows.to(lay.position_ids.dtype))
