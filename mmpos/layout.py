@@ -413,14 +413,21 @@ def pack(
     bounds = torch.stack(list(torch.aminmax(torch.cat([nxt, block_start, block_end]))))  # nxt: never empty
     if vision.numel():
         bounds = torch.cat([bounds, torch.stack(list(torch.aminmax(vision)))])
-    if not bool(bounds.abs().lt(2**53).all()):  # NaN fails too; the only host synchronisation
+    finite, monotone = torch.stack([bounds.abs().lt(2**53).all(), (extent >= 0).all()]).tolist()  # one sync
+    if not finite:  # NaN fails the comparison too
         raise ValueError(
             "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
             "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
         )
 
-    rule = options.rule
-    text = (cum - 1).masked_fill_(~real, rule.padding_value)  # (B, L) text positions, padding value on padding
+    rule, pad = options.rule, ~real
+    text = cum - 1  # (B, L) text positions (at a vision token: its block's end - 1, overwritten below)
+    if rule.deltas == "max-real":
+        if monotone:  # positions never go back, so a block's end - 1 is below the next position: harmless
+            top = text.masked_fill(pad, -math.inf).amax(1)  # (B,) largest text position (or a block's end - 1)
+        else:
+            top = text.masked_fill(pad | (modality != int(Modality.TEXT)), -math.inf).amax(1)
+    text.masked_fill_(pad, rule.padding_value)  # the padding value on padding
     ids = torch.empty((vision.shape[0], b * length), dtype=sch.id_dtype, device=device)  # (A, B * L)
     text_ids = text.view(-1).to(sch.id_dtype)
     for row, values in zip(ids, vision.to(sch.id_dtype)):  # 1-D copies and scatters per axis (A <= 4)
@@ -429,12 +436,11 @@ def pack(
     if ids.shape[0] == 1:
         ids = ids.expand(3, -1, -1).contiguous()
     if rule.deltas == "max-real":
-        is_text = real & (modality == int(Modality.TEXT))
-        top = text.masked_fill(~is_text, -math.inf).amax(1)  # (B,) largest text position
         if vision.shape[1]:
             block_top = torch.full_like(extent, -math.inf).scatter_reduce_(0, geometry.block, vision.amax(0), "amax")
             top = top.scatter_reduce(0, block_first // length, block_top, "amax")  # ... and vision position
-        deltas = torch.where(real.any(1), torch.maximum(top + 1, nxt), 0) - real.sum(1)  # never behind next
+        n_real = real.sum(1)
+        deltas = torch.where(n_real > 0, torch.maximum(top + 1, nxt), 0) - n_real  # never behind next
     else:
         deltas = nxt - length
     parts = (text, vision, blocks.token_index)

@@ -277,7 +277,7 @@ def token_layout(
             _token_index(is_video, tokens[k_img:], "video_grid_thw"),
         ]
     )
-    modality = is_image.long() * int(Modality.IMAGE) + is_video.long() * int(Modality.VIDEO)  # TEXT elsewhere
+    modality = is_image.to(torch.long).masked_fill_(is_video, int(Modality.VIDEO))  # 1 image, 2 video, 0 text
     is_image_block = torch.arange(grid.shape[0], device=device) < k_img
     blocks = VisionBlocks(
         grid=grid,
