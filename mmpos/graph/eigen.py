@@ -86,7 +86,7 @@ def _solve_dense(lap: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if np.iscomplexobj(lap) and not np.any(lap.imag):
         lap = lap.real
     val, vec = np.linalg.eigh(lap)
-    return val[..., :k], vec[..., :, :k]
+    return val[..., :k].copy(), vec[..., :, :k].copy()  # copies: views would keep all n eigenvectors alive
 
 
 def _solve_lanczos(lap: sp.csr_matrix, k: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
