@@ -100,16 +100,33 @@ def _split(d: dict[str, Any], which: str) -> tuple:
     return channels, num, seed, which == "test", d["feat_dim"]
 
 
+def _model(encoder: str, m: dict[str, Any], d: dict[str, Any], in_dim: int | None, out_dim: int, **kw: Any):
+    """The recipes' GraphTransformer: the encoder name decides which PE hooks it has."""
+    from ...integrations.pyg import AddDirectionalRandomWalkPE
+
+    drw_channels = AddDirectionalRandomWalkPE(d["walk_length"], d["ppr_alpha"]).num_channels
+    eig = {"k": d["k"], "elem_dim": m["elem_dim"], "attention": m["eig_attention"]}
+    return GraphTransformer(
+        in_dim,
+        m["dim"],
+        m["depth"],
+        m["num_heads"],
+        out_dim,
+        maglap=eig if encoder in ("lap", "maglap") else None,
+        node_pe_dim=drw_channels if encoder == "drw" else None,
+        pair_dim=drw_channels if encoder == "drw" else None,
+        mlp_ratio=m["mlp_ratio"],
+        **kw,
+    )
+
+
 @register_task("sorting_networks", defaults=DEFAULTS)
 def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) -> Task:
     from torch_geometric.data import Batch
 
-    from ...integrations.pyg import AddDirectionalRandomWalkPE
-
     if encoder not in ENCODERS:
         raise ValueError(f"sorting_networks: encoder must be one of {ENCODERS}, got {encoder!r}")
     m, d = cfg["model"], cfg["data"]
-    drw_channels = AddDirectionalRandomWalkPE(d["walk_length"], d["ppr_alpha"]).num_channels
 
     def graphs(which: str) -> tuple:
         key = _split(d, which)
@@ -120,19 +137,7 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
         return _networks(*key)
 
     train, evals = graphs("train"), {"test_acc": graphs("test"), "id_acc": graphs("id")}
-    model = GraphTransformer(
-        d["feat_dim"],
-        m["dim"],
-        m["depth"],
-        m["num_heads"],
-        2,
-        maglap={"k": d["k"], "elem_dim": m["elem_dim"], "attention": m["eig_attention"]}
-        if encoder in ("lap", "maglap")
-        else None,
-        node_pe_dim=drw_channels if encoder == "drw" else None,
-        pair_dim=drw_channels if encoder == "drw" else None,
-        mlp_ratio=m["mlp_ratio"],
-    )
+    model = _model(encoder, m, d, d["feat_dim"], 2)
 
     def collate(items) -> Any:
         return Batch.from_data_list(list(items))
@@ -218,8 +223,6 @@ def _playground_pe(
 def build_playground(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) -> Task:
     from torch_geometric.data import Batch
 
-    from ...integrations.pyg import AddDirectionalRandomWalkPE
-
     if encoder not in ENCODERS:
         raise ValueError(f"digraph_playground: encoder must be one of {ENCODERS}, got {encoder!r}")
     m, d = cfg["model"], cfg["data"]
@@ -227,7 +230,6 @@ def build_playground(cfg: dict[str, Any], encoder: str, seed: int, device: torch
         raise ValueError(f"data.target must be 'reach' or 'dist', got {d['target']!r}")
     reach = d["target"] == "reach"
     num_out = 1 if reach else d["max_dist"] + 2
-    drw_channels = AddDirectionalRandomWalkPE(d["walk_length"], d["ppr_alpha"]).num_channels
 
     def graphs(which: str) -> tuple:
         sizes = tuple(d["train_nodes"] if which != "test" else d["test_nodes"])
@@ -236,20 +238,7 @@ def build_playground(cfg: dict[str, Any], encoder: str, seed: int, device: torch
         return _playground_pe(key, encoder, d["k"], d["q"], d["q_relative"], d["walk_length"], d["ppr_alpha"])
 
     train, evals = graphs("train"), {"test": graphs("test"), "id": graphs("id")}
-    model = GraphTransformer(
-        None,
-        m["dim"],
-        m["depth"],
-        m["num_heads"],
-        num_out,
-        maglap={"k": d["k"], "elem_dim": m["elem_dim"], "attention": m["eig_attention"]}
-        if encoder in ("lap", "maglap")
-        else None,
-        node_pe_dim=drw_channels if encoder == "drw" else None,
-        pair_dim=drw_channels if encoder == "drw" else None,
-        mlp_ratio=m["mlp_ratio"],
-        readout="pair",
-    )
+    model = _model(encoder, m, d, None, num_out, readout="pair")
 
     def targets(batch):
         """``(pairs,)`` targets and the ``(B, N, N)`` mask of real off-diagonal pairs."""
