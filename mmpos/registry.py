@@ -7,6 +7,7 @@ so a new file is all it takes to add an encoder.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,15 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["KINDS", "EncoderInfo", "create", "encoder_info", "list_encoders", "register_encoder"]
+__all__ = [
+    "KINDS",
+    "EncoderInfo",
+    "check_arguments",
+    "create",
+    "encoder_info",
+    "list_encoders",
+    "register_encoder",
+]
 
 KINDS = ("none", "additive", "conv", "rotary", "bias")
 
@@ -54,8 +63,28 @@ def encoder_info(name: str) -> EncoderInfo:
     """The registry entry for ``name``; ``ValueError`` listing the known names otherwise."""
     _load()
     if name not in _REGISTRY:
-        raise ValueError(f"unknown encoder {name!r}; known encoders: {sorted(_REGISTRY)}")
+        raise ValueError(
+            f"unknown encoder {name!r}{_did_you_mean(name, _REGISTRY)}; known encoders: {sorted(_REGISTRY)}"
+        )
     return _REGISTRY[name]
+
+
+def _did_you_mean(word: object, known) -> str:
+    close = difflib.get_close_matches(str(word), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_arguments(name: str, kwargs: Any) -> None:
+    """``ValueError`` naming encoder ``name`` and its accepted arguments if ``kwargs`` has one it does not take."""
+    params = inspect.signature(encoder_info(name).factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for arg in kwargs:
+        if arg not in accepted:
+            raise ValueError(
+                f"encoder {name!r} takes no argument {arg!r}{_did_you_mean(arg, accepted)}; it takes {accepted}"
+            )
 
 
 def list_encoders() -> list[EncoderInfo]:
@@ -70,6 +99,7 @@ def create(name: str, **kwargs: Any) -> nn.Module | None:
     Typical keyword arguments are ``dim`` (model width), ``num_heads`` and, for
     encoders with a learned grid, ``grid_size``; each encoder documents its own.
     """
+    check_arguments(name, kwargs)
     return encoder_info(name).factory(**kwargs)
 
 
@@ -79,6 +109,7 @@ def create_in_model(name: str, context: dict[str, Any], **kwargs: Any) -> nn.Mod
     Models use it to hand every encoder ``dim``, ``num_heads``, ``grid_size``, ``layer``...
     without every encoder having to accept all of them. ``kwargs`` win over ``context``.
     """
+    check_arguments(name, kwargs)
     factory = encoder_info(name).factory
     params = inspect.signature(factory).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import inspect
 import json
 import math
 import os
@@ -165,7 +164,7 @@ def _check_pos_kwargs(cfg: Mapping[str, Any]) -> None:
         return
     if not isinstance(pos_kwargs, Mapping):
         raise ConfigError(f"config key 'model.pos_kwargs' must map encoder names to arguments, got {pos_kwargs!r}")
-    from ..registry import encoder_info, list_encoders
+    from ..registry import check_arguments, list_encoders
 
     known = [i.name for i in list_encoders()]
     for enc, kwargs in pos_kwargs.items():
@@ -176,17 +175,10 @@ def _check_pos_kwargs(cfg: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key {where!r}: {enc!r} is not an encoder{hint} (mmpos list)")
         if not isinstance(kwargs, Mapping):
             raise ConfigError(f"config key {where!r} must be a mapping of arguments, got {kwargs!r}")
-        params = inspect.signature(encoder_info(enc).factory).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            continue
-        accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-        for arg in kwargs:
-            if arg not in accepted:
-                close = difflib.get_close_matches(str(arg), accepted, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(
-                    f"config key '{where}.{arg}': {enc} takes no argument {arg!r}{hint} (takes {accepted})"
-                )
+        try:
+            check_arguments(enc, kwargs)
+        except ValueError as e:
+            raise ConfigError(f"config key {where!r}: {e}") from None
 
 
 def _preflight(cfg: dict[str, Any], device: torch.device) -> None:

@@ -395,7 +395,7 @@ _SMOKE = ["profile=smoke", "encoders=[none,learned]", "device=cpu", "progress=fa
     "override, message",
     [
         ("model.pos_kwargs.learnd={std: 0.2}", "'learnd' is not an encoder; did you mean 'learned'"),
-        ("model.pos_kwargs.learned.stdd=0.2", "learned takes no argument 'stdd'; did you mean 'std'"),
+        ("model.pos_kwargs.learned.stdd=0.2", "encoder 'learned' takes no argument 'stdd' \\(did you mean 'std'\\?\\)"),
         ("model.pos_kwargs.learned.std=.nan", "encoder 'learned': std must be a finite number"),
         ("data.eval_size=0", "cannot be built and evaluated with this config"),
     ],
