@@ -31,8 +31,8 @@ is not installed, and its optional ``rpe_ops`` extension is used when the checko
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
+import functools
 import json
 import platform
 import statistics
@@ -43,6 +43,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from _memory import map_large_blocks, peak_mib
 
 import mmpos
 from mmpos import Coords
@@ -98,36 +99,13 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-_LIBC = ctypes.CDLL(None)
-_M_MMAP_THRESHOLD = -3
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
 def peak_memory(variant: str, n: int, device: str) -> float:
     """Extra peak memory (MiB) of one forward + backward step, after a warm-up step."""
     model, (x, coords) = build(variant, SIZES[n][0], device), inputs(n, device)
     step(model, x, coords)
     model.zero_grad(set_to_none=True)
     x.grad = None
-    if device == "cuda":
-        sync(device)
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        step(model, x, coords)
-        sync(device)
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    # CPU (Linux, glibc): return freed heap pages, reset the resident-set high-water mark,
-    # then read how far one step raises it
-    _LIBC.malloc_trim(0)
-    base = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    step(model, x, coords)
-    return (_status_kib("VmHWM") - base) / 1024
+    return peak_mib(functools.partial(step, model, x, coords), device)
 
 
 def times(n: int, device: str, repeats: int) -> dict[str, float]:
@@ -252,20 +230,7 @@ def reference_times(cream: types.ModuleType, n: int, device: str, repeats: int) 
         model.zero_grad(set_to_none=True)
         x.grad = None
         step(model, x, coords)
-        if device == "cuda":
-            sync(device)
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            step(model, x, coords)
-            sync(device)
-            mem[key] = (torch.cuda.max_memory_allocated() - base) / 2**20
-        else:
-            _LIBC.malloc_trim(0)
-            base = _status_kib("VmRSS")
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            step(model, x, coords)
-            mem[key] = (_status_kib("VmHWM") - base) / 1024
+        mem[key] = peak_mib(functools.partial(step, model, x, coords), device)
     return {k: statistics.median(v) for k, v in samples.items()}, mem, diffs
 
 
@@ -308,7 +273,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+        map_large_blocks()
     machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
     clock_name = "wall" if args.device == "cuda" else "process CPU"
     if args.reference:

@@ -21,8 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import inspect
 import platform
 import random
@@ -33,6 +31,7 @@ from types import SimpleNamespace
 
 import torch
 import transformers
+from _memory import map_large_blocks, peak_mib
 from transformers import Qwen2VLConfig
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
@@ -85,31 +84,6 @@ def time_rounds(fns: dict, repeats: int, sync) -> tuple[dict, dict]:
     return wall, cpu
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
-def peak_mib(fn, device: torch.device) -> float:
-    """Extra peak memory (MiB) of one call, after a warm-up call."""
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: blocks of 64 KiB and more are mapped, RSS follows them
-    libc.malloc_trim(0)
-    base = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    fn()
-    return (_status_kib("VmHWM") - base) / 1024
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=64)
@@ -149,7 +123,12 @@ def main() -> None:
         ),
     }
     times, cpu = time_rounds(fns, args.repeats, sync)
-    mib = {name: peak_mib(fn, device) for name, fn in fns.items()}  # after timing: mallopt slows allocations
+    if device.type == "cpu":
+        map_large_blocks()  # after timing: it slows allocations
+    mib = {}
+    for name, fn in fns.items():
+        fn()  # warm-up
+        mib[name] = peak_mib(fn, device)
     base, base_cpu = next(iter(times.values())), next(iter(cpu.values()))  # transformers
 
     b, length = input_ids.shape

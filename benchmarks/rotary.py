@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
 import datetime
 import platform
 import statistics
@@ -48,6 +47,7 @@ import time
 
 import torch
 import transformers
+from _memory import map_large_blocks, peak_mib
 from transformers.models.qwen2_vl import modeling_qwen2_vl as hf_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
 
@@ -99,30 +99,10 @@ def _rotate(q, k, cos, sin):
     return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
 
-_LIBC = ctypes.CDLL(None)
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
-def peak_mib(fn, device: str) -> float:
+def warm_peak_mib(fn, device: str) -> float:
     """Extra peak memory (MiB) of one call, after a warm-up call."""
     fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    _LIBC.malloc_trim(0)
-    base = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    fn()
-    return (_status_kib("VmHWM") - base) / 1024
+    return peak_mib(fn, device)
 
 
 def _describe(got, ref) -> str:
@@ -170,7 +150,7 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compiled
             if i:  # the first round warms up
                 samples[name].append(clock() - start)
     ms = {n: 1e3 * statistics.median(v) for n, v in samples.items()}
-    mib = {n: peak_mib(fn, device) for n, fn in fns.items()}
+    mib = {n: warm_peak_mib(fn, device) for n, fn in fns.items()}
     return {"ms": ms, "mib": mib, "notes": notes, "hf_function": hf_name}
 
 
@@ -221,7 +201,7 @@ def main() -> None:
         print(stack(args.device, args.repeats))
         return
     if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
-        _LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+        map_large_blocks()
     rows = []
     for length in args.lengths:
         for dname in args.dtypes:

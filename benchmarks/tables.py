@@ -25,7 +25,6 @@ resident-set high-water mark during one step (``VmHWM``, reset through ``/proc/s
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
 import platform
@@ -34,6 +33,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from _memory import peak_mib
 
 from mmpos.layout import Text
 from mmpos.nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
@@ -120,32 +120,11 @@ def clock(device: str) -> float:
     return time.perf_counter() if device == "cuda" else time.process_time()
 
 
-_LIBC = ctypes.CDLL(None)
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
 def peak_memory(bench: Bench, variant: str) -> float:
     """Extra peak memory (MiB) of one forward + backward step, after a warm-up step."""
     bench.train_step(variant)
     bench.zero()
-    if bench.device == "cuda":
-        sync("cuda")
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        bench.train_step(variant)
-        sync("cuda")
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    else:
-        _LIBC.malloc_trim(0)
-        base = _status_kib("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        bench.train_step(variant)
-        peak = (_status_kib("VmHWM") - base) / 1024
+    peak = peak_mib(lambda: bench.train_step(variant), bench.device)
     bench.zero()
     return peak
 
