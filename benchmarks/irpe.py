@@ -109,26 +109,31 @@ def peak_memory(variant: str, n: int, device: str) -> float:
 
 
 def times(n: int, device: str, repeats: int) -> dict[str, float]:
-    """Median seconds per forward + backward step, variants interleaved.
+    """Median seconds per forward + backward step, variants interleaved (:func:`interleaved_medians`)."""
+    models = {v: build(v, SIZES[n][0], device) for v in VARIANTS}
+    x, coords = inputs(n, device)
+    with torch.no_grad():  # the naive and the gather versions compute the same layer
+        torch.testing.assert_close(models["naive"](x, coords), models["irpe"](x, coords), rtol=1e-4, atol=1e-5)
+    return interleaved_medians(models, x, coords, device, repeats)
+
+
+def interleaved_medians(models: dict, x: torch.Tensor, coords: Coords, device: str, repeats: int) -> dict:
+    """Median seconds per forward + backward step of each model, the models taking turns in each round.
 
     CPU: process CPU time, which a machine shared with other jobs inflates far less than
     wall time (with one thread it is the step's compute time); CUDA: wall time, synchronised.
     """
     clock = time.perf_counter if device == "cuda" else time.process_time
-    models = {v: build(v, SIZES[n][0], device) for v in VARIANTS}
-    x, coords = inputs(n, device)
-    with torch.no_grad():  # the naive and the gather versions compute the same layer
-        torch.testing.assert_close(models["naive"](x, coords), models["irpe"](x, coords), rtol=1e-4, atol=1e-5)
-    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    samples: dict = {key: [] for key in models}
     for i in range(repeats + 1):
-        for variant, model in models.items():
+        for key, model in models.items():
             sync(device)
             start = clock()
             step(model, x, coords)
             sync(device)
             if i:  # the first round warms up
-                samples[variant].append(clock() - start)
-    return {v: statistics.median(s) for v, s in samples.items()}
+                samples[key].append(clock() - start)
+    return {key: statistics.median(s) for key, s in samples.items()}
 
 
 # ------------------------------------------------------------ against the reference (Cream)
@@ -205,7 +210,6 @@ class _NoCoords(torch.nn.Module):
 
 def reference_times(cream: types.ModuleType, n: int, device: str, repeats: int) -> tuple[dict, dict, dict]:
     """Median step seconds, extra peak MiB and max |mmpos - Cream| per ``(side, mode)``."""
-    clock = time.perf_counter if device == "cuda" else time.process_time
     grid, batch = SIZES[n]
     models, diffs = {}, {}
     torch.manual_seed(1)
@@ -216,22 +220,14 @@ def reference_times(cream: types.ModuleType, n: int, device: str, repeats: int) 
         models[("cream", mode)], models[("mmpos", mode)] = _NoCoords(ref), ours
         with torch.no_grad():
             diffs[mode] = float((ours(x, coords) - ref(x)).abs().max())
-    samples: dict[tuple, list[float]] = {key: [] for key in models}
-    for i in range(repeats + 1):
-        for key, model in models.items():
-            sync(device)
-            start = clock()
-            step(model, x, coords)
-            sync(device)
-            if i:
-                samples[key].append(clock() - start)
+    medians = interleaved_medians(models, x, coords, device, repeats)
     mem = {}
     for key, model in models.items():
         model.zero_grad(set_to_none=True)
         x.grad = None
         step(model, x, coords)
         mem[key] = peak_mib(functools.partial(step, model, x, coords), device)
-    return {k: statistics.median(v) for k, v in samples.items()}, mem, diffs
+    return medians, mem, diffs
 
 
 def reference_table(cream: types.ModuleType, device: str, repeats: int) -> str:
