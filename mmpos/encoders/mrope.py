@@ -43,6 +43,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from .._deprecate import module_aliases
 from .._validate import check_ints
 from ..coords import Coords
 from ..registry import register_encoder
@@ -54,16 +55,20 @@ __all__ = [
     "SCHEME_ENCODERS",
     "V2PE",
     "HoPE",
-    "MHRope",
-    "MRope",
-    "MRopeInterleaved",
-    "VRope",
+    "MHRoPE",
+    "MRoPE",
+    "MRoPEInterleaved",
+    "VRoPE",
     "default_mrope_section",
     "hope_plan",
     "mhrope_plan",
     "mrope_plan",
     "vrope_plan",
 ]
+# old names, deprecated
+__getattr__ = module_aliases(
+    __name__, {"MRope": "MRoPE", "MRopeInterleaved": "MRoPEInterleaved", "MHRope": "MHRoPE", "VRope": "VRoPE"}
+)
 
 THW = ("t", "h", "w")
 VROPE_AXES = ("c0", "c1", "c2", "c3")
@@ -212,7 +217,7 @@ class _MultimodalRotary(RotaryEncoder):
 
 
 @register_encoder("mrope", kind="rotary", paper="Wang et al. 2024, Qwen2-VL M-RoPE (arXiv:2409.12191)")
-class MRope(_MultimodalRotary):
+class MRoPE(_MultimodalRotary):
     """Multimodal RoPE with chunked sections (Qwen2-VL, Qwen2.5-VL).
 
     Paper: Wang et al., "Qwen2-VL: Enhancing Vision-Language Model's Perception of the World
@@ -247,7 +252,7 @@ class MRope(_MultimodalRotary):
 
 @register_encoder("mrope-i", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
 @register_encoder("mrope-interleaved", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
-class MRopeInterleaved(MRope):
+class MRoPEInterleaved(MRoPE):
     """Multimodal RoPE with interleaved sections (Qwen3-VL, MRoPE-I).
 
     Paper: Huang et al., "Revisiting Multimodal Positional Encoding in Vision-Language
@@ -258,14 +263,14 @@ class MRopeInterleaved(MRope):
 
     Pair ``p`` reads axis ``p mod 3`` while ``p < 3 * mrope_section[p mod 3]``; the rest read
     ``t``. Default sections ``[24, 20, 20]`` for ``head_dim=128``. Reads ``("t", "h", "w")``
-    (layouts ``qwen3-vl``, ``mrope-i`` with spatial reset). Arguments as :class:`MRope`.
+    (layouts ``qwen3-vl``, ``mrope-i`` with spatial reset). Arguments as :class:`MRoPE`.
     """
 
     interleaved = True
 
 
 @register_encoder("mhrope", kind="rotary", paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)")
-class MHRope(_MultimodalRotary):
+class MHRoPE(_MultimodalRotary):
     """Multi-Head RoPE: each KV head rotates by one axis with the full 1-D spectrum.
 
     Paper: Huang et al., "Revisiting Multimodal Positional Encoding in Vision-Language
@@ -280,7 +285,7 @@ class MHRope(_MultimodalRotary):
         num_kv_heads: KV heads (default ``num_heads``); query heads are grouped per KV head.
         head_sections: KV heads per ``(t, h, w)`` (default ``[2, 3, 3]`` for 8 KV heads,
             see :func:`mhrope_plan`); heads beyond their sum are not rotated.
-        theta, convention: as :class:`MRope`.
+        theta, convention: as :class:`MRoPE`.
     """
 
     def __init__(
@@ -312,7 +317,7 @@ class MHRope(_MultimodalRotary):
 
 
 @register_encoder("vrope", kind="rotary", paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)")
-class VRope(_MultimodalRotary):
+class VRoPE(_MultimodalRotary):
     """VRoPE: per-pair positions, the four symmetric combinations of a frame's ``(i, j)``.
 
     Paper: Liu et al., "VRoPE: Rotary Position Embedding for Video Large Language Models",
@@ -324,7 +329,7 @@ class VRope(_MultimodalRotary):
     ``(H-1-i) + j``, ``(H-1-i) + (W-1-j)`` plus the frame offset).
 
     Args:
-        dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRope`.
+        dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRoPE`.
     """
 
     def __init__(
@@ -355,7 +360,7 @@ class HoPE(_MultimodalRotary):
         dim, num_heads, head_dim: the head size.
         mrope_section: ``(t, h, w)`` pair counts; ``t`` pairs are unrotated (default
             ``[16, 24, 24]`` for ``head_dim=128``).
-        theta, convention: as :class:`MRope`.
+        theta, convention: as :class:`MRoPE`.
     """
 
     def __init__(
@@ -383,7 +388,7 @@ class V2PE(RotaryEncoder):
     so steps of ``1/256`` stay distinct at ``10**6`` tokens (float32 spacing there is 1/16).
 
     Args:
-        dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRope`.
+        dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRoPE`.
     """
 
     def __init__(

@@ -10,17 +10,19 @@ Shapes: q, k ``(B, H, N, D)``; angles ``(B, N, rotary_dim / 2)``.
 
 from __future__ import annotations
 
+from .._deprecate import module_aliases
 from .._validate import check_float
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan
 from .base import RotaryEncoder, resolve_head_dim
 
-__all__ = ["Rope1d"]
+__all__ = ["RoPE1d"]
+__getattr__ = module_aliases(__name__, {"Rope1d": "RoPE1d"})  # old names, deprecated
 
 
 @register_encoder("rope", kind="rotary", paper="Su et al. 2021, RoFormer (arXiv:2104.09864)")
-class Rope1d(RotaryEncoder):
+class RoPE1d(RotaryEncoder):
     """1-D RoPE on axis ``"seq"``; a grid is read in raster order (:meth:`Coords.flattened`).
 
     Args:

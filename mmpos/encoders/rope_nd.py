@@ -31,12 +31,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from .._deprecate import module_aliases
 from .._validate import check_axes, check_float, check_ints
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan
 from .base import RotaryEncoder, resolve_head_dim
 
-__all__ = ["AxialRope", "MixedRope", "mixed_frequencies"]
+__all__ = ["AxialRoPE", "MixedRoPE", "mixed_frequencies"]
+__getattr__ = module_aliases(__name__, {"AxialRope": "AxialRoPE", "MixedRope": "MixedRoPE"})  # old names, deprecated
 
 
 def _random_frames(num_heads: int, num_axes: int, rotate: bool, generator: torch.Generator | None) -> Tensor:
@@ -87,7 +89,7 @@ def mixed_frequencies(
 
 
 @register_encoder("rope-axial", kind="rotary", paper="Heo et al. 2024, RoPE-ViT axial (arXiv:2403.13298)")
-class AxialRope(RotaryEncoder):
+class AxialRoPE(RotaryEncoder):
     """Axial 2-D / 3-D RoPE: a section of rotary pairs per axis, each with its own spectrum.
 
     Args:
@@ -120,7 +122,7 @@ class AxialRope(RotaryEncoder):
 
 
 @register_encoder("rope-mixed", kind="rotary", paper="Heo et al. 2024, RoPE-ViT mixed (arXiv:2403.13298)")
-class MixedRope(RotaryEncoder):
+class MixedRoPE(RotaryEncoder):
     """RoPE-Mixed: learnable per-head frequencies mixing the axes; build one per layer.
 
     ``weight`` is an ``(Hk, A, P)`` :class:`~torch.nn.Parameter` initialised by
@@ -128,11 +130,11 @@ class MixedRope(RotaryEncoder):
     returns ``"freqs"``); do the same in the optimizer.
 
     Args:
-        dim, num_heads, head_dim: as :class:`AxialRope`.
+        dim, num_heads, head_dim: as :class:`AxialRoPE`.
         num_kv_heads: key/value heads (GQA); the frequencies are per key/value head so that a
             query and the key it attends with turn alike. Defaults to ``num_heads``.
         theta: magnitude base (rope-vit: 10).
-        axes, sections: as :class:`AxialRope` (at least two axes).
+        axes, sections: as :class:`AxialRoPE` (at least two axes).
         rotate: random per-head frame (rope-vit's default); ``False`` starts from axial.
         convention: ``"half"`` or ``"interleaved"``.
         generator: random source for the initial frames (default: the global one).
