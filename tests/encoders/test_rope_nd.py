@@ -15,7 +15,7 @@ from timm.layers.pos_embed_sincos import (
 
 from mmpos.coords import Coords
 from mmpos.encoders.base import RotaryEncoder
-from mmpos.encoders.rope_nd import AxialRope, MixedRope, mixed_frequencies
+from mmpos.encoders.rope_nd import AxialRoPE, MixedRoPE, mixed_frequencies
 from mmpos.nn import Transformer
 from mmpos.registry import create
 from mmpos.rotary import FrequencyPlan
@@ -56,7 +56,7 @@ def qk(b, h, n, d, seed=0, dtype=torch.float32):
 @pytest.mark.parametrize("height,width", [(4, 6), (7, 3)])
 def test_axial_equals_ropevit_compute_axial_cis(height, width):
     dim = 32
-    enc = AxialRope(head_dim=dim, axes=("w", "h"), convention="interleaved")
+    enc = AxialRoPE(head_dim=dim, axes=("w", "h"), convention="interleaved")
     coords = Coords.grid(height, width, prefix=1)
     ref = ropevit_axial_angles(dim, end_x=width, end_y=height)
     assert torch.equal(enc.angles(coords)[0, 1:], ref)
@@ -76,7 +76,7 @@ def test_axial_equals_timm_rotary_embedding_cat(rotate_half, indexing):
         dim, temperature=100, in_pixels=False, grid_indexing=indexing, rotate_half=rotate_half
     )
     axes = ("h", "w") if indexing == "ij" else ("w", "h")
-    enc = AxialRope(head_dim=dim, axes=axes, convention="half" if rotate_half else "interleaved")
+    enc = AxialRoPE(head_dim=dim, axes=axes, convention="half" if rotate_half else "interleaved")
     q, k = qk(2, 4, height * width, dim)
     emb = timm_rope.get_embed((height, width))
     rq, rk = enc.rotate(q, k, Coords.grid(height, width))
@@ -88,7 +88,7 @@ def test_timm_ref_feat_shape_is_scaled_coordinates():
     # timm (EVA) rescales positions by ref / feat for another resolution; in mmpos: Coords.scaled.
     dim = 16
     timm_rope = RotaryEmbeddingCat(dim, temperature=100, in_pixels=False, ref_feat_shape=(4, 6), rotate_half=True)
-    enc = AxialRope(head_dim=dim)
+    enc = AxialRoPE(head_dim=dim)
     q, k = qk(1, 2, 8 * 9, dim)
     rq, _ = enc.rotate(q, k, Coords.grid(8, 9).scaled((4 / 8, 6 / 9)))
     torch.testing.assert_close(rq, apply_rot_embed_cat(q, timm_rope.get_embed((8, 9)), half=True), rtol=0, atol=1e-6)
@@ -112,20 +112,20 @@ def test_timm_pixel_bands_are_a_frequency_plan():
 def test_axial_3d_sections_equal_and_given():
     coords = Coords.grid(2, 3, 4)
     pos = coords.pos[0]
-    enc = AxialRope(head_dim=24, axes=("t", "h", "w"))  # 12 pairs -> 4 per axis
+    enc = AxialRoPE(head_dim=24, axes=("t", "h", "w"))  # 12 pairs -> 4 per axis
     freq = 100.0 ** (-torch.arange(4) / 4)
     expected = torch.cat([pos[:, a, None] * freq for a in range(3)], dim=-1)
     torch.testing.assert_close(enc.angles(coords)[0], expected, rtol=1e-6, atol=0)
-    enc = AxialRope(head_dim=24, axes=("t", "h", "w"), sections=(2, 5, 5), theta=1000.0)
+    enc = AxialRoPE(head_dim=24, axes=("t", "h", "w"), sections=(2, 5, 5), theta=1000.0)
     ang = enc.angles(coords)[0]
     torch.testing.assert_close(ang[:, :2], pos[:, :1] * 1000.0 ** (-torch.arange(2) / 2), rtol=1e-6, atol=0)
     torch.testing.assert_close(ang[:, 7:], pos[:, 2:] * 1000.0 ** (-torch.arange(5) / 5), rtol=1e-6, atol=0)
     with pytest.raises(ValueError, match="sections"):
-        AxialRope(head_dim=16, axes=("t", "h", "w"))  # 8 pairs over 3 axes
+        AxialRoPE(head_dim=16, axes=("t", "h", "w"))  # 8 pairs over 3 axes
 
 
 def test_axial_any_resolution_uses_the_same_angles():
-    enc = AxialRope(head_dim=32)
+    enc = AxialRoPE(head_dim=32)
     small, large = enc.angles(Coords.grid(14, 14))[0], enc.angles(Coords.grid(20, 24))[0]
     rows, cols = torch.meshgrid(torch.arange(14), torch.arange(14), indexing="ij")
     assert torch.equal(large[(rows * 24 + cols).flatten()], small)
@@ -133,7 +133,7 @@ def test_axial_any_resolution_uses_the_same_angles():
 
 def test_prefix_tokens_are_not_rotated():
     coords = Coords.grid(3, 4, prefix=2)
-    for enc in (AxialRope(head_dim=16), MixedRope(head_dim=16, num_heads=2)):
+    for enc in (AxialRoPE(head_dim=16), MixedRoPE(head_dim=16, num_heads=2)):
         q, k = qk(2, 2, 14, 16)
         rq, rk = enc.rotate(q, k, coords)
         assert torch.equal(rq[:, :, :2], q[:, :, :2]) and torch.equal(rk[:, :, :2], k[:, :, :2])
@@ -145,7 +145,7 @@ def test_mixed_init_equals_ropevit_init_random_2d_freqs():
     torch.manual_seed(3)
     ref = ropevit_init_mixed(32, num_heads=6)
     torch.manual_seed(3)
-    enc = MixedRope(head_dim=32, num_heads=6, axes=("w", "h"), convention="interleaved")
+    enc = MixedRoPE(head_dim=32, num_heads=6, axes=("w", "h"), convention="interleaved")
     assert isinstance(enc.weight, torch.nn.Parameter) and enc.weight.shape == (6, 2, 16)
     assert torch.equal(enc.weight.detach(), ref.permute(1, 0, 2))  # weight[h] = (fx, fy)
 
@@ -154,7 +154,7 @@ def test_mixed_init_equals_timm_init_for_consecutive_layers():
     torch.manual_seed(5)
     ref = init_random_2d_freqs(16, depth=3, num_heads=4)  # (2, depth, H, 8)
     torch.manual_seed(5)
-    layers = [MixedRope(head_dim=16, num_heads=4, axes=("w", "h")) for _ in range(3)]
+    layers = [MixedRoPE(head_dim=16, num_heads=4, axes=("w", "h")) for _ in range(3)]
     assert torch.equal(torch.stack([m.weight.detach() for m in layers]), ref.permute(1, 2, 0, 3))
 
 
@@ -164,7 +164,7 @@ def test_mixed_equals_timm_rotary_embedding_mixed():
     emb = timm_rope.get_embed((height, width))  # (depth, H, N, 2 * head_dim)
     q, k = qk(2, heads, height * width, dim // heads)
     for layer in range(depth):
-        enc = MixedRope(dim, heads, axes=("w", "h"), convention="interleaved")
+        enc = MixedRoPE(dim, heads, axes=("w", "h"), convention="interleaved")
         with torch.no_grad():
             enc.weight.copy_(timm_rope.freqs[:, layer].permute(1, 0, 2))
         rq, rk = enc.rotate(q, k, Coords.grid(height, width))
@@ -175,7 +175,7 @@ def test_mixed_equals_timm_rotary_embedding_mixed():
 def test_mixed_equals_ropevit_compute_mixed_cis():
     dim, heads, height, width = 16, 3, 4, 5
     torch.manual_seed(0)
-    enc = MixedRope(head_dim=dim, num_heads=heads, axes=("w", "h"), convention="interleaved")
+    enc = MixedRoPE(head_dim=dim, num_heads=heads, axes=("w", "h"), convention="interleaved")
     fx, fy = enc.weight.detach().unbind(1)  # (H, P) each
     t = torch.arange(height * width, dtype=torch.float32)
     t_x, t_y = t % width, torch.div(t, width, rounding_mode="floor")
@@ -186,11 +186,11 @@ def test_mixed_equals_ropevit_compute_mixed_cis():
 
 
 def test_mixed_without_rotation_starts_axial():
-    mixed = MixedRope(head_dim=32, num_heads=2, rotate=False, theta=10.0)
-    axial = AxialRope(head_dim=32, theta=10.0)
+    mixed = MixedRoPE(head_dim=32, num_heads=2, rotate=False, theta=10.0)
+    axial = AxialRoPE(head_dim=32, theta=10.0)
     torch.testing.assert_close(mixed.weight.detach(), axial.weight.expand(2, -1, -1), rtol=0, atol=1e-7)
-    mixed3 = MixedRope(head_dim=24, num_heads=2, axes=("t", "h", "w"), rotate=False)
-    axial3 = AxialRope(head_dim=24, axes=("t", "h", "w"), theta=10.0)
+    mixed3 = MixedRoPE(head_dim=24, num_heads=2, axes=("t", "h", "w"), rotate=False)
+    axial3 = AxialRoPE(head_dim=24, axes=("t", "h", "w"), theta=10.0)
     assert torch.equal(mixed3.weight.detach(), axial3.weight.expand(2, -1, -1))
 
 
@@ -224,8 +224,8 @@ def _encoder(kind, axes, seed):
     torch.manual_seed(seed)
     head_dim = 12 * len(axes)
     if kind == "axial":
-        return AxialRope(head_dim=head_dim, axes=axes).double()
-    return MixedRope(head_dim=head_dim, num_heads=2, axes=axes).double()
+        return AxialRoPE(head_dim=head_dim, axes=axes).double()
+    return MixedRoPE(head_dim=head_dim, num_heads=2, axes=axes).double()
 
 
 @settings(max_examples=30, deadline=None)
@@ -267,11 +267,11 @@ def test_score_of_a_pair_is_a_function_of_its_offset(kind, seed):
 # ------------------------------------------------------------ registry, errors, compile
 def test_registered_factories():
     axial = create("rope-axial", dim=64, num_heads=4)
-    assert isinstance(axial, AxialRope) and axial.weight.shape == (2, 8) and axial.axes == ("h", "w")
+    assert isinstance(axial, AxialRoPE) and axial.weight.shape == (2, 8) and axial.axes == ("h", "w")
     video = create("rope-axial", dim=96, num_heads=4, axes=("t", "h", "w"))
     assert video.weight.shape == (3, 12)
     mixed = create("rope-mixed", dim=64, num_heads=4, axes=("t", "h", "w"), sections=(2, 3, 3))
-    assert isinstance(mixed, MixedRope) and mixed.weight.shape == (4, 3, 8)
+    assert isinstance(mixed, MixedRoPE) and mixed.weight.shape == (4, 3, 8)
 
 
 @pytest.mark.parametrize("name", ["rope-axial", "rope-mixed"])
@@ -288,14 +288,14 @@ def test_video_transformer_with_3d_rope(name):
 
 def test_errors():
     with pytest.raises(ValueError, match="at least 2 axes"):
-        MixedRope(head_dim=16, num_heads=2, axes=("seq",))
+        MixedRoPE(head_dim=16, num_heads=2, axes=("seq",))
     with pytest.raises(ValueError, match="num_heads"):
-        MixedRope(head_dim=16)
+        MixedRoPE(head_dim=16)
     with pytest.raises(ValueError, match="head_dim"):
-        AxialRope(head_dim=15)
+        AxialRoPE(head_dim=15)
     with pytest.raises(ValueError, match="sections"):
-        AxialRope(head_dim=16, sections=(3, 3))
-    enc = AxialRope(head_dim=16, axes=("t", "h", "w"), sections=(2, 3, 3))
+        AxialRoPE(head_dim=16, sections=(3, 3))
+    enc = AxialRoPE(head_dim=16, axes=("t", "h", "w"), sections=(2, 3, 3))
     q, k = qk(1, 2, 6, 16)
     with pytest.raises(ValueError, match="axis 't'"):
         enc.rotate(q, k, Coords.grid(2, 3))
@@ -306,7 +306,7 @@ def test_errors():
 @pytest.mark.parametrize("kind", ["axial", "mixed"])
 def test_rotate_compiles_without_graph_breaks(kind):
     torch._dynamo.reset()
-    enc = AxialRope(head_dim=16, axes=("w", "h")) if kind == "axial" else MixedRope(head_dim=16, num_heads=2)
+    enc = AxialRoPE(head_dim=16, axes=("w", "h")) if kind == "axial" else MixedRoPE(head_dim=16, num_heads=2)
     coords = Coords.grid(3, 5, prefix=1)
     q, k = qk(2, 2, 16, 16)
     compiled = torch.compile(enc.rotate, fullgraph=True, backend="aot_eager")

@@ -36,7 +36,7 @@ def test_fixed_plans_are_shared_learnable_plans_per_layer():
     model = Transformer(32, 3, 4, pos=["rope-axial", "irpe", "rope-mixed"], grid_size=(3, 4), axes=("h", "w"))
     assert set(model.rotary) == {"rope-axial"}
     owned = [[type(e).__name__ for e in b.attn.encoders] for b in model.blocks]
-    assert owned == [["IRPE", "MixedRope"]] * 3
+    assert owned == [["IRPE", "MixedRoPE"]] * 3
     mixed = [b.attn.encoders[1].weight for b in model.blocks]
     assert mixed[0] is not mixed[1] and not torch.equal(mixed[0], mixed[1])  # each layer its own random frame
     assert not any(k.startswith("rotary.") for k in model.state_dict())  # a fixed plan is a non-persistent buffer
@@ -103,12 +103,12 @@ def test_converted_models_share_fixed_plans_and_keep_their_keys(monkeypatch):
     calls = _count_angles(monkeypatch)
     with torch.no_grad():
         model(torch.randn(1, 3, 32, 32))
-    assert calls.count("AxialRope") == 1 and calls.count("MixedRope") == 3
+    assert calls.count("AxialRoPE") == 1 and calls.count("MixedRoPE") == 3
     clip = mo.create_model("ViT-B-32", pos="rope-axial", embed_dim=16, vision_cfg=VISION, text_cfg=TEXT)
     calls.clear()
     with torch.no_grad():
         clip.encode_image(torch.randn(1, 3, 32, 32))
-    assert calls == ["AxialRope"]
+    assert calls == ["AxialRoPE"]
 
 
 def test_no_weight_decay_lists_rope_mixed_frequencies():

@@ -1,0 +1,60 @@
+"""Renamed public names: each old name still works, warns (``DeprecationWarning``) and names the new one."""
+
+import importlib
+import warnings
+
+import pytest
+
+from mmpos._deprecate import module_aliases, renamed_arguments
+
+CLASS_RENAMES = [
+    ("mmpos.encoders.rope", "Rope1d", "RoPE1d"),
+    ("mmpos.encoders.rope_nd", "AxialRope", "AxialRoPE"),
+    ("mmpos.encoders.rope_nd", "MixedRope", "MixedRoPE"),
+    ("mmpos.encoders.mrope", "MRope", "MRoPE"),
+    ("mmpos.encoders.mrope", "MRopeInterleaved", "MRoPEInterleaved"),
+    ("mmpos.encoders.mrope", "MHRope", "MHRoPE"),
+    ("mmpos.encoders.mrope", "VRope", "VRoPE"),
+]
+
+
+@pytest.mark.parametrize(("module", "old", "new"), CLASS_RENAMES, ids=[r[1] for r in CLASS_RENAMES])
+def test_old_class_name_warns_and_is_the_new_class(module, old, new):
+    mod = importlib.import_module(module)
+    assert new in mod.__all__ and old not in mod.__all__
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.{old} is deprecated; use {module}\.{new}"):
+        alias = getattr(mod, old)
+    assert alias is getattr(mod, new)
+
+
+def test_from_import_of_an_old_name_warns_at_the_import_line():
+    with pytest.warns(DeprecationWarning) as record:
+        from mmpos.encoders.rope import Rope1d  # noqa: F401
+    assert record[0].filename == __file__
+
+
+def test_new_class_names_do_not_warn_and_unknown_names_still_fail():
+    mod = importlib.import_module("mmpos.encoders.mrope")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mod.MRoPE.__name__ == "MRoPE"
+    with pytest.raises(AttributeError, match="has no attribute 'Mrope'"):
+        mod.Mrope  # noqa: B018
+
+
+def test_module_aliases_and_renamed_arguments_on_their_own():
+    getattr_ = module_aliases(__name__, {"old_helper": "test_module_aliases_and_renamed_arguments_on_their_own"})
+    with pytest.warns(DeprecationWarning):
+        assert getattr_("old_helper") is test_module_aliases_and_renamed_arguments_on_their_own
+
+    @renamed_arguments(old="new")
+    def f(x, new=0):
+        return x + new
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f(1, new=2) == 3
+    with pytest.warns(DeprecationWarning, match=r"f\(old=...\) is deprecated; use new="):
+        assert f(1, old=2) == 3
+    with pytest.raises(TypeError, match="both new= and its deprecated name old="):
+        f(1, new=2, old=2)
