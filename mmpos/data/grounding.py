@@ -6,8 +6,9 @@ model cannot read a cell off a fixed raster index) and a question, as token ids:
 * ``WHAT r c`` -> ``[shape, colour]`` of the object at row ``r``, column ``c``;
 * ``WHERE shape colour`` -> ``[row r, column c]`` of that (unique) object.
 
-Token vocabulary (:data:`VOCAB_SIZE` ids): ``PAD``, ``WHAT``, ``WHERE``, ``ANSWER``,
-``EMPTY``, one id per shape, per colour and per row/column index ``0 .. MAX_CELLS-1``.
+Token ids: :mod:`mmpos.data.vocab` (the first :data:`~mmpos.data.vocab.VOCAB_SIZE` ids:
+``PAD``, ``WHAT``, ``WHERE``, ``ANSWER``, ``EMPTY``, one id per shape, per colour and per
+row/column index ``0 .. MAX_CELLS-1``); the names stay importable from here.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .scenes import COLORS, SHAPES, random_scene, render_scene
+from .scenes import random_scene, render_scene
+from .vocab import ANSWER, COLOR0, EMPTY, INDEX0, MAX_CELLS, PAD, SHAPE0, VOCAB_SIZE, WHAT, WHERE, object_ids
 
-__all__ = ["ANSWER", "EMPTY", "MAX_CELLS", "PAD", "VOCAB_SIZE", "WHAT", "WHERE", "GroundingBatch", "make_grounding"]
-
-MAX_CELLS = 8
-PAD, WHAT, WHERE, ANSWER, EMPTY = range(5)
-SHAPE0 = 5
-COLOR0 = SHAPE0 + len(SHAPES)
-INDEX0 = COLOR0 + len(COLORS)
-VOCAB_SIZE = INDEX0 + MAX_CELLS
+__all__ = [
+    "ANSWER",
+    "COLOR0",
+    "EMPTY",
+    "INDEX0",
+    "MAX_CELLS",
+    "PAD",
+    "SHAPE0",
+    "VOCAB_SIZE",
+    "WHAT",
+    "WHERE",
+    "GroundingBatch",
+    "make_grounding",
+]
 
 
 @dataclass(frozen=True)
@@ -57,13 +65,11 @@ def make_grounding(
         images.append(render_scene(scene, cell, rng, noise))
         if i % 2 == 0:
             r, c = int(rng.integers(rows)), int(rng.integers(cols))
-            obj = int(scene[r, c])
-            answer = [EMPTY, EMPTY] if obj < 0 else [SHAPE0 + obj // len(COLORS), COLOR0 + obj % len(COLORS)]
+            answer = object_ids(int(scene[r, c]))
             questions.append([WHAT, INDEX0 + r, INDEX0 + c, ANSWER])
         else:
             r, c = (int(v[0]) for v in np.nonzero(scene == rng.choice(scene[scene >= 0])))
-            obj = int(scene[r, c])
-            questions.append([WHERE, SHAPE0 + obj // len(COLORS), COLOR0 + obj % len(COLORS), ANSWER])
+            questions.append([WHERE, *object_ids(int(scene[r, c])), ANSWER])
             answer = [INDEX0 + r, INDEX0 + c]
         answers.append(answer)
     return GroundingBatch(

@@ -6,6 +6,9 @@ asks for ``[shape, colour]`` of the other object *in the same image*. Answering 
 binding tokens to their image, so it depends on positions, and the context length
 grows with ``num_images`` while the answer vocabulary does not: train on few images,
 test on many.
+
+Token ids: :mod:`mmpos.data.vocab` (``NEEDLE``, ``IMAGE_SEP`` after the grounding ids,
+:data:`~mmpos.data.vocab.HAYSTACK_VOCAB_SIZE` in all); the names stay importable from here.
 """
 
 from __future__ import annotations
@@ -16,13 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .grounding import ANSWER, COLOR0, SHAPE0, VOCAB_SIZE
-from .scenes import COLORS, NUM_OBJECTS, render_scene
+from .scenes import NUM_OBJECTS, add_noise, paint_mark, render_scene
+from .vocab import ANSWER, HAYSTACK_VOCAB_SIZE, IMAGE_SEP, NEEDLE, object_ids
 
 __all__ = ["HAYSTACK_VOCAB_SIZE", "IMAGE_SEP", "NEEDLE", "Haystack", "make_haystack"]
-
-NEEDLE, IMAGE_SEP = VOCAB_SIZE, VOCAB_SIZE + 1
-HAYSTACK_VOCAB_SIZE = VOCAB_SIZE + 2
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,6 @@ def make_haystack(
         raise ValueError(f"an image needs at least 2 cells, got rows={rows}, cols={cols}")
     rng = np.random.default_rng(seed)
     images, answers, needles = [], [], []
-    m = max(cell // 6, 1)
     for _ in range(n):
         needle = int(rng.integers(num_images))
         sample = []
@@ -56,15 +55,11 @@ def make_haystack(
             scene[cells] = rng.choice(NUM_OBJECTS, size=2, replace=False)
             if k == needle:
                 scene[cells[0]] = -1  # the white square goes here
-                obj = int(scene[cells[1]])
-                answers.append([SHAPE0 + obj // len(COLORS), COLOR0 + obj % len(COLORS)])
+                answers.append(object_ids(int(scene[cells[1]])))
             image = render_scene(scene.reshape(rows, cols), cell, rng, noise=0.0)
             if k == needle:
-                r, c = divmod(int(cells[0]), cols)
-                image[:, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
-            if noise:
-                image = np.clip(image + rng.normal(0.0, noise, image.shape).astype(np.float32), 0.0, 1.0)
-            sample.append(image)
+                paint_mark(image, *divmod(int(cells[0]), cols), cell)
+            sample.append(add_noise(image, noise, rng))
         images.append(np.stack(sample))
         needles.append(needle)
     return Haystack(

@@ -2,7 +2,8 @@
 
 The relational sibling of :mod:`mmpos.data.grounding`: same scenes, renderer and answer
 vocabulary. Each image of ``rows x cols`` cells holds coloured objects and one *mark*,
-a white square in an otherwise empty cell (as the needle of :mod:`mmpos.data.haystack`).
+a white square in an otherwise empty cell (:func:`mmpos.data.scenes.paint_mark`, as the
+needle of :mod:`mmpos.data.haystack`).
 Questions, as ids:
 
 * ``BELOW ANSWER`` -> ``[shape, colour]`` of the object one row below the mark, or
@@ -16,8 +17,9 @@ raster order that is ``+cols`` / ``+1`` tokens, so ``BELOW`` depends on the grid
 :func:`make_hidden_clips` asks the same kind of question across time: which object
 does the flash of a video clip hide (the other frames show it at the same place)?
 
-Token ids: those of :mod:`mmpos.data.grounding` and :mod:`mmpos.data.video` plus
-``BELOW``, ``RIGHT`` and ``HIDDEN`` (:data:`RELATION_VOCAB_SIZE` ids).
+Token ids: :mod:`mmpos.data.vocab` -- those of :mod:`mmpos.data.grounding` and
+:mod:`mmpos.data.video` plus ``BELOW``, ``RIGHT`` and ``HIDDEN``
+(:data:`~mmpos.data.vocab.RELATION_VOCAB_SIZE` ids); the names stay importable from here.
 """
 
 from __future__ import annotations
@@ -28,19 +30,12 @@ import tempfile
 import numpy as np
 import torch
 
-from .grounding import ANSWER, COLOR0, EMPTY, MAX_CELLS, SHAPE0, GroundingBatch
-from .scenes import COLORS, NUM_OBJECTS, random_scene, render_scene
-from .video import VIDEO_VOCAB_SIZE, EventClips, flash_clip, roundtrip_video
+from .grounding import GroundingBatch
+from .scenes import NUM_OBJECTS, add_noise, paint_mark, random_scene, render_scene
+from .video import EventClips, flash_clip, roundtrip_video
+from .vocab import ANSWER, BELOW, HIDDEN, MAX_CELLS, RELATION_VOCAB_SIZE, RIGHT, object_ids
 
 __all__ = ["BELOW", "HIDDEN", "RELATION_VOCAB_SIZE", "RIGHT", "make_hidden_clips", "make_relations"]
-
-# after the ids of mmpos.data.video (WHEN, EVENT), so that one vocabulary holds every question
-BELOW, RIGHT, HIDDEN = VIDEO_VOCAB_SIZE, VIDEO_VOCAB_SIZE + 1, VIDEO_VOCAB_SIZE + 2
-RELATION_VOCAB_SIZE = VIDEO_VOCAB_SIZE + 3
-
-
-def _ids(obj: int) -> list[int]:
-    return [EMPTY, EMPTY] if obj < 0 else [SHAPE0 + obj // len(COLORS), COLOR0 + obj % len(COLORS)]
 
 
 def make_relations(
@@ -60,7 +55,6 @@ def make_relations(
         raise ValueError(f"fill must be in (0, 1], got {fill}")
     rng = np.random.default_rng(seed)
     k = min(round(fill * (rows * cols - 1)), NUM_OBJECTS)
-    m = max(cell // 6, 1)  # the mark's margin inside its cell, as the objects'
     images, questions, answers = [], [], []
     for i in range(n):
         kind, (dr, dc) = (BELOW, (1, 0)) if i % 2 == 0 else (RIGHT, (0, 1))
@@ -70,12 +64,10 @@ def make_relations(
         scene[rng.choice(free, size=k, replace=False)] = rng.choice(NUM_OBJECTS, size=k, replace=False)
         scene = scene.reshape(rows, cols)
         image = render_scene(scene, cell, rng, noise=0.0)
-        image[:, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
-        if noise:
-            image = np.clip(image + rng.normal(0.0, noise, image.shape).astype(np.float32), 0.0, 1.0)
-        images.append(image)
+        paint_mark(image, r, c, cell)
+        images.append(add_noise(image, noise, rng))
         questions.append([kind, ANSWER])
-        answers.append(_ids(int(scene[r + dr, c + dc])))
+        answers.append(object_ids(int(scene[r + dr, c + dc])))
     return GroundingBatch(
         torch.from_numpy(np.stack(images)),
         torch.tensor(questions, dtype=torch.long),
@@ -96,7 +88,7 @@ def make_hidden_clips(
     roundtrip: bool = True,
     noise: float = 0.03,
 ) -> EventClips:
-    """Clips whose white flash hides an object: ``HIDDEN ANSWER`` -> that object's ``[shape, colour]``.
+    """Clips whose flash (the mark) hides an object: ``HIDDEN ANSWER`` -> that object's ``[shape, colour]``.
 
     As :func:`mmpos.data.video.make_event_clips` (static cell scene, a white square over
     cell ``(r, c)`` from frame ``f`` for ``duration`` frames, MJPG round trip), with a
@@ -122,7 +114,7 @@ def make_hidden_clips(
             f, r, c = int(rng.integers(frames - duration + 1)), int(rng.integers(rows)), int(rng.integers(cols))
             clip = flash_clip(render_scene(scene, cell, rng, noise=0.0), frames, (f, r, c), duration, cell, rng, noise)
             clips.append(roundtrip_video(clip, os.path.join(tmp, f"clip{i}.avi")) if roundtrip else clip)
-            answers.append(_ids(int(scene[r, c])))
+            answers.append(object_ids(int(scene[r, c])))
             events.append([f, r, c])
     return EventClips(
         torch.from_numpy(np.stack(clips)),

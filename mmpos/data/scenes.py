@@ -4,6 +4,10 @@ The multimodal tasks (grounding, video events, needle in a haystack) share this
 vocabulary and renderer. A scene is a ``(rows, cols)`` array of object ids
 (``-1`` = empty); object ``o`` has shape ``o // len(COLORS)`` and colour
 ``o % len(COLORS)``. Images are float32 ``(3, rows * cell, cols * cell)`` in [0, 1].
+
+The *mark* of the tasks (the needle of :mod:`mmpos.data.haystack`, the marked cell of
+:mod:`mmpos.data.relations`, the flash of :mod:`mmpos.data.video`) is a white square
+painted by :func:`paint_mark` over the pixels a square object would cover.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["COLORS", "NUM_OBJECTS", "SHAPES", "random_scene", "render_scene"]
+__all__ = ["COLORS", "NUM_OBJECTS", "SHAPES", "add_noise", "paint_mark", "random_scene", "render_scene"]
 
 SHAPES = ("square", "circle", "triangle", "cross")
 COLORS = {  # RGB
@@ -24,8 +28,13 @@ NUM_OBJECTS = len(SHAPES) * len(COLORS)
 _RGB = np.array(list(COLORS.values()), dtype=np.uint8)
 
 
+def _margin(cell: int) -> int:
+    """Pixels between a cell's border and the object (or mark) inside it."""
+    return max(cell // 6, 1)
+
+
 def _draw(canvas: np.ndarray, shape: int, color: tuple[int, int, int], y0: int, x0: int, cell: int) -> None:
-    m = max(cell // 6, 1)  # margin inside the cell
+    m = _margin(cell)
     y1, x1 = y0 + cell - 1 - m, x0 + cell - 1 - m
     y0, x0 = y0 + m, x0 + m
     cy, cx = (y0 + y1) // 2, (x0 + x1) // 2
@@ -53,10 +62,22 @@ def render_scene(scene: np.ndarray, cell: int, rng: np.random.Generator, noise: 
     for r, c in zip(*np.nonzero(scene >= 0)):
         obj = int(scene[r, c])
         _draw(canvas, obj // len(COLORS), tuple(int(v) for v in _RGB[obj % len(COLORS)]), r * cell, c * cell, cell)
-    image = canvas.astype(np.float32) / 255.0
-    if noise:
-        image = np.clip(image + rng.normal(0.0, noise, image.shape).astype(np.float32), 0.0, 1.0)
-    return image.transpose(2, 0, 1)
+    return add_noise(canvas.astype(np.float32) / 255.0, noise, rng).transpose(2, 0, 1)
+
+
+def paint_mark(image: np.ndarray, row: int, col: int, cell: int) -> None:
+    """Paint the mark, white (1.0), into cell ``(row, col)`` of ``image`` ``(..., 3, H, W)`` in place
+    (every leading index: e.g. all frames of a clip slice ``(T, 3, H, W)``)."""
+    m = _margin(cell)
+    image[..., row * cell + m : (row + 1) * cell - m, col * cell + m : (col + 1) * cell - m] = 1.0
+
+
+def add_noise(image: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """``image`` (float32, in [0, 1], any shape) plus Gaussian noise of std ``noise`` from ``rng``, clipped
+    to [0, 1]; ``image`` itself when ``noise`` is 0 (no draw)."""
+    if not noise:
+        return image
+    return np.clip(image + rng.normal(0.0, noise, image.shape).astype(np.float32), 0.0, 1.0)
 
 
 def random_scene(rows: int, cols: int, num_objects: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Video event clips, written to and read back from video files with OpenCV.
 
 A clip shows ``frames`` frames of a ``rows x cols`` cell scene with static coloured
-objects; at frame ``f`` a white square flashes in cell ``(r, c)`` for ``duration``
-frames. Questions (token ids, vocabulary of :mod:`mmpos.data.grounding` plus ``WHEN``
-and ``EVENT``):
+objects; at frame ``f`` the mark (a white square, :func:`mmpos.data.scenes.paint_mark`)
+flashes in cell ``(r, c)`` for ``duration`` frames. Questions (token ids of
+:mod:`mmpos.data.vocab`: those of :mod:`mmpos.data.grounding` plus ``WHEN`` and ``EVENT``,
+:data:`~mmpos.data.vocab.VIDEO_VOCAB_SIZE` in all; the names stay importable from here):
 
 * ``WHEN`` -> ``[index f, EMPTY]`` -- when does the flash start;
 * ``EVENT`` -> ``[row r, column c]`` -- where is it.
@@ -23,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .grounding import ANSWER, EMPTY, INDEX0, MAX_CELLS, VOCAB_SIZE
-from .scenes import random_scene, render_scene
+from .scenes import add_noise, paint_mark, random_scene, render_scene
+from .vocab import ANSWER, EMPTY, EVENT, INDEX0, MAX_CELLS, VIDEO_VOCAB_SIZE, WHEN
 
 __all__ = [
     "EVENT",
@@ -37,9 +38,6 @@ __all__ = [
     "roundtrip_video",
     "write_video",
 ]
-
-WHEN, EVENT = VOCAB_SIZE, VOCAB_SIZE + 1
-VIDEO_VOCAB_SIZE = VOCAB_SIZE + 2
 
 
 def write_video(path: str, frames: np.ndarray, fps: float = 8.0, codec: str = "MJPG") -> None:
@@ -86,15 +84,12 @@ def flash_clip(
     rng: np.random.Generator,
     noise: float,
 ) -> np.ndarray:
-    """``(T, 3, H, W)``: the still ``base`` with a white square in cell ``(r, c)`` for frames
+    """``(T, 3, H, W)``: the still ``base`` with the mark in cell ``(r, c)`` for frames
     ``f .. f + duration - 1`` (``event = (f, r, c)``), plus Gaussian noise of std ``noise``."""
     f, r, c = event
     clip = np.repeat(base[None], frames, axis=0)
-    m = max(cell // 6, 1)
-    clip[f : f + duration, :, r * cell + m : (r + 1) * cell - m, c * cell + m : (c + 1) * cell - m] = 1.0
-    if noise:
-        clip = np.clip(clip + rng.normal(0.0, noise, clip.shape).astype(np.float32), 0.0, 1.0)
-    return clip
+    paint_mark(clip[f : f + duration], r, c, cell)  # a view: paints those frames of clip
+    return add_noise(clip, noise, rng)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """``spatial_relations``: a small ViT learns where a red square is relative to a blue one.
 
-Data: :mod:`mmpos.data.spatial` (fresh scenes every step, a fixed evaluation set).
+Data: :mod:`mmpos.data.squares`, grid placement (fresh scenes every step, a fixed evaluation set).
 Model: :class:`mmpos.nn.VisionTransformer` with the run's encoder(s) (``"a+b"`` combines).
 Metrics: ``acc`` at the training resolution (ranks runs) and ``acc@<s>x`` on the same
 evaluation scenes rendered at ``s`` times the resolution (``data.eval_scales``).
 
 Without position encoding the model sees a bag of patches and stays at chance
-(``1 / num_relations``); see :mod:`mmpos.data.spatial` for why.
+(``1 / num_relations``); see :mod:`mmpos.data.squares` for why.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...data.spatial import render, sample_layout
+from ...data.squares import render, sample_grid
 from ...nn import VisionTransformer
 from . import Task, encoder_names, register_task
 
@@ -70,7 +70,7 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
         global_pool=m["global_pool"],
     )
     kw = {"cells": d["cells"], "num_relations": d["num_relations"], "min_side": d["min_side"]}
-    layout = sample_layout(d["eval_size"], d["eval_seed"], **kw)
+    scenes = sample_grid(d["eval_size"], d["eval_seed"], **kw)
     evals = {}
     for scale in d["eval_scales"]:
         px = round(size * scale)
@@ -79,13 +79,13 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
                 f"data.eval_scales: {scale} x {size} px = {px} px is not a multiple of "
                 f"model.patch_size={m['patch_size']} and data.cells={d['cells']}"
             )
-        evals[_scale_name(scale)] = render(layout, px, d["eval_seed"] + 1, d["noise"])
+        evals[_scale_name(scale)] = render(scenes, px, d["eval_seed"] + 1, noise=d["noise"])
     if "acc" not in evals:
         raise ValueError(f"data.eval_scales must include 1.0 (the ranking metric acc), got {d['eval_scales']}")
 
     def train_batch(step: int):
         data_seed = (seed + 1) * 1_000_003 + step
-        return render(sample_layout(cfg["batch_size"], data_seed, **kw), size, data_seed, d["noise"])
+        return render(sample_grid(cfg["batch_size"], data_seed, **kw), size, data_seed, noise=d["noise"])
 
     def loss(model: nn.Module, batch):
         images, labels = batch
