@@ -4,7 +4,7 @@ Tasks (see ``docs/recipes.md`` for the contract and ``docs/results/vision.md`` f
 
 * ``vit_spatial`` -- a small timm ``VisionTransformer`` built by
   :func:`mmpos.integrations.timm.create_vit` with the run's encoder, trained on
-  :mod:`mmpos.data.layout_images` at ``data.image_size`` and evaluated, without
+  :mod:`mmpos.data.squares` (free placement) at ``data.image_size`` and evaluated, without
   fine-tuning, on the same held-out scenes rendered at ``1x`` and at every factor of
   ``data.eval_scales``. Metrics: ``acc``, ``acc@1.5x``, ``acc@2x`` (squares keep their
   pixel size, the recipes' resolution protocol) and ``acc@1.5x:image``, ``acc@2x:image``
@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...data.layout_images import layout_images, render, sample_scenes
+from ...data.squares import make_squares, render, sample_free
 from ...integrations.timm import create_vit, load_state_dict_report
 from ...nn.placement import no_weight_decay
 from . import Task, encoder_names, register_task
@@ -144,11 +144,12 @@ def train_batch_fn(cfg: dict, seed: int):
 
     def train_batch(step: int) -> tuple[Tensor, Tensor]:
         base = 2 * (seed * 1_000_003 + step)
-        return layout_images(
+        return make_squares(
             cfg["batch_size"],
             data["image_size"],
             base,
-            data["image_size"],
+            placement="free",
+            base_size=data["image_size"],
             **_scene_kwargs(data),
             **_render_kwargs(data),
         )
@@ -175,9 +176,9 @@ def eval_sets(cfg: dict, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
     object_scales = list(data["eval_object_scales"])
     if not object_scales:
         raise ValueError("data.eval_object_scales must name at least one object scale, e.g. [pixels]")
-    scene = sample_scenes(data["eval_size"], 2 * (10**9 + seed), size, **_scene_kwargs(data))
+    scene = sample_free(data["eval_size"], 2 * (10**9 + seed), size, **_scene_kwargs(data))
     render_seed = 2 * (10**9 + seed) + 1
-    sets = {"acc": render(scene, size, render_seed, object_scales[0], **_render_kwargs(data))}
+    sets = {"acc": render(scene, size, render_seed, object_scale=object_scales[0], **_render_kwargs(data))}
     for scale in scales:
         pixels = size * scale
         if pixels != round(pixels) or round(pixels) % patch or scale <= 0:
@@ -186,7 +187,7 @@ def eval_sets(cfg: dict, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
             )
         for i, mode in enumerate(object_scales):
             key = f"acc@{_scale_key(scale)}" + ("" if i == 0 else f":{mode}")
-            sets[key] = render(scene, round(pixels), render_seed, mode, **_render_kwargs(data))
+            sets[key] = render(scene, round(pixels), render_seed, object_scale=mode, **_render_kwargs(data))
     return sets
 
 
