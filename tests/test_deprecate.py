@@ -58,3 +58,24 @@ def test_module_aliases_and_renamed_arguments_on_their_own():
         assert f(1, old=2) == 3
     with pytest.raises(TypeError, match="both new= and its deprecated name old="):
         f(1, new=2, old=2)
+
+
+def test_hf_rotary_embedding_layout_is_now_cos_sin_shape():
+    import torch
+
+    from mmpos import create
+    from mmpos.integrations.hf_rope import HFRotaryEmbedding
+    from mmpos.schemes import SCHEMES
+
+    scheme = SCHEMES["qwen2-vl"]
+    new = HFRotaryEmbedding(create("mrope", head_dim=16), "rows", scheme.rows_to_axes, scheme.axes)
+    with pytest.warns(DeprecationWarning, match=r"HFRotaryEmbedding\(layout=...\) is deprecated; use cos_sin_shape="):
+        old = HFRotaryEmbedding(
+            create("mrope", head_dim=16), layout="rows", rows_to_axes=scheme.rows_to_axes, axes=scheme.axes
+        )
+    with pytest.warns(DeprecationWarning, match="use cos_sin_shape"):
+        assert old.layout == new.cos_sin_shape == "rows"
+    ids = torch.arange(5).expand(3, 1, 5)  # (3, B, L)
+    assert all(torch.equal(a, b) for a, b in zip(old(torch.zeros(1), ids), new(torch.zeros(1), ids)))
+    with pytest.raises(ValueError, match="cos_sin_shape must be one of"):
+        HFRotaryEmbedding(create("mrope", head_dim=16), "per_head", scheme.rows_to_axes, scheme.axes)

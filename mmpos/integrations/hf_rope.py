@@ -12,10 +12,10 @@ places where a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (and Qwen3-VL-MoE) model decides
 Code paths are chosen by feature detection, never by version strings, and nothing
 module-level is patched (a patched function silently stops working when it moves):
 
-* the rotary output layout is read by calling the model's own ``rotary_emb`` once:
+* the shape of the rotary output (``cos_sin_shape``) is read by calling the model's own ``rotary_emb`` once:
   ``(3, B, L, D)`` (transformers < 5.17 Qwen2/2.5-VL, whose attention picks a row per
   ``mrope_section``) or ``(B, L, D)`` (Qwen3-VL, and Qwen2/2.5-VL from 5.17 on, whose
-  attention calls the plain ``apply_rotary_pos_emb``); mmpos returns the same layout with
+  attention calls the plain ``apply_rotary_pos_emb``); mmpos returns the same shape with
   every row equal, so the model's attention code runs untouched;
 * the RoPE config is read from ``rope_parameters`` (transformers 5) or ``rope_theta`` +
   ``rope_scaling`` (4.x);
@@ -40,12 +40,15 @@ implementation of that scheme, which gives the same logits as the model's own (t
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .._deprecate import renamed_arguments
+from .._validate import check_choice
 from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
 from ..registry import create
@@ -55,7 +58,7 @@ from .hf_rope_index import MODEL_SCHEMES, RopeIndexOptions, installed_rule, sche
 
 __all__ = ["SCHEMES", "HFRotaryEmbedding", "RopeIndexOptions", "current_rope", "scheme_rope_index", "use_rope"]
 
-LAYOUTS = ("rows", "flat", "per_head")
+_COS_SIN_SHAPES = ("rows", "flat")  # cos / sin (3, B, L, D) (Qwen2/2.5-VL before transformers 5.17), (B, L, D)
 
 
 class HFRotaryEmbedding(nn.Module):
@@ -64,30 +67,42 @@ class HFRotaryEmbedding(nn.Module):
 
     ``forward(x, position_ids)``: ``position_ids`` ``(3, B, L)`` (or ``(B, L)``, read as text)
     -> ``(cos, sin)`` in ``x.dtype``, shaped as the model's attention consumes them
-    (``layout``): ``"rows"`` ``(3, B, L, D)`` (three equal rows), ``"flat"`` ``(B, L, D)``.
-    With ``per_head=True`` (MHRoPE) it returns the identity rotation in that layout and keeps
+    (``cos_sin_shape``): ``"rows"`` ``(3, B, L, D)`` (three equal rows), ``"flat"`` ``(B, L, D)``
+    (``layout=`` is its deprecated name). With ``per_head=True`` (MHRoPE) it returns the identity
+    rotation in that shape and keeps
     the per-head ``cos``/``sin`` ``(B, Hkv, L, D/2)`` in :attr:`per_head_angles` for the
     projection hooks. Angles are float32, float64 for float64 ids. ``rows_to_axes``
     ``(A, 3)``: how the scheme's ``axes`` are read from the three rows (the plan reads a subset).
     """
 
+    @renamed_arguments(layout="cos_sin_shape")
     def __init__(
-        self, encoder: RotaryEncoder, layout: str, rows_to_axes: Any, axes: tuple[str, ...], per_head: bool = False
+        self,
+        encoder: RotaryEncoder,
+        cos_sin_shape: str,
+        rows_to_axes: Any,
+        axes: tuple[str, ...],
+        per_head: bool = False,
     ) -> None:
         super().__init__()
-        if layout not in ("rows", "flat"):
-            raise ValueError(f"layout must be 'rows' or 'flat', got {layout!r}")
+        check_choice(cos_sin_shape, "cos_sin_shape", _COS_SIN_SHAPES)
         rows_to_axes = torch.as_tensor(rows_to_axes, dtype=torch.float32)  # (A, 3) for the scheme's axes
         missing = [a for a in encoder.axes if a not in axes]
         if tuple(rows_to_axes.shape) != (len(axes), 3) or missing:
             raise ValueError(f"rows_to_axes must be ({len(axes)}, 3) for axes {axes} covering {encoder.axes}")
         rows_to_axes = rows_to_axes[[axes.index(a) for a in encoder.axes]]  # (A_enc, 3) the axes the plan reads
         self.encoder = encoder
-        self.layout = layout
+        self.cos_sin_shape = cos_sin_shape
         self.per_head = per_head
         self.per_head_angles: tuple[Tensor, Tensor] | None = None
         self.register_buffer("rows_to_axes", rows_to_axes, persistent=False)
         self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
+
+    @property
+    def layout(self) -> str:
+        """Deprecated name of :attr:`cos_sin_shape`."""
+        warnings.warn("HFRotaryEmbedding.layout is deprecated; use cos_sin_shape", DeprecationWarning, stacklevel=2)
+        return self.cos_sin_shape
 
     def _apply(self, fn, recurse=True):
         """Follow ``model.to(device)`` but keep the plan float32 under ``model.to(bfloat16)``
@@ -119,7 +134,7 @@ class HFRotaryEmbedding(nn.Module):
             )
         else:
             cos, sin = torch.cat((cos, cos), -1).to(x.dtype), torch.cat((sin, sin), -1).to(x.dtype)
-        if self.layout == "rows":
+        if self.cos_sin_shape == "rows":
             cos, sin = cos.expand(3, *cos.shape), sin.expand(3, *sin.shape)
         return cos, sin
 
@@ -237,7 +252,7 @@ def _rope_config(cfg: Any) -> tuple[float, str, list[int] | None]:
     return float(theta), rope_type, None if section is None else list(section)
 
 
-def _rotary_layout(rotary: nn.Module, device: torch.device) -> str:
+def _rotary_cos_sin_shape(rotary: nn.Module, device: torch.device) -> str:
     """Call the model's own rotary module once: ``"rows"`` for ``(3, B, L, D)``, ``"flat"``
     for ``(B, L, D)``."""
     x = torch.zeros(1, dtype=torch.float32, device=device)
@@ -247,7 +262,7 @@ def _rotary_layout(rotary: nn.Module, device: torch.device) -> str:
         return "rows"
     if cos.dim() == 3:
         return "flat"
-    raise ValueError(f"{type(rotary).__name__} returns cos of shape {tuple(cos.shape)}: unknown rotary layout")
+    raise ValueError(f"{type(rotary).__name__} returns cos of shape {tuple(cos.shape)}: unknown cos / sin shape")
 
 
 def _hook_targets(attn: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -341,8 +356,8 @@ def use_rope(
     per_head = encoder.weight.dim() == 3
     device = text.embed_tokens.weight.device
     targets = [_hook_targets(layer.self_attn) for layer in text.layers] if per_head else []
-    layout = _rotary_layout(text.rotary_emb, device)
-    rotary = HFRotaryEmbedding(encoder, layout, sch.rows_to_axes, sch.axes, per_head).to(device)
+    cos_sin_shape = _rotary_cos_sin_shape(text.rotary_emb, device)
+    rotary = HFRotaryEmbedding(encoder, cos_sin_shape, sch.rows_to_axes, sch.axes, per_head).to(device)
     installed = _Installed(scheme, text.rotary_emb)
     core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
     text.rotary_emb = rotary
