@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -134,6 +135,7 @@ class Text:
 
     def __post_init__(self) -> None:
         _check_int(self.n, "Text.n", 1)
+        object.__setattr__(self, "_row", array("q", (0, self.n, 0, 0, 0, 0)).tobytes())  # build's unit row
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class Image:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid_thw", _check_grid(self.grid_thw, "Image.grid_thw"))
+        object.__setattr__(self, "_row", array("q", (int(Modality.IMAGE), 0, *self.grid_thw, 1)).tobytes())
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,7 @@ class Layout:
         if self._parts is None:
             pos = self.position_ids[:a].to(torch.float64, copy=True)  # (A, B, L), filled in place below
         else:
-            text, vision, token_index = self._parts
+            text, vision, token_index = (p.to(real.device) for p in self._parts)  # host arrays of the packer
             pos = text.unsqueeze(0).repeat(a, 1, 1)
             pos.view(a, -1).index_copy_(1, token_index, vision)
         pos = pos.masked_fill_(~real, 0).permute(1, 2, 0).to(sch.coord_dtype).contiguous()  # (B, L, A)
@@ -284,9 +287,8 @@ class Layout:
         """
         if shape not in ("3d", "4d", "text"):
             raise ValueError(f"shape must be '3d', '4d' or 'text', got {shape!r}")
-        real = self.attention_mask.bool()
         if shape != "3d":
-            text = (self.attention_mask.cumsum(-1) - 1).masked_fill(~real, 0)  # (B, L)
+            text = (self.attention_mask.cumsum(-1) - 1).masked_fill(self.attention_mask == 0, 0)  # (B, L)
             if shape == "text":
                 return text
         sch = get_scheme(self.scheme)
@@ -297,7 +299,9 @@ class Layout:
             pos = self.coords.pos.permute(2, 0, 1).to(torch.float64)  # (A, B, L)
             weights = torch.tensor(sch.hf_rows, dtype=torch.float64, device=pos.device)
             rows = torch.einsum("ra,abl->rbl", weights, pos)
-            ids = rows.masked_fill(~real, get_rule(self.rule).padding_value).to(self.position_ids.dtype)
+            ids = rows.masked_fill(self.attention_mask == 0, get_rule(self.rule).padding_value).to(
+                self.position_ids.dtype
+            )
         if shape == "3d":
             return ids
         return torch.cat([text.to(ids.dtype).unsqueeze(0), ids])
@@ -356,14 +360,19 @@ class VisionBlocks:
             )
 
 
-def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, rank: Tensor, generator):
+def _host(t: Tensor) -> np.ndarray:
+    """A NumPy view of ``t`` on the host (no copy for a CPU tensor; one transfer otherwise)."""
+    return t.detach().cpu().numpy()
+
+
+def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, rank: np.ndarray, generator):
     """``(K,)`` float64: a random choice per block while training (drawn in reading order, so
     both front ends draw alike whatever their block order), else ``value`` (default 1)."""
-    k, device = rank.shape[0], rank.device
+    k = rank.shape[0]
     if options.training and name in sch.draws:
         choices = torch.tensor(sch.draws[name], dtype=torch.float64)
-        return choices[torch.randint(len(choices), (k,), generator=generator)].to(device)[rank]
-    return torch.full((k,), 1.0 if value is None else float(value), dtype=torch.float64, device=device)
+        return choices[torch.randint(len(choices), (k,), generator=generator)][torch.from_numpy(rank)]
+    return torch.full((k,), 1.0 if value is None else float(value), dtype=torch.float64)
 
 
 def pack(
@@ -386,74 +395,121 @@ def pack(
 
     A text token advances the position by 1 and a vision block by its *extent*; a unit
     starts at the running sum of what came before it (one ``cumsum`` along ``L``). The
-    vision positions ``(A, Nv)`` come from the scheme's block rule over all blocks of the
-    batch at once and are validated once (a single host synchronisation); the ``(A, B, L)``
-    ids are written once (text row broadcast, vision tokens scattered); ``Layout.coords``
-    is built from the same float64 positions when first read.
+    integer bookkeeping runs in NumPy on the host, over blocks rather than tokens where it
+    can (a NumPy operation costs about a microsecond, a PyTorch one 5--10): the scheme's
+    block rule places all vision tokens of the batch at once, the positions are validated
+    once, and the ``(A, B, L)`` ids are written once (text row broadcast, vision tokens
+    scattered). Inputs on an accelerator make one round trip: read to the host once, the
+    :class:`Layout` tensors moved back once. ``Layout.coords`` is built from the same float64
+    positions when first read.
     """
     sch = get_scheme(scheme)
+    token_index = _host(blocks.token_index)
+    vision = np.zeros(real.numel(), dtype=bool)
+    vision[token_index] = True
+    return _pack(
+        _host(real),
+        vision.reshape(real.shape),
+        modality,
+        _host(blocks.grid),
+        blocks.seconds.detach().cpu(),
+        blocks.is_image.detach().cpu(),
+        token_index,
+        sch,
+        options,
+        generator,
+        real.device,
+    )
+
+
+def _pack(
+    real: np.ndarray,
+    is_vision: np.ndarray,
+    modality: Tensor,
+    grid: np.ndarray,
+    seconds: Tensor,
+    is_image: Tensor,
+    token_index: np.ndarray,
+    sch: Scheme,
+    options: SchemeOptions,
+    generator: torch.Generator | None,
+    device: torch.device,
+) -> Layout:
+    """:func:`pack` on host arrays: ``real`` and ``is_vision`` (the tokens of ``token_index``)
+    ``(B, L)`` bool, ``grid`` ``(K, 3)`` int64, ``token_index`` ``(Nv,)`` int64; ``modality``
+    is passed through."""
     b, length = real.shape
-    device = real.device
-    counts = blocks.grid.prod(-1)
-    block_first = blocks.token_index[counts.cumsum(0) - counts]  # flat index of each block's first token
-    rank = torch.empty_like(block_first)
-    rank[block_first.argsort()] = torch.arange(block_first.shape[0], device=device)  # reading order
+    counts = grid.prod(-1)  # (K,) tokens per block
+    first = np.cumsum(counts) - counts  # (K,) each block's first token in token_index
+    block_first = token_index[first]  # flat index of each block's first token
+    rank = np.empty_like(block_first)
+    rank[np.argsort(block_first, kind="stable")] = np.arange(block_first.shape[0])  # reading order
     delta = _per_block(sch, "delta", options.delta, options, rank, generator)
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, rank, generator)
-    geometry = BlockGeometry.of(blocks.grid, blocks.seconds, blocks.is_image, delta, scale)
-    offset, extent, use_start = sch.block(geometry, options)
-    adv = real.reshape(-1).to(torch.float64)  # (B * L,) 1 per text token, 0 on padding ...
-    adv.index_fill_(0, blocks.token_index, 0)  # ... vision tokens count through their block:
-    adv[block_first] = extent  # the block's extent, once
-    cum = adv.view(b, length).cumsum(dim=1)  # (B, L)
-    block_end = cum.view(-1)[block_first]  # (K,)
-    block_start = block_end - extent
-    vision = torch.addcmul(offset, use_start.unsqueeze(1), block_start[geometry.block].unsqueeze(0))  # (A, Nv)
-    nxt = cum[:, -1]  # (B,) the position the token after each sample gets
-    bounds = torch.stack(list(torch.aminmax(torch.cat([nxt, block_start, block_end]))))  # nxt: never empty
-    if vision.numel():
-        bounds = torch.cat([bounds, torch.stack(list(torch.aminmax(vision)))])
-    finite, monotone = torch.stack([bounds.abs().lt(2**53).all(), (extent >= 0).all()]).tolist()  # one sync
-    if not finite:  # NaN fails the comparison too
+    geometry = BlockGeometry.of(grid, seconds, is_image, delta, scale)
+    offset, extent, use_start = (_host(x.to(torch.float64)) for x in sch.block(geometry, options))
+    text = real & ~is_vision  # (B, L) real text tokens
+    adv = text.astype(np.float64).reshape(-1)  # (B * L,) 1 per text token, 0 on padding and vision tokens ...
+    adv[block_first] = extent  # ... but a block's first token: the block's extent
+    pos = torch.from_numpy(adv.reshape(b, length)).cumsum(1).numpy()  # (B, L) (torch's cumsum: 2x NumPy's)
+    block_end = pos.reshape(-1)[block_first]  # (K,)
+    nxt = pos[:, -1].copy()  # (B,) the position the token after each sample gets
+    with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused just below
+        block_start = block_end - extent
+        vision = offset + use_start[:, None] * np.repeat(block_start, counts)  # (A, Nv)
+        block_top = np.maximum.reduceat(vision, first, axis=1).max(0) if vision.size else extent[:0]  # (K,)
+        bounds = [nxt, block_start, block_end, block_top] + ([vision.min(1)] if vision.size else [])
+        finite = all(bool((np.abs(x) < 2**53).all()) for x in bounds)  # NaN fails the comparison too
+    if not finite:
         raise ValueError(
             "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
             "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
         )
 
-    rule, pad = options.rule, ~real
-    text = cum - 1  # (B, L) text positions (at a vision token: its block's end - 1, overwritten below)
+    rule = options.rule
+    pos -= 1  # text positions (at a vision token: its block's end - 1, overwritten below)
+    n_real = real.sum(1)
     if rule.deltas == "max-real":
-        if monotone:  # positions never go back, so a block's end - 1 is below the next position: harmless
-            top = text.masked_fill(pad, -math.inf).amax(1)  # (B,) largest text position (or a block's end - 1)
+        if bool((extent >= 0).all()):  # positions never go back: the last real token's is the largest
+            top = nxt - 1
         else:
-            top = text.masked_fill(pad | (modality != int(Modality.TEXT)), -math.inf).amax(1)
-    text.masked_fill_(pad, rule.padding_value)  # the padding value on padding
-    ids = torch.empty((vision.shape[0], b * length), dtype=sch.id_dtype, device=device)  # (A, B * L)
-    text_ids = text.view(-1).to(sch.id_dtype)
-    for row, values in zip(ids, vision.to(sch.id_dtype)):  # 1-D copies and scatters per axis (A <= 4)
-        row.copy_(text_ids).index_copy_(0, blocks.token_index, values)
-    ids = ids.view(-1, b, length)
-    if ids.shape[0] == 1:
-        ids = ids.expand(3, -1, -1).contiguous()
-    if rule.deltas == "max-real":
-        if vision.shape[1]:
-            block_top = torch.full_like(extent, -math.inf).scatter_reduce_(0, geometry.block, vision.amax(0), "amax")
-            top = top.scatter_reduce(0, block_first // length, block_top, "amax")  # ... and vision position
-        n_real = real.sum(1)
-        deltas = torch.where(n_real > 0, torch.maximum(top + 1, nxt), 0) - n_real  # never behind next
+            top = np.where(text, pos, -math.inf).max(1)
+        np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's
+        deltas = np.where(n_real > 0, np.maximum(top + 1, nxt), 0) - n_real  # never behind next
     else:
         deltas = nxt - length
-    parts = (text, vision, blocks.token_index)
-    return Layout(ids, deltas.unsqueeze(1).to(sch.delta_dtype), real.long(), modality, sch.name, rule, parts)
+    np.putmask(pos, ~real, rule.padding_value)  # the padding value on padding
+    rows = 3 if vision.shape[0] == 1 else vision.shape[0]  # 1-axis schemes write their axis on all three rows
+    ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (A, B * L), written through NumPy
+    ids_np = ids.numpy()
+    ids_np[:] = pos.reshape(1, -1)
+    if token_index.size < 2 or bool((token_index[1:] > token_index[:-1]).all()):  # blocks in reading order
+        flat = is_vision.reshape(-1)
+        for row, values in zip(ids_np, np.broadcast_to(vision, (rows, vision.shape[1]))):
+            row[flat] = values  # a masked write: sequential, 5x a scatter by index
+    else:
+        ids_np[:, token_index] = vision
+    parts = (torch.from_numpy(pos), torch.from_numpy(vision), torch.from_numpy(token_index))
+    out = (
+        ids.view(rows, b, length),
+        torch.from_numpy(deltas.reshape(b, 1)).to(sch.delta_dtype),
+        torch.from_numpy(real.astype(np.int64)),
+        modality,
+    )
+    out = tuple(x.to(device) for x in out)
+    return Layout(*out, sch.name, rule, parts)
 
 
 # --------------------------------------------------------------------------- build
-def _seconds(sparse: dict[int, float], units: int, device) -> Tensor:
-    """``(units,)`` float32 seconds per grid from ``{unit row: seconds}`` (0 elsewhere)."""
-    out = torch.zeros(units, dtype=torch.float32)
-    if sparse:
-        out[list(sparse)] = torch.tensor(list(sparse.values()), dtype=torch.float32)
-    return out.to(device)
+def _unit_rows(seg: object, sch: Scheme, m: int, where: str) -> tuple[bytes, list[float]]:
+    """A registered segment's units as packed rows (see :func:`build`) and their seconds."""
+    units = _SEGMENT_KINDS.get(type(seg))
+    if units is None:
+        kinds = ", ".join(c.__name__ for c in _SEGMENT_KINDS)
+        raise ValueError(f"{where} must be a {kinds} segment, got {seg!r}")
+    out = [u for u in units(seg, sch, m, where)]
+    rows = array("q", [v for u in out for v in (u.modality, u.tokens, *(u.grid or (0, 0, 0)), 0)])
+    return rows.tobytes(), [u.seconds for u in out]
 
 
 def build(
@@ -487,7 +543,7 @@ def build(
             ``s`` per block from :data:`HOPE_SCALES`; other schemes ignore it.
         generator: random source for ``training``.
         rule: a Qwen-family rule of :data:`RULES` (``"original"``, ``"hf-4.57"``, ``"hf-5.3"``).
-        device: where the tensors are built.
+        device: where the tensors are put (they are computed on the host and moved once).
 
     Under ``qwen3-vl`` a :class:`Video` becomes ``t`` consecutive one-frame blocks; for the
     exact Qwen3-VL token layout write each frame as ``Text(timestamp tokens), Video((1, h, w))``.
@@ -506,72 +562,78 @@ def build(
         raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or not samples:
         raise ValueError("samples must be a non-empty list of samples (lists of segments)")
-
-    # one row per unit: sample, modality, tokens, t, h, w, raw (1: a Image grid still in patches); the
-    # built-in Text and Image segments skip the Unit objects (validated when they were made)
-    flat = array("q")
-    seconds: dict[int, float] = {}  # unit row -> seconds per grid (videos)
-    image = int(Modality.IMAGE)
+    segments: list = []
     for i, sample in enumerate(samples):
         if isinstance(sample, (str, bytes)) or not isinstance(sample, Sequence) or not sample:
             raise ValueError(f"samples[{i}] must be a non-empty list of segments, got {sample!r}")
-        for j, seg in enumerate(sample):
-            kind = type(seg)
-            if kind is Text:
-                flat.extend((i, 0, seg.n, 0, 0, 0, 0))
-            elif kind is Image:
-                flat.extend((i, image, 0, *seg.grid_thw, 1))
-            else:
-                units = _SEGMENT_KINDS.get(kind)
-                if units is None:
-                    kinds = ", ".join(c.__name__ for c in _SEGMENT_KINDS)
-                    raise ValueError(f"samples[{i}][{j}] must be a {kinds} segment, got {seg!r}")
-                for unit in units(seg, sch, m, f"samples[{i}][{j}]"):
-                    if unit.seconds:
-                        seconds[len(flat) // 7] = unit.seconds
-                    flat.extend((i, unit.modality, unit.tokens, *(unit.grid or (0, 0, 0)), 0))
+        segments.extend(sample)
+    batch = len(samples)
 
-    seg = torch.frombuffer(flat, dtype=torch.long).view(-1, 7).to(device)  # (S, 7)
-    raw = seg[:, 6].bool()
-    if bool(raw.any()):  # Image grids: merge h and w (all at once), tokens t * h * w
-        if bool((seg[raw, 4:6] % m).any()):
+    # one row per unit: modality, tokens, t, h, w, raw (1: an Image grid still in patches). Text and
+    # Image segments carry their row, packed when they were made (and validated then); other kinds
+    # go through their registered units (Video: seconds per grid, Qwen3-VL frames)
+    kinds = set(map(type, segments))
+    seconds: dict[int, float] = {}  # unit row -> seconds per grid (videos)
+    if kinds <= {Text, Image}:
+        rows = b"".join([seg._row for seg in segments])
+        per_sample = np.fromiter(map(len, samples), dtype=np.int64, count=batch)  # units per sample
+    else:
+        parts, per_sample, n_units = [], np.zeros(batch, dtype=np.int64), 0
+        for i, sample in enumerate(samples):
+            for j, seg in enumerate(sample):
+                if type(seg) in (Text, Image):
+                    parts.append(seg._row)
+                    per_sample[i] += 1
+                    n_units += 1
+                    continue
+                row, secs = _unit_rows(seg, sch, m, f"samples[{i}][{j}]")
+                parts.append(row)
+                seconds.update({n_units + k: s for k, s in enumerate(secs) if s})
+                per_sample[i] += len(secs)
+                n_units += len(secs)
+        rows = b"".join(parts)
+    unit = np.frombuffer(rows, dtype=np.int64).reshape(-1, 6).copy()  # (U, 6)
+    raw = unit[:, 5].astype(bool)
+    if raw.any():  # Image grids: merge h and w (all at once), tokens t * h * w
+        if (unit[raw, 3:5] % m).any():
             for i, sample in enumerate(samples):  # the error path names the first bad segment
                 for j, s in enumerate(sample):
                     if type(s) is Image:
                         _merged(s, m, f"samples[{i}][{j}]")
-        merged = seg[raw, 3:6] // torch.tensor([1, m, m], device=device)
-        seg[raw, 3:6] = merged
-        seg[raw, 2] = merged.prod(-1)
-    seg_sample, seg_kind, seg_len = seg[:, 0], seg[:, 1], seg[:, 2]
-    batch = len(samples)
-    sample_len = torch.zeros(batch, dtype=torch.long, device=device).index_add_(0, seg_sample, seg_len)
+        unit[raw, 3:5] //= m
+        unit[raw, 1] = unit[raw, 2:5].prod(-1)
+    kind, tokens = unit[:, 0], unit[:, 1]
+    is_block = unit[:, 2] > 0
+    unit_sample = np.repeat(np.arange(batch), per_sample)
+    sample_len = np.bincount(unit_sample, weights=tokens, minlength=batch).astype(np.int64)
     length = int(sample_len.max())
 
-    # where each unit starts in the padded (B, L) batch, as a flat index b * L + l
-    seg_offset = seg_len.cumsum(0) - seg_len  # tokens before the unit, over the whole batch
-    row_offset = (sample_len.cumsum(0) - sample_len)[seg_sample]  # ... before its sample
-    pad = (length - sample_len)[seg_sample] if padding_side == "left" else 0
-    seg_flat = seg_sample * length + pad + seg_offset - row_offset
-    cols = torch.arange(length, device=device)
-    if padding_side == "right":
-        real = cols < sample_len.unsqueeze(1)
-    else:
-        real = cols >= (length - sample_len).unsqueeze(1)
-
-    # vision tokens, block after block: flat index = unit start + index inside it
-    is_block = seg[:, 3] > 0
-    counts = seg_len[is_block]
-    nv = int(counts.sum())
-    first = counts.cumsum(0) - counts
-    token_index = torch.arange(nv, device=device)
-    token_index += torch.repeat_interleave(seg_flat[is_block] - first, counts, output_size=nv)
-    modality = torch.full((batch * length,), int(Modality.TEXT), dtype=torch.long, device=device)
-    modality[token_index] = torch.repeat_interleave(seg_kind[is_block], counts, output_size=nv)
-
-    blocks = VisionBlocks(
-        grid=seg[is_block, 3:6],
-        seconds=_seconds(seconds, seg.shape[0], device)[is_block],
-        is_image=seg_kind[is_block] == int(Modality.IMAGE),
-        token_index=token_index,
+    # the padded batch as runs: every unit, and one padding run per sample (before or after it)
+    n_pad = length - sample_len
+    at = np.cumsum(per_sample) - (per_sample if padding_side == "left" else 0)
+    run_len = np.insert(tokens, at, n_pad)
+    run_kind = np.insert(kind, at, int(Modality.TEXT))
+    run_block = np.insert(is_block, at, False)
+    run_real = np.insert(np.ones_like(is_block), at, False)
+    real = np.repeat(run_real, run_len).reshape(batch, length)
+    vision = np.repeat(run_block, run_len)
+    token_index = np.flatnonzero(vision)  # block after block (units are in reading order)
+    modality = torch.from_numpy(np.repeat(run_kind, run_len).reshape(batch, length))
+    block_seconds = np.zeros(len(unit), dtype=np.float32)
+    if seconds:
+        with np.errstate(over="ignore"):  # beyond float32: inf, refused by the packer's check
+            block_seconds[list(seconds)] = list(seconds.values())
+    device = torch.device("cpu") if device is None else torch.device(device)
+    return _pack(
+        real,
+        vision.reshape(batch, length),
+        modality.to(device),
+        unit[is_block, 2:5],
+        torch.from_numpy(block_seconds[is_block]),
+        torch.from_numpy(kind[is_block] == int(Modality.IMAGE)),
+        token_index,
+        sch,
+        options,
+        generator,
+        device,
     )
-    return pack(real, modality.view(batch, length), blocks, sch.name, options, generator)

@@ -48,7 +48,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -128,8 +130,10 @@ class BlockGeometry:
     Per block (float64 unless said): ``t``, ``h``, ``w`` (tokens, after the spatial merge),
     ``tokens`` (int64 ``t * h * w``), ``seconds`` (float32 seconds per temporal patch, 0 for
     images), ``is_image`` (bool), ``delta`` and ``scale`` (the per-block V2PE step / HoPE scale).
-    Per token: ``block`` (int64 index of its block), ``local`` (index inside the block, raster
-    order t, h, w), ``ti``, ``hi``, ``wi`` (its frame, row and column).
+    Per token, built on first read (a block rule reads only what it needs): ``block`` (int64
+    index of its block), ``local`` (index inside the block, raster order t, h, w), ``ti``,
+    ``hi``, ``wi`` (its frame, row and column). All are CPU tensors: the packer does its integer
+    bookkeeping on the host (:func:`mmpos.layout.pack`).
     """
 
     t: Tensor
@@ -140,36 +144,62 @@ class BlockGeometry:
     is_image: Tensor
     delta: Tensor
     scale: Tensor
-    block: Tensor
-    local: Tensor
-    ti: Tensor
-    hi: Tensor
-    wi: Tensor
+    #: internal: the ``(K, 3)`` int64 grid the per-token fields are built from
+    _grid: np.ndarray = field(repr=False)
 
     @classmethod
-    def of(cls, grid: Tensor, seconds: Tensor, is_image: Tensor, delta: Tensor, scale: Tensor) -> BlockGeometry:
-        """From per-block ``grid`` ``(K, 3)`` int64 and per-block values.
+    def of(cls, grid, seconds: Tensor, is_image: Tensor, delta: Tensor, scale: Tensor) -> BlockGeometry:
+        """From the per-block ``grid`` ``(K, 3)`` int64 (array or tensor) and per-block values."""
+        grid = np.ascontiguousarray(grid.cpu().numpy() if isinstance(grid, Tensor) else grid, dtype=np.int64)
+        t, h, w = torch.from_numpy(grid.astype(np.float64).T.copy())  # (3, K) -> three (K,) rows
+        tokens = torch.from_numpy(grid.prod(-1))
+        return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid)
 
-        Vectorised over the blocks of the batch in two levels: rows ``(f, i)`` of every block
-        (``sum t * h`` of them) get their frame and row index, then each token its row and
-        column by one ``repeat_interleave``; no division per token."""
-        f64, device = torch.float64, grid.device
-        t, h, w = grid.to(f64).unbind(-1)
-        tokens = grid.prod(-1)
+    @cached_property
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per row ``(f, i)`` of every block (``R = sum t * h`` rows): block, ``f * H + i``,
+        width, and per token its row; vectorised in two levels, no division per token."""
+        t, h, w = self._grid.T
+        k_rows = t * h  # (K,) rows per block
+        row_block = np.repeat(np.arange(len(k_rows)), k_rows)  # (R,)
+        row_local = np.arange(len(row_block)) - np.repeat(np.cumsum(k_rows) - k_rows, k_rows)  # f * H + i
+        row_w = w[row_block]
+        return row_block, row_local, row_w, np.cumsum(row_w) - row_w  # ..., first token of each row
+
+    def _per_token(self, per_row: np.ndarray) -> Tensor:
+        """``(Nv,)`` float64: a per-row value repeated over the row's tokens."""
+        return torch.from_numpy(np.repeat(per_row.astype(np.float64), self._rows[2]))
+
+    @cached_property
+    def block(self) -> Tensor:
+        return torch.from_numpy(np.repeat(np.arange(self._grid.shape[0]), self.tokens.numpy()))
+
+    @cached_property
+    def local(self) -> Tensor:
+        tokens = self.tokens.numpy()
         nv = int(tokens.sum())
-        k_rows = grid[:, 0] * grid[:, 1]  # (K,) rows per block
-        nr = int(k_rows.sum())
-        row_block = torch.repeat_interleave(torch.arange(grid.shape[0], device=device), k_rows, output_size=nr)
-        row_local = torch.arange(nr, device=device) - (k_rows.cumsum(0) - k_rows)[row_block]  # f * H + i
-        row_w = grid[row_block, 2]  # (R,)
-        row = torch.repeat_interleave(torch.arange(nr, device=device), row_w, output_size=nv)  # (Nv,)
-        row_first = row_w.cumsum(0) - row_w  # (R,) first token of each row, over the batch
-        wi = (torch.arange(nv, device=device) - row_first[row]).to(f64)
-        row_h = grid[row_block, 1]
-        ti_r = torch.div(row_local, row_h, rounding_mode="floor")
-        per_row = torch.stack([ti_r, row_local - ti_r * row_h, row_block, row_local * row_w]).to(f64)  # (4, R)
-        ti, hi, block_f, local_row = (r.index_select(0, row) for r in per_row)  # (Nv,) each
-        return cls(t, h, w, tokens, seconds, is_image, delta, scale, block_f.long(), local_row + wi, ti, hi, wi)
+        return torch.from_numpy(np.arange(nv, dtype=np.float64) - np.repeat((np.cumsum(tokens) - tokens), tokens))
+
+    @cached_property
+    def _frame_row(self) -> tuple[np.ndarray, np.ndarray]:
+        row_block, row_local, _, _ = self._rows
+        row_h = self._grid[row_block, 1]
+        ti = row_local // row_h
+        return ti, row_local - ti * row_h
+
+    @cached_property
+    def ti(self) -> Tensor:
+        return self._per_token(self._frame_row[0])
+
+    @cached_property
+    def hi(self) -> Tensor:
+        return self._per_token(self._frame_row[1])
+
+    @cached_property
+    def wi(self) -> Tensor:
+        _, _, row_w, row_first = self._rows
+        nv = int(row_w.sum())
+        return torch.from_numpy(np.arange(nv, dtype=np.float64) - np.repeat(row_first.astype(np.float64), row_w))
 
 
 #: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and

@@ -42,11 +42,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from ..coords import Modality
-from ..layout import Layout, VisionBlocks, pack
+from ..layout import Layout, _host, _pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, resolve_options
 
 __all__ = [
@@ -165,35 +165,37 @@ class RopeIndexOptions:
         )
 
 
-def _check_grid(grid: Tensor | None, name: str, merge: int, device: torch.device) -> Tensor:
+def _check_grid(grid: Tensor | None, name: str, merge: int) -> np.ndarray:
+    """``(num, 3)`` int64 host copy of a grid argument (validated)."""
     if grid is None:
-        return torch.zeros(0, 3, dtype=torch.long, device=device)
+        return np.zeros((0, 3), dtype=np.int64)
     if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
         raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
     if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
         raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
-    if grid.numel() and bool((grid <= 0).any()):
+    out = grid.detach().cpu().numpy().astype(np.int64)
+    if (out <= 0).any():
         raise ValueError(f"{name} must hold positive sizes")
-    if grid.numel() and bool((grid[:, 1:] % merge != 0).any()):
+    if (out[:, 1:] % merge).any():
         raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {merge}")
-    return grid.long().to(device)
+    return out
 
 
-def _token_index(is_token: Tensor, block_tokens: Tensor, name: str) -> Tensor:
+def _token_index(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
     """Flat indices of the marked tokens of a ``(B, L)`` batch in reading order; they fill
     the blocks one after the other (as the reference consumes its grids). Every block's
     tokens must be consecutive tokens of one sample."""
-    index = is_token.reshape(-1).nonzero().squeeze(1)  # row-major: sample by sample, in order
+    index = np.flatnonzero(is_token)  # row-major: sample by sample, in order
     total = int(block_tokens.sum())
     if index.shape[0] != total:
         raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
     if total:
         length = is_token.shape[1]
-        first = index[block_tokens.cumsum(0) - block_tokens]
-        last = index[block_tokens.cumsum(0) - 1]
+        first = index[np.cumsum(block_tokens) - block_tokens]
+        last = index[np.cumsum(block_tokens) - 1]
         bad = ((last - first) != block_tokens - 1) | (first // length != last // length)
-        if bool(bad.any()):
-            k = int(bad.nonzero()[0, 0])
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
             raise ValueError(
                 f"{name}: block {k} ({int(block_tokens[k])} tokens) does not fit consecutive tokens of one sample "
                 f"(its tokens run from sample {int(first[k] // length)} to sample {int(last[k] // length)}); "
@@ -213,16 +215,16 @@ def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor
     return ids, ids[0].max(-1, keepdim=True).values + 1 - length
 
 
-def _check_seconds(second_per_grid_ts: Any, videos: int, device: torch.device) -> Tensor:
+def _check_seconds(second_per_grid_ts: Any, videos: int) -> np.ndarray:
     if second_per_grid_ts is None:
-        return torch.ones(videos, dtype=torch.float32, device=device)
-    seconds = torch.as_tensor(second_per_grid_ts, device=device)
+        return np.ones(videos, dtype=np.float32)
+    seconds = torch.as_tensor(second_per_grid_ts)
     if seconds.dtype == torch.bool or seconds.is_complex():
         raise ValueError(f"second_per_grid_ts must hold real numbers, got dtype {seconds.dtype}")
-    seconds = seconds.reshape(-1).float()
+    seconds = seconds.detach().cpu().reshape(-1).float().numpy()
     if seconds.shape[0] != videos:
         raise ValueError(f"second_per_grid_ts must hold one value per video ({videos}), got {seconds.shape[0]}")
-    if seconds.numel() and not bool((torch.isfinite(seconds) & (seconds >= 0)).all()):
+    if seconds.size and not (np.isfinite(seconds) & (seconds >= 0)).all():
         raise ValueError(f"second_per_grid_ts must hold finite numbers >= 0, got {seconds.tolist()}")
     return seconds
 
@@ -238,7 +240,9 @@ def token_layout(
     generator: torch.Generator | None = None,
 ) -> Layout:
     """The :class:`~mmpos.layout.Layout` of a tokenised Qwen-VL batch (the token-id front end
-    of :func:`mmpos.layout.pack`; arguments as :func:`get_rope_index`)."""
+    of :func:`mmpos.layout.pack`; arguments as :func:`get_rope_index`). The integer bookkeeping
+    runs on the host: tensors on an accelerator are read to the host once and the layout's
+    tensors moved back once."""
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
     for name, t in (("attention_mask", attention_mask), ("mm_token_type_ids", mm_token_type_ids)):
@@ -247,45 +251,48 @@ def token_layout(
                 f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got "
                 f"{tuple(getattr(t, 'shape', ()))}"
             )
-    if (
-        mm_token_type_ids is not None
-        and mm_token_type_ids.numel()
-        and not bool(((mm_token_type_ids >= 0) & (mm_token_type_ids <= 2)).all())
-    ):
+    types = None if mm_token_type_ids is None else _host(mm_token_type_ids)
+    if types is not None and types.size and not ((types >= 0) & (types <= 2)).all():
         raise ValueError("mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video)")
-    device = input_ids.device
-    images = _check_grid(image_grid_thw, "image_grid_thw", options.merge, device)
-    videos = _check_grid(video_grid_thw, "video_grid_thw", options.merge, device)
-    seconds = _check_seconds(second_per_grid_ts, videos.shape[0], device)
+    images = _check_grid(image_grid_thw, "image_grid_thw", options.merge)
+    videos = _check_grid(video_grid_thw, "video_grid_thw", options.merge)
+    seconds = _check_seconds(second_per_grid_ts, videos.shape[0])
     if options.family == "qwen3" or get_scheme(options.scheme).frames:  # one block per frame
-        seconds = torch.repeat_interleave(seconds, videos[:, 0])
-        videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
+        seconds = np.repeat(seconds, videos[:, 0])
+        videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
-    grid = torch.cat([images, videos]) // torch.tensor([1, options.merge, options.merge], device=device)  # (K, 3)
+    grid = np.concatenate([images, videos]) // np.array([1, options.merge, options.merge])  # (K, 3)
     tokens = grid.prod(-1)
 
-    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
-    if mm_token_type_ids is not None:
-        is_image, is_video = (mm_token_type_ids == 1) & real, (mm_token_type_ids == 2) & real
-    else:
-        is_image = (input_ids == options.image_token_id) & real
-        is_video = (input_ids == options.video_token_id) & real
+    real = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else _host(attention_mask) == 1
+    marks = _host(input_ids) if types is None else types
+    image_mark, video_mark = (options.image_token_id, options.video_token_id) if types is None else (1, 2)
+    is_image, is_video = (marks == image_mark) & real, (marks == video_mark) & real
     k_img = images.shape[0]
-    token_index = torch.cat(
-        [
-            _token_index(is_image, tokens[:k_img], "image_grid_thw"),
-            _token_index(is_video, tokens[k_img:], "video_grid_thw"),
-        ]
+    image_index = _token_index(is_image, tokens[:k_img], "image_grid_thw")
+    video_index = _token_index(is_video, tokens[k_img:], "video_grid_thw")
+    is_vision = is_image | is_video
+    seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])  # images: no time scaling
+    is_image_block = np.arange(grid.shape[0]) < k_img
+    if k_img and videos.shape[0]:  # blocks in reading order: the vision tokens are then is_vision's, in order
+        block_first = np.concatenate([image_index, video_index])[np.cumsum(tokens) - tokens]
+        order = np.argsort(block_first, kind="stable")
+        grid, seconds, is_image_block = grid[order], seconds[order], is_image_block[order]
+    token_index = np.flatnonzero(is_vision)
+    modality = (is_image.view(np.uint8) | (is_video.view(np.uint8) << 1)).astype(np.int64)  # 1 image, 2 video
+    return _pack(
+        real,
+        is_vision,
+        torch.from_numpy(modality).to(input_ids.device),
+        grid,
+        torch.from_numpy(seconds),
+        torch.from_numpy(is_image_block),
+        token_index,
+        get_scheme(options.scheme),
+        options.resolved,  # type: ignore[attr-defined]
+        generator,
+        input_ids.device,
     )
-    modality = is_image.to(torch.long).masked_fill_(is_video, int(Modality.VIDEO))  # 1 image, 2 video, 0 text
-    is_image_block = torch.arange(grid.shape[0], device=device) < k_img
-    blocks = VisionBlocks(
-        grid=grid,
-        seconds=torch.cat([torch.zeros(k_img, device=device), seconds]),  # images: no time scaling
-        is_image=is_image_block,
-        token_index=token_index,
-    )
-    return pack(real, modality, blocks, options.scheme, options.resolved, generator)  # type: ignore[attr-defined]
 
 
 def scheme_rope_index(
@@ -322,7 +329,7 @@ def scheme_rope_index(
         generator,
     )
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
-    fractional = ids.is_floating_point() and bool((lay.modality != int(Modality.TEXT)).any())
+    fractional = ids.is_floating_point() and lay._parts[2].numel() > 0  # vision tokens: the packer's token index
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
         ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
     return ids, deltas
