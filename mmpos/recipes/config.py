@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # importlib.resources.abc is Python >= 3.11
     from importlib.resources.abc import Traversable
 
 __all__ = [
+    "LOGGERS",
     "RUNNER_DEFAULTS",
     "ConfigError",
     "find_recipe",
@@ -46,6 +47,7 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "description": None,
     "name": None,
     "encoders": ["none"],
+    "baseline": None,
     "seeds": [0],
     "steps": 100,
     "batch_size": 32,
@@ -63,10 +65,15 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "threads": 0,
     "deterministic": False,
     "progress": True,
+    "logger": "jsonl",
     "out": "runs",
     "profile": None,
     "profiles": {},
 }
+
+
+#: Values of the ``logger`` key: ``metrics.jsonl`` only, or also TensorBoard event files.
+LOGGERS = ("jsonl", "tensorboard")
 
 
 class ConfigError(ValueError):
@@ -221,6 +228,13 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
     for key in ("encoders", "seeds"):
         if len(set(cfg[key])) != len(cfg[key]):
             fail(key, "a list without repeats")
+    if cfg["baseline"] is not None and cfg["baseline"] not in cfg["encoders"]:
+        raise ConfigError(
+            f"config key 'baseline' must be one of the swept encoders {cfg['encoders']} or null, got "
+            f"{cfg['baseline']!r}; add it to encoders or set baseline=null"
+        )
+    if cfg["logger"] not in LOGGERS:
+        fail("logger", " or ".join(map(repr, LOGGERS)))
     for key, low in (("steps", 1), ("batch_size", 1), ("eval_every", 0), ("log_every", 0), ("threads", 0)):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < low:
             fail(key, f"an integer >= {low}")

@@ -1,5 +1,10 @@
 """Train and evaluate one (encoder, seed) run of a task: devices, DDP, checkpoints, resume.
 
+The one training loop of the recipes: :func:`make_optimizer` (AdamW, parameter groups,
+warm-up + cosine schedule) and :func:`train_steps` (one update per step); :func:`train_run`
+drives them with logging, evaluation and checkpoints, :func:`fit` trains a task in memory
+with the same two (a task that needs a pretrained model uses it).
+
 Every process of a ``torchrun`` launch runs the same code; rank 0 alone writes files.
 Checkpoints hold only tensors and plain containers and are read back with
 ``torch.load(weights_only=True)``. Because a task's batches are a pure function of
@@ -11,7 +16,8 @@ leaves the previous version, never half of a new one. ``last.pt`` keeps its pred
 ``prev.pt``; resuming falls back to it when ``last.pt`` is damaged, and drops a torn last
 line of ``metrics.jsonl`` (both with a warning naming the file). A run whose loss becomes
 non-finite stops with :class:`TrainingDiverged`, writes ``failed.json`` and no ``final.json``.
-See ``docs/reliability.md``.
+See ``docs/reliability.md``. With ``logger: tensorboard`` every ``metrics.jsonl`` record is
+also written as TensorBoard scalars in the pair's folder (:func:`require_tensorboard`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import os
 import random
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,21 +36,26 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .config import ConfigError
 from .tasks import Task, get_task
 
 __all__ = [
     "Dist",
     "RunError",
     "TrainingDiverged",
+    "fit",
     "init_distributed",
+    "make_optimizer",
+    "require_tensorboard",
     "resolve_device",
     "seed_everything",
     "shard",
     "to_device",
     "train_run",
+    "train_steps",
 ]
 
 
@@ -203,10 +215,91 @@ def _lr_lambda(steps: int, warmup: int, min_ratio: float):
     return f
 
 
+def make_optimizer(
+    model: nn.Module, task: Task, cfg: dict[str, Any], steps: int | None = None
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``task.param_groups(model)`` (default :func:`param_groups`) and its schedule.
+
+    ``cfg["optim"]``: ``lr``, ``betas``, ``weight_decay``; the learning rate warms up linearly
+    for ``warmup_steps`` and then follows a cosine to ``min_lr_ratio * lr`` at ``steps``
+    (default ``cfg["steps"]``).
+    """
+    o = cfg["optim"]
+    groups = task.param_groups(model) if task.param_groups else param_groups(model, o["weight_decay"])
+    opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), weight_decay=o["weight_decay"])
+    schedule = _lr_lambda(cfg["steps"] if steps is None else steps, o["warmup_steps"], o["min_lr_ratio"])
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+
+
+def train_steps(
+    task: Task,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    cfg: dict[str, Any],
+    device: torch.device,
+    start: int = 0,
+    stop: int | None = None,
+    ddp: Dist | None = None,
+) -> Iterator[tuple[int, Tensor, dict[str, float], float]]:
+    """The training loop: one update per step from ``start`` to ``stop`` (default ``cfg["steps"]``).
+
+    Step ``k`` trains on ``task.train_batch(k)`` (this rank's rows under DDP, moved to
+    ``device``): loss, backward, gradient clipping at ``cfg["optim"]["grad_clip"]`` (0: none),
+    AdamW step, schedule step. Yields ``(k + 1, loss, extra, lr)`` after each update (``lr``:
+    the rate the update used), so the caller logs, evaluates and checkpoints between steps.
+    ``model`` may be a DDP wrapper of ``task.model``.
+    """
+    ddp = ddp or Dist()
+    clip = cfg["optim"]["grad_clip"]
+    for step in range(start, cfg["steps"] if stop is None else stop):
+        batch = to_device(shard(task.train_batch(step), ddp.rank, ddp.world_size), device)
+        result = task.loss(model, batch)
+        loss, extra = result if isinstance(result, tuple) else (result, {})
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        lr = opt.param_groups[0]["lr"]
+        opt.step()
+        sched.step()
+        yield step + 1, loss, extra, lr
+
+
+def fit(task: Task, cfg: dict[str, Any], device: torch.device, steps: int | None = None) -> nn.Module:
+    """Train ``task.model`` for ``steps`` (default ``cfg["steps"]``) exactly as a run does, in memory.
+
+    The same :func:`make_optimizer` and :func:`train_steps` as :func:`train_run`, without
+    files, evaluation or DDP, from the global RNG as it is (seed it first). Returns the model,
+    on ``device``, in train mode; raises :class:`TrainingDiverged` if a loss was not finite.
+    """
+    steps = cfg["steps"] if steps is None else steps
+    model = task.model.to(device).train()
+    opt, sched = make_optimizer(model, task, cfg, steps)
+    finite = torch.ones((), dtype=torch.bool, device=device)  # checked once, at the end (no sync per step)
+    for _, loss, _, _ in train_steps(task, model, opt, sched, cfg, device, 0, steps):
+        finite &= torch.isfinite(loss.detach()).all()
+    if not bool(finite):
+        raise TrainingDiverged(f"the training loss became NaN or infinite within {steps} steps; lower optim.lr")
+    return model
+
+
 def _floats(metrics: Any, what: str) -> dict[str, float]:
     if not isinstance(metrics, dict) or not metrics:
         raise TypeError(f"{what} must return a non-empty dict of metric name -> float, got {metrics!r}")
     return {str(k): float(v) for k, v in metrics.items()}
+
+
+def require_tensorboard() -> type:
+    """``torch.utils.tensorboard.SummaryWriter``; a :class:`ConfigError` naming the package when it is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(
+            "logger: tensorboard needs the 'tensorboard' package: pip install tensorboard "
+            "(or pip install 'mmpos-torch[tensorboard]'), or set logger=jsonl"
+        ) from None
+    return SummaryWriter
 
 
 class _Writer:
@@ -214,14 +307,44 @@ class _Writer:
 
     def __init__(self, folder: Path, active: bool) -> None:
         self.folder, self.active = folder, active
+        self.tensorboard = None
         if active:
             folder.mkdir(parents=True, exist_ok=True)
 
+    def open_tensorboard(self, step: int) -> None:
+        """Also write every record as TensorBoard scalars (event files in the folder).
+
+        Events after ``step`` (the checkpoint a run resumes from) left by an interrupted run are
+        dropped when TensorBoard reads the folder (``purge_step``), as :meth:`truncate_after`
+        drops them from ``metrics.jsonl``.
+        """
+        SummaryWriter = require_tensorboard()
+        if self.active:
+            self.tensorboard = SummaryWriter(log_dir=str(self.folder), purge_step=step + 1 if step else None)
+
     def log(self, record: dict[str, Any]) -> None:
-        """Append one line to ``metrics.jsonl`` (made durable with the next checkpoint)."""
+        """Append one line to ``metrics.jsonl`` (made durable with the next checkpoint); TensorBoard too if open.
+
+        TensorBoard tags: ``train/<key>`` for the training record's values, ``eval/<metric>``.
+        """
         if self.active:
             with open(self.folder / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            step = record["step"]
+            scalars = (
+                {f"eval/{k}": v for k, v in record["eval"].items()}
+                if "eval" in record
+                else {f"train/{k}": v for k, v in record.items() if k != "step"}
+            )
+            for tag, value in scalars.items():
+                self.tensorboard.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer, if any."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
 
     def truncate_after(self, step: int) -> None:
         """Drop records written after ``step`` (by an interrupted run past its last checkpoint).
@@ -348,10 +471,7 @@ def train_run(
     model: nn.Module = raw
     if ddp.enabled:
         model = nn.parallel.DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
-    o = cfg["optim"]
-    groups = task.param_groups(raw) if task.param_groups else param_groups(raw, o["weight_decay"])
-    opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), weight_decay=o["weight_decay"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg["steps"], o["warmup_steps"], o["min_lr_ratio"]))
+    opt, sched = make_optimizer(raw, task, cfg)
     out = _Writer(folder, ddp.is_main)
     sign = 1.0 if task.higher_is_better else -1.0
     step, best, best_step, elapsed = 0, -math.inf, -1, 0.0
@@ -366,8 +486,12 @@ def train_run(
     elif ddp.is_main and folder.exists():
         for name in ("metrics.jsonl", "last.pt", "prev.pt", "best.pt", "final.json"):
             (folder / name).unlink(missing_ok=True)
+        for events in folder.glob("events.out.tfevents.*"):
+            events.unlink()
     if ddp.is_main:
         (folder / "failed.json").unlink(missing_ok=True)
+    if cfg.get("logger") == "tensorboard":
+        out.open_tensorboard(step)
 
     def evaluate() -> dict[str, float]:
         raw.eval()
@@ -393,57 +517,51 @@ def train_run(
     start = time.perf_counter() - elapsed
     metrics: dict[str, float] = {}
     finite = torch.ones((), dtype=torch.bool, device=device)  # all losses finite so far (checked without a sync)
-    while step < steps:
-        batch = to_device(shard(task.train_batch(step), ddp.rank, ddp.world_size), device)
-        result = task.loss(model, batch)
-        loss, extra = result if isinstance(result, tuple) else (result, {})
-        finite &= torch.isfinite(loss.detach()).all()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if o["grad_clip"]:
-            nn.utils.clip_grad_norm_(raw.parameters(), o["grad_clip"])
-        lr = opt.param_groups[0]["lr"]
-        opt.step()
-        sched.step()
-        step += 1
-        logging = bool(log_every and step % log_every == 0 or step == steps)
-        evaluating = bool(eval_every and step % eval_every == 0 or step == steps)
-        if logging or evaluating:  # before anything is logged or saved: a NaN never reaches a file
-            ok = finite.to(torch.int32)
-            if ddp.enabled:
-                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            if not bool(ok):
-                bar.close()
-                raise _diverged(folder, out, encoder, seed, step, float(loss.detach()))
-        if logging:
-            value = loss.detach().float()
-            if ddp.enabled:
-                dist.all_reduce(value)
-                value /= ddp.world_size
-            out.log({"step": step, "loss": value.item(), "lr": lr, **{k: float(v) for k, v in extra.items()}})
-            bar.set_postfix(loss=f"{value.item():.4f}", refresh=False)
-        if evaluating:
-            metrics = evaluate()
-            out.log({"step": step, "eval": metrics})
-            if sign * metrics[task.metric] > best:
-                best, best_step = sign * metrics[task.metric], step
-                out.save("best.pt", {"model": raw.state_dict(), "step": step, "metrics": metrics})
-            out.save(
-                "last.pt",
-                {
-                    "model": raw.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(),
-                    "rng": _rng_state(),
-                    "step": step,
-                    "best": best,
-                    "best_step": best_step,
-                    "elapsed": time.perf_counter() - start,
-                },
-            )
-            bar.set_postfix(loss=f"{loss.item():.4f}", **{task.metric: f"{metrics[task.metric]:.4f}"}, refresh=False)
-        bar.update(1)
-    bar.close()
+    try:
+        for done, loss, extra, lr in train_steps(task, model, opt, sched, cfg, device, step, steps, ddp):
+            step = done
+            finite &= torch.isfinite(loss.detach()).all()
+            logging = bool(log_every and step % log_every == 0 or step == steps)
+            evaluating = bool(eval_every and step % eval_every == 0 or step == steps)
+            if logging or evaluating:  # before anything is logged or saved: a NaN never reaches a file
+                ok = finite.to(torch.int32)
+                if ddp.enabled:
+                    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+                if not bool(ok):
+                    raise _diverged(folder, out, encoder, seed, step, float(loss.detach()))
+            if logging:
+                value = loss.detach().float()
+                if ddp.enabled:
+                    dist.all_reduce(value)
+                    value /= ddp.world_size
+                out.log({"step": step, "loss": value.item(), "lr": lr, **{k: float(v) for k, v in extra.items()}})
+                bar.set_postfix(loss=f"{value.item():.4f}", refresh=False)
+            if evaluating:
+                metrics = evaluate()
+                out.log({"step": step, "eval": metrics})
+                if sign * metrics[task.metric] > best:
+                    best, best_step = sign * metrics[task.metric], step
+                    out.save("best.pt", {"model": raw.state_dict(), "step": step, "metrics": metrics})
+                out.save(
+                    "last.pt",
+                    {
+                        "model": raw.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(),
+                        "rng": _rng_state(),
+                        "step": step,
+                        "best": best,
+                        "best_step": best_step,
+                        "elapsed": time.perf_counter() - start,
+                    },
+                )
+                bar.set_postfix(
+                    loss=f"{loss.item():.4f}", **{task.metric: f"{metrics[task.metric]:.4f}"}, refresh=False
+                )
+            bar.update(1)
+    finally:
+        bar.close()
+        out.close()
     if not metrics:  # resumed at the very end: evaluate the checkpoint
         metrics = evaluate()
     final = {

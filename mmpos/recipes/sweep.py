@@ -3,7 +3,8 @@
 ``run_recipe("quickstart", ["profile=smoke"])`` resolves the config, makes
 the run folder ``<out>/<recipe>/<name or timestamp>/`` (rank 0 only under torchrun),
 trains each pair with :func:`mmpos.recipes.runner.train_run` and writes ``results.md``
-(printed too), ``results.json`` and ``results.png``.
+(printed too; with the recipe's ``baseline``, each encoder's :func:`paired_differences` from
+it), ``results.json`` and ``results.png`` (:func:`mmpos.recipes.plots.plot_results`).
 
 Everything a config can get wrong is checked before the run folder is made (the run name,
 ``--out``, ``model.pos_kwargs`` against the encoders' signatures, then one build of every
@@ -22,39 +23,104 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import yaml
 
 from .config import ConfigError, find_recipe, load_yaml, resolve_config
-from .runner import Dist, RunError, atomic_write, init_distributed, seed_everything, train_run
+from .runner import Dist, RunError, atomic_write, init_distributed, require_tensorboard, seed_everything, train_run
 
-__all__ = ["RESUME_OVERRIDABLE", "find_recipe", "plot_results", "results_table", "run_recipe"]
+__all__ = [
+    "RESUME_OVERRIDABLE",
+    "bootstrap_interval",
+    "find_recipe",
+    "paired_differences",
+    "results_table",
+    "run_recipe",
+    "summarize",
+]
 
-#: Keys that may change when resuming (they do not change the results).
-RESUME_OVERRIDABLE = ("device", "threads", "progress")
+#: Keys that may change when resuming (they do not change the results; ``baseline`` changes only the table).
+RESUME_OVERRIDABLE = ("device", "threads", "progress", "baseline")
 
 
-def _summary(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, bool]:
-    """Per-encoder statistics ranked by the task's metric (best first)."""
+def summarize(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, bool]:
+    """Per-encoder statistics ranked by the task's metric (best first), the metric and its direction.
+
+    Each row: ``encoder``, ``values`` / ``seeds`` (per metric, in seed order), ``mean``, ``std``,
+    ``seconds``, ``params``.
+    """
     metric, higher = finals[0]["metric"], finals[0]["higher_is_better"]
     rows: dict[str, dict[str, Any]] = {}
     for f in finals:
         row = rows.setdefault(
-            f["encoder"], {"encoder": f["encoder"], "values": {}, "seconds": [], "params": f["params"]}
+            f["encoder"], {"encoder": f["encoder"], "values": {}, "seeds": {}, "seconds": [], "params": f["params"]}
         )
         for k, v in f["metrics"].items():
             row["values"].setdefault(k, []).append(v)
+            row["seeds"].setdefault(k, []).append(f["seed"])
         row["seconds"].append(f["seconds"])
     for row in rows.values():
         row["mean"] = {k: statistics.fmean(v) for k, v in row["values"].items()}
         row["std"] = {k: statistics.stdev(v) if len(v) > 1 else 0.0 for k, v in row["values"].items()}
     ranked = sorted(rows.values(), key=lambda r: r["mean"][metric], reverse=higher)
     return ranked, metric, higher
+
+
+def bootstrap_interval(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (``len(values) >= 2``).
+
+    ``resamples`` means of ``len(values)`` draws with replacement, from a
+    ``numpy.random.default_rng(seed)`` (the same interval every time); the interval is their
+    ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles. With 3 values (and 2) the
+    95% interval is the range of the values: a resample of one value repeated has probability
+    ``1/27 > 2.5%``.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"values must be a 1-D sequence of at least 2 numbers, got {values!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    means = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)  # (resamples,)
+    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
+def paired_differences(finals: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Each encoder's difference from ``baseline``, seed by seed, for every metric both have.
+
+    Returns one row per other encoder, in :func:`summarize`'s rank order:
+    ``{"encoder", "diff": {metric: {"mean", "low", "high", "seeds"}}}`` where the differences
+    are ``encoder - baseline`` over the seeds both ran, ``mean`` their mean and ``low`` /
+    ``high`` the 95% :func:`bootstrap_interval` of that mean (``nan`` with one seed).
+    """
+    ranked, _, _ = summarize(finals)
+    base = next((r for r in ranked if r["encoder"] == baseline), None)
+    if base is None:
+        raise ValueError(f"baseline {baseline!r} is not among the encoders {[r['encoder'] for r in ranked]}")
+    out = []
+    for row in ranked:
+        if row is base:
+            continue
+        diff = {}
+        for key, values in row["values"].items():
+            if key not in base["values"]:
+                continue
+            theirs = dict(zip(base["seeds"][key], base["values"][key]))
+            pairs = [v - theirs[s] for s, v in zip(row["seeds"][key], values) if s in theirs]
+            if not pairs:
+                continue
+            low, high = bootstrap_interval(pairs) if len(pairs) > 1 else (math.nan, math.nan)
+            diff[key] = {"mean": statistics.fmean(pairs), "low": low, "high": high, "seeds": len(pairs)}
+        out.append({"encoder": row["encoder"], "diff": diff})
+    return out
 
 
 def _cell(row: dict[str, Any], key: str, seeds: int) -> str:
@@ -64,9 +130,23 @@ def _cell(row: dict[str, Any], key: str, seeds: int) -> str:
     return f"{row['mean'][key]:.4f} ± {row['std'][key]:.4f}" if seeds > 1 else f"{row['mean'][key]:.4f}"
 
 
-def results_table(finals: list[dict[str, Any]], title: str = "") -> str:
-    """Markdown table: one row per encoder, ranked, ``mean ± std`` over seeds for each metric."""
-    ranked, metric, higher = _summary(finals)
+def _diff_cell(d: dict[str, float] | None) -> str:
+    """``+0.1234 [+0.0100, +0.2000] *`` (``*``: the interval excludes 0); the mean alone for one seed."""
+    if d is None:
+        return "–"
+    if math.isnan(d["low"]):
+        return f"{d['mean']:+.4f}"
+    real = " *" if d["low"] > 0 or d["high"] < 0 else ""
+    return f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]{real}"
+
+
+def results_table(finals: list[dict[str, Any]], title: str = "", baseline: str | None = None) -> str:
+    """Markdown table: one row per encoder, ranked, ``mean ± std`` over seeds for each metric.
+
+    With ``baseline`` (an encoder of ``finals``), a second table gives every other encoder's
+    :func:`paired_differences` from it: mean difference and 95% bootstrap interval over seeds.
+    """
+    ranked, metric, higher = summarize(finals)
     keys = [metric] + sorted({k for r in ranked for k in r["mean"]} - {metric})
     seeds = max(len(r["seconds"]) for r in ranked)
     head = ["rank", "encoder", *keys, "params", "s/run"]
@@ -77,35 +157,27 @@ def results_table(finals: list[dict[str, Any]], title: str = "") -> str:
         lines.append(f"| {i} | {r['encoder']} | " + " | ".join(cells) + f" | {r['params']:,} | {secs:.1f} |")
     note = f"\nRanked by `{metric}` ({'higher' if higher else 'lower'} is better)"
     note += f", mean ± std over {seeds} seeds." if seeds > 1 else ", one seed."
-    return "\n".join(line for line in lines if line) + "\n" + note + "\n"
-
-
-def plot_results(finals: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Grouped bars (one group per encoder, ranked; one bar per metric) with std error bars, as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ranked, metric, _ = _summary(finals)
-    keys = [metric] + sorted({k for r in ranked for k in r["mean"]} - {metric})
-    width = 0.8 / len(keys)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.9 * len(ranked)), 3.6), dpi=120)
-    for j, k in enumerate(keys):
-        xs = [i + (j - (len(keys) - 1) / 2) * width for i in range(len(ranked))]
-        means = [r["mean"].get(k, math.nan) for r in ranked]
-        stds = [r["std"].get(k, 0.0) for r in ranked]
-        ax.bar(xs, means, width, yerr=stds, capsize=2, label=k)
-    ax.set_xticks(range(len(ranked)), [r["encoder"] for r in ranked], rotation=30, ha="right")
-    ax.set_ylabel("metric")
-    ax.set_title(title or "results")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize="small", ncols=min(len(keys), 4))
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    text = "\n".join(line for line in lines if line) + "\n" + note + "\n"
+    if baseline is None or len(ranked) < 2:
+        return text
+    rows = paired_differences(finals, baseline)
+    lines = [
+        f"\nPaired difference from `{baseline}` (encoder − {baseline}, seed by seed):\n",
+        "| encoder | " + " | ".join(keys) + " |",
+        "|" + "---|" * (len(keys) + 1),
+    ]
+    for r in rows:
+        lines.append(f"| {r['encoder']} | " + " | ".join(_diff_cell(r["diff"].get(k)) for k in keys) + " |")
+    if seeds > 1:
+        note = (
+            "\nMean difference over the seeds both ran and its 95% percentile bootstrap interval (10 000 "
+            "resamples of the per-seed differences, numpy seed 0); `*`: the interval excludes 0."
+        )
+        if seeds <= 3:
+            note += f" With {seeds} seeds the interval is the range of the differences: `*` means every seed agrees."
+    else:
+        note = "\nOne seed: the difference of that seed, no interval."
+    return text + "\n".join(lines) + "\n" + note + "\n"
 
 
 def _check_name(name: Any) -> None:
@@ -280,6 +352,8 @@ def run_recipe(
         _check_name(cfg["name"])
         _check_root(Path(out if out is not None else cfg["out"]))
     _check_pos_kwargs(cfg)
+    if cfg["logger"] == "tensorboard":
+        require_tensorboard()  # a missing package is named now, not after the folder is made
     owns_group = not (dist.is_available() and dist.is_initialized())
     ddp, device = init_distributed(cfg["device"])
     try:
@@ -339,9 +413,11 @@ def _train_all(
     table = None
     if ddp.is_main:
         title = f"{recipe_name} ({cfg['task']}, {cfg['steps']} steps)"
-        table = results_table(finals, title)
+        table = results_table(finals, title, cfg["baseline"])
         atomic_write(folder / "results.md", table)
         atomic_write(folder / "results.json", json.dumps(finals, indent=2) + "\n")
-        plot_results(finals, folder / "results.png", title)
+        from .plots import plot_results  # matplotlib loads only here
+
+        plot_results(finals, folder / "results.png", title, folder)
         print("\n" + table + f"\nrun folder: {folder}", flush=True)
     return {"folder": folder if ddp.is_main else None, "config": cfg, "finals": finals, "table": table}

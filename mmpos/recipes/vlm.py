@@ -1,4 +1,7 @@
-"""A small vision-language model for the multimodal recipes.
+"""The models of the multimodal recipes: a small vision-language model and its tower wrapper.
+
+:class:`PatchTokens` turns a converted open_clip ``VisionTransformer`` into a patch-token
+tower; :class:`TinyVLM` is the model the recipes train.
 
 Vision tower (any module mapping images ``(B, 3, H, W)`` to patch tokens
 ``(B, Hp * Wp, C)`` in raster order; the recipes use an open_clip tower) -> a 2x2
@@ -25,7 +28,7 @@ from ..encoders.mrope import SCHEME_ENCODERS  # layout scheme -> rotary encoder
 from ..layout import Image, Text, Video
 from ..nn import Transformer
 
-__all__ = ["SCHEME_ENCODERS", "Part", "TinyVLM", "segments_of"]
+__all__ = ["SCHEME_ENCODERS", "Part", "PatchTokens", "TinyVLM", "segments_of"]
 
 Part = tuple[str, Tensor]
 
@@ -64,6 +67,29 @@ def segments_of(parts: Sequence[Part], patch_size: int) -> list[Text | Image | V
         t = 1 if kind == "image" else value.shape[1]
         segments.append((Image if kind == "image" else Video)((t, h // patch_size, w // patch_size)))
     return segments
+
+
+class PatchTokens(nn.Module):
+    """An open_clip ``VisionTransformer`` converted to mmpos encoders, returning its patch tokens.
+
+    ``forward(images (B, 3, H, W)) -> (B, (H / p) * (W / p), width)``: the tokens after
+    ``ln_post`` in raster order, without the class token, at any ``H``, ``W`` divisible by
+    the patch size ``p`` (the converted tower keeps no absolute position table).
+    """
+
+    def __init__(self, tower: nn.Module) -> None:
+        super().__init__()
+        if not getattr(tower, "output_tokens", False) or getattr(tower, "positional_embedding", None) is not None:
+            raise ValueError(
+                "tower must be an open_clip VisionTransformer converted by mmpos.integrations.open_clip.convert, "
+                "with output_tokens=True and no positional_embedding"
+            )
+        tower.proj = None  # the pooled projection is unused: drop it so that every parameter gets a gradient
+        self.tower = tower
+
+    def forward(self, images: Tensor) -> Tensor:
+        _, tokens = self.tower(images)  # pooled (B, C), patch tokens (B, h * w, C)
+        return tokens
 
 
 class TinyVLM(nn.Module):

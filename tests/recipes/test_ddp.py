@@ -20,7 +20,7 @@ pytestmark = [
     ),
 ]
 
-ARGS = ["profile=smoke", "encoders=[sincos]", "device=cpu", "progress=false", "threads=1"]
+ARGS = ["profile=smoke", "encoders=[sincos]", "baseline=null", "device=cpu", "progress=false", "threads=1"]
 
 
 def _records(folder):

@@ -44,7 +44,9 @@ PLAYGROUND = ROOT / "mmpos" / "recipes" / "configs" / "digraph_playground.yaml"
 
 @pytest.mark.parametrize("target", ["reach", "dist"])
 def test_digraph_playground_smoke(tmp_path, target):
-    result = run_recipe(PLAYGROUND, [*SMOKE, "encoders=[maglap]", f"data.target={target}"], out=tmp_path)
+    result = run_recipe(
+        PLAYGROUND, [*SMOKE, "encoders=[maglap]", "baseline=null", f"data.target={target}"], out=tmp_path
+    )
     metrics = result["finals"][0]["metrics"]
     assert {"test_acc", "id_acc"} <= set(metrics) and all(0.0 <= v <= 1.0 for v in metrics.values())
     assert ("test_bacc" in metrics) == (target == "reach")

@@ -8,7 +8,8 @@ from open_clip.transformer import VisionTransformer
 from mmpos.data import video
 from mmpos.recipes.sweep import run_recipe
 from mmpos.recipes.tasks import get_task
-from mmpos.recipes.tasks.multimodal import PatchTokens, _layout_options, parse_scheme, vision_tower
+from mmpos.recipes.tasks.multimodal import _layout_options, parse_scheme, vision_tower
+from mmpos.recipes.vlm import PatchTokens
 
 RECIPES = Path(__file__).resolve().parents[2] / "mmpos" / "recipes" / "configs"
 TOWER = {"vision": {"width": 16, "layers": 1, "heads": 2, "patch_size": 4, "pos": "none"}}

@@ -124,6 +124,8 @@ def test_resolve_fills_defaults_and_applies_profile_then_overrides():
         ("encoders=[]", "'encoders' must be a non-empty list"),
         ("optim=3", "'optim' must be a mapping"),
         ("task=no_such_task", "unknown task 'no_such_task'"),
+        ("baseline=rope", "'baseline' must be one of the swept encoders ['none'] or null, got 'rope'"),
+        ("logger=wandb", "'logger' must be 'jsonl' or 'tensorboard', got 'wandb'"),
     ],
 )
 def test_resolve_errors_name_the_key(override, message, monkeypatch):
@@ -419,3 +421,84 @@ def test_a_first_run_that_fails_leaves_no_folder(tmp_path):
     with pytest.raises(ValueError, match="broken data"):
         run_recipe(_toy(task="toy_broken", name="b"), out=tmp_path, name="toy")
     assert not (tmp_path / "toy" / "b").exists()
+
+
+# ---------------------------------------------------------------------------- one training loop, loggers
+
+
+def test_fit_trains_exactly_as_a_run_does(tmp_path):
+    from mmpos.recipes.runner import fit, seed_everything
+
+    cfg = resolve_config(_toy(name="ref"))
+    run = run_recipe(cfg, out=tmp_path, name="toy")["folder"]
+    seed_everything(0)
+    task = _build_toy(cfg, "none", 0, torch.device("cpu"))
+    model = fit(task, cfg, torch.device("cpu"))
+    saved = torch.load(run / "none" / "seed0" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())  # the same loop: bit-identical
+
+
+def test_fit_raises_on_a_non_finite_loss():
+    from mmpos.recipes.runner import TrainingDiverged, fit
+
+    cfg = resolve_config(_toy())
+    _NAN["at"] = 3
+    try:
+        with pytest.raises(TrainingDiverged, match="NaN or infinite within 12 steps"):
+            fit(_build_toy(cfg, "none", 0, torch.device("cpu")), cfg, torch.device("cpu"))
+    finally:
+        _NAN["at"] = None
+
+
+def test_resume_may_change_the_baseline_of_the_table(tmp_path):
+    folder = run_recipe(_toy(name="b", encoders=["none", "wide"], seeds=[0, 1]), out=tmp_path, name="toy")["folder"]
+    assert "Paired" not in (folder / "results.md").read_text()
+    again = run_recipe(None, ["baseline=wide"], resume=folder)
+    assert "Paired difference from `wide`" in again["table"] and again["config"]["baseline"] == "wide"
+
+
+def _scalars(run: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+def test_tensorboard_logger_writes_the_same_scalars(tmp_path):
+    pytest.importorskip("tensorboard")
+    folder = run_recipe(_toy(name="tb", logger="tensorboard"), out=tmp_path, name="toy")["folder"]
+    run = folder / "none" / "seed0"
+    assert list(run.glob("events.out.tfevents.*")) and (run / "metrics.jsonl").is_file()
+    records = _records(folder)
+    loss = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    acc = [(r["step"], r["eval"]["acc"]) for r in records if "eval" in r]
+    assert [s for s, _ in _scalars(run, "train/loss")] == [s for s, _ in loss]
+    assert [v for _, v in _scalars(run, "train/loss")] == pytest.approx([v for _, v in loss], rel=1e-6)  # float32
+    got = _scalars(run, "eval/acc")
+    assert [s for s, _ in got] == [4, 8, 12] and [v for _, v in got] == pytest.approx([v for _, v in acc], rel=1e-6)
+
+
+def test_tensorboard_after_resume_drops_the_events_past_the_checkpoint(tmp_path):
+    pytest.importorskip("tensorboard")
+    cut = _interrupted(tmp_path, 6, name="cut", logger="tensorboard")  # logged steps 2, 4, 6; checkpoint at 4
+    run_recipe(None, resume=cut)
+    loss = [(r["step"], r["loss"]) for r in _records(cut) if "loss" in r]
+    got = _scalars(cut / "none" / "seed0", "train/loss")
+    assert [s for s, _ in got] == [2, 4, 6, 8, 10, 12] == [s for s, _ in loss]  # step 6 once, from the resumed run
+    assert [v for _, v in got] == pytest.approx([v for _, v in loss], rel=1e-6)
+
+
+def test_missing_tensorboard_is_named_before_training(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from mmpos.cli import main
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match="logger: tensorboard needs the 'tensorboard' package: pip install"):
+        run_recipe(_toy(name="x", logger="tensorboard"), out=tmp_path, name="toy")
+    assert not (tmp_path / "toy" / "x").exists()
+    args = ["run", "quickstart", *_SMOKE, "logger=tensorboard", "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'tensorboard' package" in err and not (tmp_path / "quickstart").exists()

@@ -38,7 +38,12 @@ def test_vit_finetune_smoke_from_spatial_checkpoint(spatial_run, tmp_path):
     init = str(spatial_run["folder"] / "learned" / "seed{seed}" / "best.pt")
     result = run_recipe(
         ROOT / "mmpos" / "recipes" / "configs" / "vit_finetune.yaml",
-        [*SMOKE, "encoders=[rope-axial,rope-axial@scratch]", f"finetune.init_from={init}"],
+        [
+            *SMOKE,
+            "encoders=[rope-axial,rope-axial@scratch]",
+            "baseline=rope-axial@scratch",
+            f"finetune.init_from={init}",
+        ],
         out=tmp_path,
     )
     assert [f["encoder"] for f in result["finals"]] == ["rope-axial", "rope-axial@scratch"]

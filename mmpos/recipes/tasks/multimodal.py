@@ -35,10 +35,10 @@ from torch import Tensor, nn
 
 from ...data import grounding, haystack, relations, video
 from ...layout import Layout, build
-from ..vlm import SCHEME_ENCODERS, Part, TinyVLM, segments_of
+from ..vlm import SCHEME_ENCODERS, Part, PatchTokens, TinyVLM, segments_of
 from . import Task, register_task
 
-__all__ = ["PatchTokens", "build_grounding", "build_haystack", "build_video", "parse_scheme", "vision_tower"]
+__all__ = ["build_grounding", "build_haystack", "build_video", "parse_scheme", "vision_tower"]
 
 _VISION = {"width": 32, "layers": 1, "heads": 2, "patch_size": 8, "pos": "none"}
 _DECODER = {"dim": 64, "depth": 3, "num_heads": 4, "num_kv_heads": 4, "theta": 10.0}
@@ -55,35 +55,12 @@ def parse_scheme(encoder: str) -> tuple[str, str | None]:
     return scheme, option or None
 
 
-class PatchTokens(nn.Module):
-    """An open_clip ``VisionTransformer`` converted to mmpos encoders, returning its patch tokens.
-
-    ``forward(images (B, 3, H, W)) -> (B, (H / p) * (W / p), width)``: the tokens after
-    ``ln_post`` in raster order, without the class token, at any ``H``, ``W`` divisible by
-    the patch size ``p`` (the converted tower keeps no absolute position table).
-    """
-
-    def __init__(self, tower: nn.Module) -> None:
-        super().__init__()
-        if not getattr(tower, "output_tokens", False) or getattr(tower, "positional_embedding", None) is not None:
-            raise ValueError(
-                "tower must be an open_clip VisionTransformer converted by mmpos.integrations.open_clip.convert, "
-                "with output_tokens=True and no positional_embedding"
-            )
-        tower.proj = None  # the pooled projection is unused: drop it so that every parameter gets a gradient
-        self.tower = tower
-
-    def forward(self, images: Tensor) -> Tensor:
-        _, tokens = self.tower(images)  # pooled (B, C), patch tokens (B, h * w, C)
-        return tokens
-
-
 def vision_tower(cfg: dict) -> tuple[nn.Module, int]:
     """The run's vision tower (random init) and its width.
 
     An open_clip ``VisionTransformer`` of ``cfg["vision"]`` (``width``, ``layers``,
     ``heads``, ``patch_size``) converted by :func:`mmpos.integrations.open_clip.convert`
-    to the tower encoder ``cfg["vision"]["pos"]`` and wrapped in :class:`PatchTokens`.
+    to the tower encoder ``cfg["vision"]["pos"]`` and wrapped in :class:`mmpos.recipes.vlm.PatchTokens`.
     The recipes use ``pos: none``, the same for every decoder scheme: a tower with its own
     2-D position encoding can solve the spatial part of the questions before the decoder
     sees the tokens, and the comparison is about the decoder's layout. Within a merged

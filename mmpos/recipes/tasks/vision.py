@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -257,49 +256,24 @@ def build_vit_spatial(cfg: dict, encoder: str, seed: int, device: torch.device) 
 _PRETRAINED: dict[tuple[str, int], dict[str, Tensor]] = {}
 
 
-def _lr_lambda(cfg: dict, steps: int):
-    """The runner's schedule: linear warm-up, then cosine decay to ``min_lr_ratio``."""
-    optim = cfg["optim"]
-    warmup, floor = optim["warmup_steps"], optim["min_lr_ratio"]
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(steps - warmup, 1)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-    return factor
-
-
 def pretrain_learned(cfg: dict, seed: int, device: torch.device) -> dict[str, Tensor]:
     """State dict of a ``learned`` model trained for ``finetune.pretrain_steps`` steps (cached).
 
-    Same model, data stream, AdamW settings and schedule as a ``vit_spatial`` run; the
-    model is initialised from ``torch.manual_seed(seed)`` inside a forked RNG, so the
-    global RNG of the run is left as it was.
+    The ``vit_spatial`` task with encoder ``learned``, trained by the runner's own loop
+    (:func:`mmpos.recipes.runner.fit`: same optimizer, schedule and steps as a run) from
+    ``torch.manual_seed(seed)`` inside a forked RNG, so the global RNG of the run is left as it was.
     """
+    from ..runner import fit  # the runner imports the task registry, not the reverse
+
     steps = cfg["finetune"]["pretrain_steps"]
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"finetune.pretrain_steps must be a positive int, got {steps!r}")
     key = (json.dumps({k: cfg[k] for k in ("model", "data", "finetune", "optim", "batch_size")}, sort_keys=True), seed)
     if key in _PRETRAINED:
         return _PRETRAINED[key]
-    optim = cfg["optim"]
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        model = build_model(cfg, ["learned"]).to(device).train()
-        opt = torch.optim.AdamW(param_groups(optim["weight_decay"])(model), lr=optim["lr"], betas=tuple(optim["betas"]))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg, steps))
-        batch = train_batch_fn(cfg, seed)
-        for step in range(steps):
-            images, labels = (t.to(device) for t in batch(step))
-            loss = F.cross_entropy(model(images), labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if optim["grad_clip"]:
-                nn.utils.clip_grad_norm_(model.parameters(), optim["grad_clip"])
-            opt.step()
-            sched.step()
+        model = fit(build_vit_spatial(cfg, "learned", seed, device), cfg, device, steps)
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     _PRETRAINED[key] = state
     return state
@@ -338,53 +312,3 @@ def build_vit_finetune(cfg: dict, encoder: str, seed: int, device: torch.device)
         report = load_state_dict_report(model, initial_weights(cfg, seed, device))
         log.info("%s seed %d from the learned checkpoint: %s", encoder, seed, report)
     return _task(cfg, names, model, seed, device)
-
-
-# --------------------------------------------------------------------------- figures
-def plot_resolution(finals: list[dict], path: str | Path, object_scale: str = "", title: str = "") -> Path:
-    """Accuracy against resolution (1x and every ``acc@<s>x`` key), one line per encoder, mean ± std.
-
-    ``finals``: the runner's ``results.json``; ``object_scale``: ``""`` for the headline keys
-    (``acc@2x``), ``"image"`` for ``acc@2x:image``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    suffix = f":{object_scale}" if object_scale else ""
-    runs: dict[str, list[dict[str, float]]] = {}
-    for f in finals:
-        runs.setdefault(f["encoder"], []).append(f["metrics"])
-    scales = sorted({float(k[4:-1 - len(suffix)]) for m in finals for k in m["metrics"]
-                     if k.startswith("acc@") and k.endswith("x" + suffix)})  # fmt: skip
-    keys = ["acc"] + [f"acc@{_scale_key(s)}{suffix}" for s in scales]
-    xs = [1.0] + scales
-    fig, ax = plt.subplots(figsize=(6.0, 4.0), dpi=120)
-    for encoder, metrics in runs.items():
-        values = torch.tensor([[m[k] for k in keys] for m in metrics])  # (seeds, resolutions)
-        std = values.std(0) if len(metrics) > 1 else torch.zeros(len(keys))
-        ax.errorbar(xs, values.mean(0), yerr=std, marker="o", capsize=3, label=encoder)
-    ax.axhline(1 / _NUM_CLASSES, color="grey", linestyle=":", linewidth=1)
-    ax.set_xticks(xs, [_scale_key(x) for x in xs])
-    ax.set_xlabel("evaluation resolution (trained at 1x)")
-    ax.set_ylabel("accuracy")
-    ax.set_title(title or "accuracy against resolution")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", ncols=2)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-if __name__ == "__main__":  # python -m mmpos.recipes.tasks.vision RUN_FOLDER OUT.png [image]
-    import sys
-
-    folder = Path(sys.argv[1])
-    finals = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    scale = sys.argv[3] if len(sys.argv) > 3 else ""
-    what = {"": "squares fixed in pixels", "image": "squares scale with the image",
-            "interp": "squares fixed in pixels, sincos/RoPE positions rescaled"}.get(scale, scale)  # fmt: skip
-    print(plot_resolution(finals, sys.argv[2], scale, f"{folder.parent.name}: {what}"))
