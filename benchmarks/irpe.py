@@ -67,7 +67,7 @@ class NaiveIRPE(torch.nn.Module):
         q = layer.q(x).view(b, n, HEADS, -1).transpose(1, 2)
         k, v = layer.kv(x).view(b, n, 2, HEADS, -1).permute(2, 0, 3, 1, 4)
         q = q * q.shape[-1] ** -0.5
-        ids = self.enc.table_ids(coords.grid_shape, coords.prefix)[0].to(x.device)  # (N, N)
+        ids = self.enc.table_ids(coords.grid_shape, coords.num_prefix_tokens)[0].to(x.device)  # (N, N)
         pair = self.enc.k_table[0].T[ids]  # (N, N, D): r(i, j)
         logits = q @ k.transpose(-2, -1) + torch.einsum("bhid,ijd->bhij", q, pair)
         out = logits.softmax(-1) @ v
@@ -87,7 +87,7 @@ def build(variant: str, grid: tuple[int, int], device: str) -> torch.nn.Module:
 def inputs(n: int, device: str) -> tuple[torch.Tensor, Coords]:
     grid, batch = SIZES[n]
     x = torch.randn(batch, n, DIM, device=device, requires_grad=True)
-    return x, Coords.grid(*grid, prefix=1, device=device)
+    return x, Coords.grid(*grid, num_prefix_tokens=1, device=device)
 
 
 def step(model: torch.nn.Module, x: torch.Tensor, coords: Coords) -> None:
@@ -214,7 +214,7 @@ def reference_times(cream: types.ModuleType, n: int, device: str, repeats: int) 
     models, diffs = {}, {}
     torch.manual_seed(1)
     x = torch.randn(batch, n, TINY_DIM, device=device, requires_grad=True)
-    coords = Coords.grid(*grid, prefix=1, device=device)
+    coords = Coords.grid(*grid, num_prefix_tokens=1, device=device)
     for mode in REFERENCE_MODES:
         ref, ours = reference_pair(cream, mode, grid, device)
         models[("cream", mode)], models[("mmpos", mode)] = _NoCoords(ref), ours

@@ -166,7 +166,7 @@ def stack(device: str, repeats: int) -> str:
         for block in per_block.blocks:
             block.attn.encoders.insert(0, per_block.rotary["rope-axial"])
         per_block.rotary = torch.nn.ModuleDict()
-        x, coords = torch.randn(batch, n, 384, device=device), Coords.grid(*grid, prefix=1, device=device)
+        x, coords = torch.randn(batch, n, 384, device=device), Coords.grid(*grid, num_prefix_tokens=1, device=device)
         torch.testing.assert_close(shared(x, coords), per_block(x, coords))
         samples = {"once": [], "every": []}
         for i in range(repeats + 1):

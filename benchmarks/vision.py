@@ -103,7 +103,7 @@ class NaiveIRPELayer(nn.Module):
         attn, (b, n, _) = self.layer.attn, x.shape
         q = attn.q(x).view(b, n, HEADS, -1).transpose(1, 2) * (DIM // HEADS) ** -0.5  # (B, H, N, D)
         k, v = attn.kv(x).view(b, n, 2, HEADS, -1).permute(2, 0, 3, 1, 4)
-        ids = self.irpe.table_ids(coords.grid_shape, coords.prefix)[0].to(x.device)  # (N, N)
+        ids = self.irpe.table_ids(coords.grid_shape, coords.num_prefix_tokens)[0].to(x.device)  # (N, N)
         pairs = self.irpe.k_table[0].T[ids]  # (N, N, D): the table vector of every pair
         logits = q @ k.transpose(-2, -1) + torch.einsum("bhid,ijd->bhij", q, pairs)
         out = logits.softmax(-1) @ v
@@ -118,7 +118,7 @@ class TimmAxialRope(nn.Module):
         self.rope = RotaryEmbeddingCat(DIM // HEADS, temperature=100, in_pixels=False, feat_shape=list(grid))
 
     def forward(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
-        emb, p = self.rope.get_embed(), coords.prefix  # (h * w, 2 * D)
+        emb, p = self.rope.get_embed(), coords.num_prefix_tokens  # (h * w, 2 * D)
         q = torch.cat([q[:, :, :p], apply_rot_embed_cat(q[:, :, p:], emb)], dim=2)
         k = torch.cat([k[:, :, :p], apply_rot_embed_cat(k[:, :, p:], emb)], dim=2)
         return q, k
@@ -149,7 +149,7 @@ def _variants(n: int) -> dict[str, tuple[nn.Module, str]]:
 
 def _inputs(n: int, what: str, device: torch.device) -> tuple[tuple[Tensor, ...], Coords]:
     grid, batch = SIZES[n]
-    coords = Coords.grid(*grid, prefix=1, device=device)
+    coords = Coords.grid(*grid, num_prefix_tokens=1, device=device)
     g = torch.Generator(device="cpu").manual_seed(n)
     if what == "layer":
         return (torch.randn(batch, n, DIM, generator=g).to(device).requires_grad_(),), coords

@@ -46,6 +46,13 @@ def renamed_arguments(**renames: str) -> Callable[[Callable[..., Any]], Callable
                     kwargs[new] = kwargs.pop(old)
             return func(*args, **kwargs)
 
+        call.__renamed_arguments__ = renames  # read by renamed_arguments_of
         return call
 
     return wrap
+
+
+def renamed_arguments_of(factory: Callable[..., Any]) -> dict[str, str]:
+    """The ``{old: new}`` keyword renames of a function or a class's ``__init__`` (``{}`` if none)."""
+    func = factory.__init__ if isinstance(factory, type) else factory
+    return getattr(func, "__renamed_arguments__", {})

@@ -5,9 +5,10 @@ A :class:`Coords` describes, for a batch of token sequences, where each token is
 * ``pos``      float ``(B, N, A)`` -- position of token ``n`` along axis ``a``
 * ``axes``     names of the ``A`` axes, e.g. ``("h", "w")`` or ``("t", "h", "w")``
 * ``mask``     bool ``(B, N)`` -- ``True`` for real tokens, ``False`` for padding
-* ``prefix``   number of leading class/register tokens; they carry no position
-  (their ``pos`` rows are zero, so rotary encoders leave them unrotated)
-* ``grid_shape`` the token grid after the prefix, e.g. ``(14, 14)``; ``None`` when
+* ``num_prefix_tokens`` number of leading class/register tokens (timm's name); they carry no
+  position (their ``pos`` rows are zero, so rotary encoders leave them unrotated). ``prefix`` is
+  its deprecated name (keyword and attribute)
+* ``grid_shape`` the token grid after the prefix tokens, e.g. ``(14, 14)``; ``None`` when
   the tokens do not form one regular grid
 * ``modality`` long ``(B, N)`` -- a :class:`Modality` code per token
 
@@ -25,6 +26,8 @@ from dataclasses import InitVar, dataclass, replace
 
 import torch
 from torch import Tensor
+
+from ._deprecate import renamed_arguments
 
 __all__ = ["Coords", "Modality"]
 
@@ -67,7 +70,7 @@ class Coords:
     pos: Tensor
     axes: tuple[str, ...]
     mask: Tensor | None = None
-    prefix: int = 0
+    num_prefix_tokens: int = 0
     grid_shape: tuple[int, ...] | None = None
     modality: Tensor | None = None
     #: internal: ``True`` for coordinates derived from valid ones (or built finite), which skip the
@@ -91,15 +94,16 @@ class Coords:
             )
         if self.modality is not None and tuple(self.modality.shape) != (b, n):
             raise ValueError(f"modality must have shape (B, N) = {(b, n)}, got {tuple(self.modality.shape)}")
-        if not isinstance(self.prefix, int) or not 0 <= self.prefix <= n:
-            raise ValueError(f"prefix must be an int in [0, N={n}], got {self.prefix!r}")
+        p = self.num_prefix_tokens
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p <= n:
+            raise ValueError(f"num_prefix_tokens must be an int in [0, N={n}], got {p!r}")
         if self.grid_shape is not None:
             grid = _positive_sizes(self.grid_shape, "grid_shape")
             object.__setattr__(self, "grid_shape", grid)
-            if math.prod(grid) + self.prefix != n:
+            if math.prod(grid) + p != n:
                 raise ValueError(
-                    f"grid_shape {grid} with prefix={self.prefix} describes "
-                    f"{math.prod(grid) + self.prefix} tokens, but pos has N={n}"
+                    f"grid_shape {grid} with num_prefix_tokens={p} describes {math.prod(grid) + p} tokens, "
+                    f"but pos has N={n}"
                 )
         checked = not _trusted and not torch.compiler.is_compiling() and pos.device.type != "meta"
         if checked and not bool(torch.isfinite(pos).all()):  # a host sync: builders and direct construction only
@@ -128,19 +132,21 @@ class Coords:
         return cls(pos, ("seq",), modality=modality, _trusted=True)
 
     @classmethod
+    @renamed_arguments(prefix="num_prefix_tokens")
     def grid(
         cls,
         *sizes: int,
-        prefix: int = 0,
+        num_prefix_tokens: int = 0,
         axes: Sequence[str] | None = None,
         batch: int = 1,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> Coords:
-        """Row-major grid positions (integer indices) after ``prefix`` position-less tokens.
+        """Row-major grid positions (integer indices) after ``num_prefix_tokens`` position-less tokens.
 
         ``Coords.grid(h, w)`` gives axes ``("h", "w")``, ``Coords.grid(t, h, w)`` gives
-        ``("t", "h", "w")``; ``pos`` is ``(batch, prefix + prod(sizes), len(sizes))``.
+        ``("t", "h", "w")``; ``pos`` is ``(batch, num_prefix_tokens + prod(sizes), len(sizes))``.
+        ``Coords.grid(14, 14, num_prefix_tokens=1)``: a ViT's class token and 196 patches.
         """
         sizes = _positive_sizes(sizes, "sizes")
         if axes is None:
@@ -150,12 +156,13 @@ class Coords:
             axes = defaults[len(sizes)]
         if len(axes) != len(sizes):
             raise ValueError(f"axes must name the {len(sizes)} grid axes, got {tuple(axes)!r}")
-        if not isinstance(prefix, int) or prefix < 0:
-            raise ValueError(f"prefix must be a non-negative int, got {prefix!r}")
+        prefix = num_prefix_tokens
+        if not isinstance(prefix, int) or isinstance(prefix, bool) or prefix < 0:
+            raise ValueError(f"num_prefix_tokens must be a non-negative int, got {prefix!r}")
         (batch,) = _positive_sizes((batch,), "batch")
         if math.prod(sizes) + prefix > _MAX_TOKENS:
             raise ValueError(
-                f"sizes {sizes} with prefix={prefix} make {math.prod(sizes) + prefix:,} tokens, more than the "
+                f"sizes {sizes} with num_prefix_tokens={prefix} make {math.prod(sizes) + prefix:,} tokens, more than the "
                 f"{_MAX_TOKENS:,} a Coords may hold"
             )
         ranges = [torch.arange(s, dtype=dtype, device=device) for s in sizes]
@@ -168,7 +175,7 @@ class Coords:
         return cls(
             pos.unsqueeze(0).expand(batch, n, len(sizes)),
             tuple(axes),
-            prefix=prefix,
+            num_prefix_tokens=prefix,
             grid_shape=sizes,
             modality=modality.unsqueeze(0).expand(batch, n),
             _trusted=True,  # integer cells: finite by construction (built in forward by vision models)
@@ -202,8 +209,10 @@ class Coords:
         for c in items:
             if c.axes != axes:
                 raise ValueError(f"all items must share axes {axes}, got {c.axes}")
-            if c.prefix != items[0].prefix:
-                raise ValueError(f"all items must share prefix={items[0].prefix}, got {c.prefix}")
+            if c.num_prefix_tokens != items[0].num_prefix_tokens:
+                raise ValueError(
+                    f"all items must share num_prefix_tokens={items[0].num_prefix_tokens}, got {c.num_prefix_tokens}"
+                )
         n = max(c.num_tokens for c in items)
         pos, mask, modality = [], [], []
         for c in items:
@@ -219,13 +228,19 @@ class Coords:
             torch.cat(pos),
             axes,
             mask=torch.cat(mask),
-            prefix=items[0].prefix if same or padding_side == "right" else 0,
+            num_prefix_tokens=items[0].num_prefix_tokens if same or padding_side == "right" else 0,
             grid_shape=items[0].grid_shape if same else None,
             modality=torch.cat(modality),
             _trusted=True,  # valid items padded with zeros
         )
 
     # ------------------------------------------------------------------ views
+    @property
+    def prefix(self) -> int:
+        """Deprecated name of :attr:`num_prefix_tokens`."""
+        warnings.warn("Coords.prefix is deprecated; use Coords.num_prefix_tokens", DeprecationWarning, stacklevel=2)
+        return self.num_prefix_tokens
+
     @property
     def batch_size(self) -> int:
         return self.pos.shape[0]
@@ -274,20 +289,20 @@ class Coords:
     def positioned(self) -> Tensor:
         """``(1, N, 1)`` float, 0 on prefix tokens and 1 elsewhere."""
         keep = torch.ones(1, self.num_tokens, 1, dtype=self.pos.dtype, device=self.pos.device)
-        keep[:, : self.prefix] = 0
+        keep[:, : self.num_prefix_tokens] = 0
         return keep
 
     def flattened(self) -> Coords:
-        """1-D raster positions ``0 .. N - prefix - 1`` of the grid tokens (axis ``"seq"``).
+        """1-D raster positions ``0 .. N - num_prefix_tokens - 1`` of the grid tokens (axis ``"seq"``).
 
         Lets a 1-D encoder (e.g. plain RoPE) read a 2-D / 3-D grid in flattened order.
         """
         if self.grid_shape is None:
             raise ValueError("flattened() needs grid coordinates (grid_shape is None)")
         n = self.num_tokens
-        index = torch.arange(n, dtype=self.pos.dtype, device=self.pos.device) - self.prefix
+        index = torch.arange(n, dtype=self.pos.dtype, device=self.pos.device) - self.num_prefix_tokens
         pos = (index.clamp(min=0).view(1, n, 1)).expand(self.batch_size, n, 1)
-        return replace(self, pos=pos, axes=("seq",), grid_shape=(n - self.prefix,), _trusted=True)
+        return replace(self, pos=pos, axes=("seq",), grid_shape=(n - self.num_prefix_tokens,), _trusted=True)
 
     def scaled(self, factor: float | Sequence[float]) -> Coords:
         """Positions multiplied by ``factor`` (a scalar or one value per axis)."""
@@ -343,3 +358,7 @@ class Coords:
                 f"coords describe {self.batch_size} x {self.num_tokens} tokens but {name} has "
                 f"batch {batch} x {tokens} tokens (coords batch must be 1 or {batch})"
             )
+
+
+# ``Coords(..., prefix=1)``: the deprecated name of ``num_prefix_tokens`` (the dataclass writes ``__init__``)
+Coords.__init__ = renamed_arguments(prefix="num_prefix_tokens")(Coords.__init__)

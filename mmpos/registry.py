@@ -15,6 +15,8 @@ from typing import Any
 
 from torch import nn
 
+from ._deprecate import renamed_arguments_of
+
 __all__ = [
     "KINDS",
     "EncoderInfo",
@@ -76,12 +78,13 @@ def _did_you_mean(word: object, known) -> str:
 
 def check_arguments(name: str, kwargs: Any) -> None:
     """``ValueError`` naming encoder ``name`` and its accepted arguments if ``kwargs`` has one it does not take."""
-    params = inspect.signature(encoder_info(name).factory).parameters
+    factory = encoder_info(name).factory
+    params = inspect.signature(factory).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     for arg in kwargs:
-        if arg not in accepted:
+        if arg not in accepted and arg not in renamed_arguments_of(factory):  # a deprecated name: it warns
             raise ValueError(
                 f"encoder {name!r} takes no argument {arg!r}{_did_you_mean(arg, accepted)}; it takes {accepted}"
             )

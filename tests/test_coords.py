@@ -7,10 +7,10 @@ from mmpos import Coords, Modality
 
 
 def test_grid_2d_non_square_with_prefix():
-    c = Coords.grid(3, 5, prefix=2, batch=4)
+    c = Coords.grid(3, 5, num_prefix_tokens=2, batch=4)
     assert c.pos.shape == (4, 2 + 15, 2)
     assert c.axes == ("h", "w")
-    assert c.grid_shape == (3, 5) and c.prefix == 2
+    assert c.grid_shape == (3, 5) and c.num_prefix_tokens == 2
     assert torch.equal(c.pos[0, :2], torch.zeros(2, 2))
     # row-major: token 2 + r * 5 + col sits at (r, col)
     assert c.pos[0, 2 + 2 * 5 + 3].tolist() == [2.0, 3.0]
@@ -54,7 +54,7 @@ def test_stack_right_and_left_padding():
         (lambda: Coords(torch.zeros(1, 3, 2), ("h",)), "axes"),
         (lambda: Coords.grid(0, 4), "sizes"),
         (lambda: Coords.grid(2, -1), "sizes"),
-        (lambda: Coords.grid(2, 2, prefix=-1), "prefix"),
+        (lambda: Coords.grid(2, 2, num_prefix_tokens=-1), "prefix"),
         (lambda: Coords.stack([Coords.sequence(2)], padding_side="top"), "padding_side"),
         (lambda: Coords.stack([Coords.sequence(2), Coords.grid(2, 2)]), "axes"),
         (lambda: Coords.points(torch.zeros(5)), "xyz"),
@@ -66,7 +66,7 @@ def test_bad_input_names_the_argument(build, match):
 
 
 def test_scaled_shifted_keep_prefix_at_zero():
-    c = Coords.grid(2, 3, prefix=1)
+    c = Coords.grid(2, 3, num_prefix_tokens=1)
     s = c.shifted((10, 20)).scaled(2)
     assert s.pos[0, 0].tolist() == [0, 0]
     assert s.pos[0, 1].tolist() == [20, 40]
@@ -75,7 +75,7 @@ def test_scaled_shifted_keep_prefix_at_zero():
 
 
 def test_normalized_cell_centres():
-    c = Coords.grid(2, 4, prefix=1).normalized()
+    c = Coords.grid(2, 4, num_prefix_tokens=1).normalized()
     assert c.pos[0, 0].tolist() == [0, 0]
     h = c.pos[0, 1:, 0].unique().tolist()
     w = c.pos[0, 1:, 1].unique().tolist()
@@ -85,7 +85,7 @@ def test_normalized_cell_centres():
 
 
 def test_select_flattened_to_expand():
-    c = Coords.grid(2, 3, 4, prefix=1)
+    c = Coords.grid(2, 3, 4, num_prefix_tokens=1)
     hw = c.select("w", "h")
     assert hw.axes == ("w", "h") and hw.grid_shape is None
     assert torch.equal(hw.pos[..., 0], c.pos[..., 2])
@@ -100,8 +100,8 @@ def test_select_flattened_to_expand():
 
 
 def test_check_tokens():
-    c = Coords.grid(4, 4, prefix=1)
+    c = Coords.grid(4, 4, num_prefix_tokens=1)
     c.check_tokens(8, 17)
     with pytest.raises(ValueError, match="17 tokens"):
         c.check_tokens(8, 16)
-    assert math.prod(c.grid_shape) + c.prefix == 17
+    assert math.prod(c.grid_shape) + c.num_prefix_tokens == 17

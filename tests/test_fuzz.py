@@ -70,7 +70,9 @@ size = st.one_of(st.integers(-2, 9), st.sampled_from(BAD_SCALARS))
     batch=st.one_of(st.integers(0, 3), st.sampled_from(BAD_SCALARS)),
 )
 def test_grid_builder(sizes, prefix, batch):
-    c = _classify(lambda: Coords.grid(*sizes, prefix=prefix, batch=batch), ["sizes", "prefix", "batch", "axes"])
+    c = _classify(
+        lambda: Coords.grid(*sizes, num_prefix_tokens=prefix, batch=batch), ["sizes", "prefix", "batch", "axes"]
+    )
     if c is None:
         return
     assert c.num_tokens == prefix + math.prod(sizes) and c.batch_size == batch and c.grid_shape == tuple(sizes)
@@ -144,7 +146,6 @@ POOLS = {
     "method": ["eucl", 2],
     "mode": ["biass", ["ctx"]],
     "rpe_on": ["", "kk", "x", 3],
-    "skip": [-1, 1.5],
     "coordinates": ["grids"],
     "fourier_dim": [0, 3, 8.0],
     "hidden_dim": [0, -1, 8.0],
@@ -163,7 +164,7 @@ def _factories():
 
 
 FACTORIES = _factories()
-COORDS = [Coords.grid(3, 4, prefix=1), Coords.grid(2, 3, 4), Coords.sequence(6), Coords.grid(3, 4)]
+COORDS = [Coords.grid(3, 4, num_prefix_tokens=1), Coords.grid(2, 3, 4), Coords.sequence(6), Coords.grid(3, 4)]
 
 
 def _apply(enc, info, coords: Coords, dim: int = DIM) -> None:
@@ -174,8 +175,10 @@ def _apply(enc, info, coords: Coords, dim: int = DIM) -> None:
         x = torch.randn(2, n, dim)
         out = enc(x, coords)
         assert out.shape == x.shape and torch.isfinite(out).all()
-        if info.kind == "additive" and coords.prefix:
-            assert torch.equal(out[:, : coords.prefix], x[:, : coords.prefix])  # prefix tokens get no position
+        if info.kind == "additive" and coords.num_prefix_tokens:
+            assert torch.equal(
+                out[:, : coords.num_prefix_tokens], x[:, : coords.num_prefix_tokens]
+            )  # prefix tokens get no position
     elif info.kind == "rotary":
         q, k = torch.randn(2, HEADS, n, enc.head_dim), torch.randn(2, HEADS, n, enc.head_dim)
         qr, kr = enc.rotate(q, k, coords)
@@ -193,7 +196,7 @@ def _apply(enc, info, coords: Coords, dim: int = DIM) -> None:
 # integer arguments: a float, bool or string there must be refused, never truncated or coerced
 INT_ARGS = {
     "dim", "num_heads", "head_dim", "grid_size", "sections", "mrope_section", "head_sections", "kernel_size",
-    "num_prefix_tokens", "rotary_dim", "skip", "fourier_dim", "hidden_dim", "groups", "num_kv_heads",
+    "num_prefix_tokens", "rotary_dim", "fourier_dim", "hidden_dim", "groups", "num_kv_heads",
 }  # fmt: skip
 # Known gaps (encoder name, argument) that may still coerce a non-integer; none at present
 # (the M-RoPE family's section counts were the last, fixed in issue 12).

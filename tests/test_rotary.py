@@ -150,7 +150,7 @@ def test_rotate_qk_with_per_head_angles_groups_query_heads():
 
 def test_prefix_tokens_are_not_rotated():
     enc = create("rope", head_dim=8)
-    c = Coords.grid(2, 2, prefix=1)
+    c = Coords.grid(2, 2, num_prefix_tokens=1)
     q = torch.randn(1, 1, 5, 8)
     qr, _ = enc.rotate(q, q, c)
     assert torch.equal(qr[:, :, 0], q[:, :, 0])

@@ -98,7 +98,7 @@ class LearnableFourierFeatures(AdditiveEncoder):
         pos = coords.pos if coords.axes == self.axes else coords.select(*self.axes).pos
         feats = self.features(pos)  # (B, N, G, F)
         out = self.mlp(feats.to(self.mlp[0].weight.dtype)).flatten(-2)  # (B, N, G, D/G) -> (B, N, D)
-        if coords.prefix:
+        if coords.num_prefix_tokens:
             out = out * coords.positioned().to(out.dtype)
         return out
 

@@ -96,14 +96,14 @@ class FuzzyPositionEmbedding(AdditiveEncoder):
         axes = _row_col(coords)
         if self.coordinates == "normalized":
             cell = 2.0 / torch.tensor(self.grid_size, dtype=coords.pos.dtype, device=coords.pos.device)
-            return coords.pos[:, coords.prefix :, axes], cell
+            return coords.pos[:, coords.num_prefix_tokens :, axes], cell
         if coords.grid_shape is None:
             raise ValueError(
                 "the fuzzy encoder with coordinates='grid' needs grid coordinates (Coords.grid), got grid_shape=None; "
                 "build it with coordinates='normalized' for positions already in [-1, 1]"
             )
         size = torch.tensor(coords.grid_shape, dtype=coords.pos.dtype, device=coords.pos.device)[axes]
-        return coords.normalized().pos[:, coords.prefix :, axes], 2.0 / size
+        return coords.normalized().pos[:, coords.num_prefix_tokens :, axes], 2.0 / size
 
     def sample_positions(self, coords: Coords, batch: int | None = None) -> Tensor:
         """Normalized ``(row, col)`` positions ``(B, M, 2)`` at which the table is read.
@@ -125,7 +125,7 @@ class FuzzyPositionEmbedding(AdditiveEncoder):
         grid = pos.flip(-1).unsqueeze(2).float()  # (B, M, 1, 2) in grid_sample's (x, y) order
         table = self.pos_embed.float().expand(grid.shape[0], -1, -1, -1)
         emb = F.grid_sample(table, grid, mode="bilinear", padding_mode="border", align_corners=False)
-        emb = F.pad(emb.squeeze(-1).transpose(1, 2), (0, 0, coords.prefix, 0))  # (B, N, D), prefix rows 0
+        emb = F.pad(emb.squeeze(-1).transpose(1, 2), (0, 0, coords.num_prefix_tokens, 0))  # (B, N, D), prefix rows 0
         if coords.mask is not None:
             emb = emb * coords.mask.unsqueeze(-1).to(emb.dtype)
         return emb

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from .._deprecate import renamed_arguments
 from .._validate import check_ints
 from ..coords import Coords
 from ..registry import register_encoder
@@ -90,16 +91,18 @@ def piecewise_index(offset: Tensor, alpha: float, beta: float, gamma: float) -> 
     return torch.where(magnitude > alpha, far, near)
 
 
-def num_buckets(method: str, ratio: float, prefix: int = 0) -> int:
+@renamed_arguments(prefix="num_prefix_tokens")
+def num_buckets(method: str, ratio: float, num_prefix_tokens: int = 0) -> int:
     """Table size: ``(2 int(beta) + 1) ** 2`` for ``product``, ``2 int(beta) + 1`` otherwise
-    (per direction for ``cross``), plus one shared bucket when ``prefix > 0``."""
+    (per direction for ``cross``), plus one shared bucket when ``num_prefix_tokens > 0``."""
     method = _check_method(method)
     side = 2 * int(_coefficients(ratio)[1]) + 1
-    return (side**2 if method == "product" else side) + (1 if prefix > 0 else 0)
+    return (side**2 if method == "product" else side) + (1 if num_prefix_tokens > 0 else 0)
 
 
-def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, prefix: int = 0) -> tuple[Tensor, int]:
-    """Bucket id of every (query, key) pair of ``prefix`` tokens followed by a row-major grid.
+@renamed_arguments(prefix="num_prefix_tokens")
+def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, num_prefix_tokens: int = 0) -> tuple[Tensor, int]:
+    """Bucket id of every (query, key) pair of ``num_prefix_tokens`` tokens followed by a row-major grid.
 
     Args:
         grid_shape: ``(H, W)`` of the token grid.
@@ -107,20 +110,21 @@ def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, prefix: int
             the reference code buckets it), ``"product"`` (row and column offsets, joint
             id) or ``"cross"`` (row and column offsets, separate tables).
         ratio: ``alpha = ratio``, ``beta = 2 ratio``, ``gamma = 8 ratio``.
-        prefix: leading class/register tokens; all pairs touching one share the extra
+        num_prefix_tokens: leading class/register tokens; all pairs touching one share the extra
             bucket id ``num_buckets - 1``.
 
     Returns:
         ``(ids, num_buckets)``: ids long ``(N, N)`` (``(2, N, N)`` rows then columns for
-        ``cross``, each indexing its own table) in ``[0, num_buckets)``, ``N = prefix + H W``.
+        ``cross``, each indexing its own table) in ``[0, num_buckets)``, ``N = num_prefix_tokens + H W``.
     """
     method = _check_method(method)
     alpha, beta, gamma = _coefficients(ratio)
     grid = tuple(grid_shape)
     if len(grid) != 2 or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in grid):
         raise ValueError(f"grid_shape must be two positive ints (H, W), got {grid_shape!r}")
+    prefix = num_prefix_tokens
     if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
-        raise ValueError(f"prefix must be a non-negative int, got {prefix!r}")
+        raise ValueError(f"num_prefix_tokens must be a non-negative int, got {prefix!r}")
     height, width = grid
     rows = torch.arange(height).repeat_interleave(width)  # (L,) row of each grid token
     cols = torch.arange(width).repeat(height)
@@ -150,8 +154,8 @@ def _table_ids(method: str, ratio: float, table_size: int, grid: tuple[int, ...]
     ids, size = bucket_ids(grid, method, ratio, prefix)
     if size > table_size:
         raise ValueError(
-            f"coords have prefix={prefix} tokens but this encoder was built with skip=0 "
-            "(no prefix bucket): pass skip >= 1"
+            f"coords have num_prefix_tokens={prefix} but this encoder was built with num_prefix_tokens=0 "
+            "(no prefix bucket): pass num_prefix_tokens >= 1"
         )
     if method != "cross":
         return ids.unsqueeze(0)
@@ -219,16 +223,18 @@ class IRPE(BiasEncoder):
         ratio: bucket ratio (reference default 1.9: 7 x 7 product buckets).
         rpe_on: any of ``"q"``, ``"k"``, ``"v"`` (e.g. ``"qkv"``); ``v`` needs contextual mode.
         shared_head: one table for all heads (reference default) or one per head.
-        skip: prefix (class) tokens expected; ``> 0`` adds the one bucket all pairs
-            touching a prefix token share. Any ``coords.prefix`` works with it; without it,
+        num_prefix_tokens: prefix (class) tokens expected (the reference's ``skip``, also
+            this argument's deprecated name); ``> 0`` adds the one bucket all pairs touching a
+            prefix token share. Any ``coords.num_prefix_tokens`` works with it; without it,
             coords with prefix tokens are refused.
-        grid_size: the training grid ``(H, W)``, whose bucket ids (with ``skip`` prefix
+        grid_size: the training grid ``(H, W)``, whose bucket ids (with ``num_prefix_tokens``
             tokens) are built once here; other grids reuse the same tables (offsets
             saturate) with ids built on first use.
 
     Tables start at zero, as in the reference.
     """
 
+    @renamed_arguments(skip="num_prefix_tokens")
     def __init__(
         self,
         dim: int | None = None,
@@ -239,7 +245,7 @@ class IRPE(BiasEncoder):
         ratio: float = 1.9,
         rpe_on: str = "k",
         shared_head: bool = True,
-        skip: int = 1,
+        num_prefix_tokens: int = 1,
         grid_size: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
@@ -261,12 +267,12 @@ class IRPE(BiasEncoder):
             raise ValueError("num_heads must be given when shared_head=False")
         self.shared_head = shared_head
         self.num_heads = num_heads
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-            raise ValueError(f"skip must be a non-negative int, got {skip!r}")
-        self.skip = skip
+        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
+            raise ValueError(f"num_prefix_tokens must be a non-negative int, got {num_prefix_tokens!r}")
+        self.num_prefix_tokens = num_prefix_tokens
         self.has_output = "v" in self.rpe_on
         # buckets per table; cross keeps a row table and a column table side by side
-        self.num_buckets = num_buckets(self.method, ratio, skip)
+        self.num_buckets = num_buckets(self.method, ratio, num_prefix_tokens)
         width = (2 if self.method == "cross" else 1) * self.num_buckets
         heads = 1 if shared_head else num_heads
         shapes = {
@@ -278,7 +284,7 @@ class IRPE(BiasEncoder):
             table = nn.Parameter(torch.zeros(shapes[target])) if target in self.rpe_on else None
             self.register_parameter(f"{target}_table", table)
         self.grid_size = None if grid_size is None else check_ints(grid_size, "grid_size", length=2)
-        train_ids = None if grid_size is None else self.table_ids(self.grid_size, skip)
+        train_ids = None if grid_size is None else self.table_ids(self.grid_size, num_prefix_tokens)
         self.register_buffer("train_ids", train_ids, persistent=False)  # (maps, N, N), shared on CPU
 
     # ------------------------------------------------------------------ bucket ids
@@ -290,11 +296,11 @@ class IRPE(BiasEncoder):
         grid = coords.grid_shape
         if grid is None or len(grid) != 2:
             raise ValueError(f"irpe needs 2-D grid coordinates (Coords.grid(h, w)); got grid_shape={grid}")
-        if self.train_ids is not None and grid == self.grid_size and coords.prefix == self.skip:
+        if self.train_ids is not None and grid == self.grid_size and coords.num_prefix_tokens == self.num_prefix_tokens:
             return self.train_ids  # fast path: the buffer built in __init__
         if torch.compiler.is_compiling():  # pure function of static ints, traced into the graph
-            return _table_ids(self.method, self.ratio, self.num_buckets, grid, coords.prefix).to(device)
-        return _table_ids_on(self.method, self.ratio, self.num_buckets, grid, coords.prefix, device)
+            return _table_ids(self.method, self.ratio, self.num_buckets, grid, coords.num_prefix_tokens).to(device)
+        return _table_ids_on(self.method, self.ratio, self.num_buckets, grid, coords.num_prefix_tokens, device)
 
     # ------------------------------------------------------------------ hooks
     def _check(self, x: Tensor, coords: Coords, name: str) -> None:
@@ -349,7 +355,7 @@ class IRPE(BiasEncoder):
     def extra_repr(self) -> str:
         return (
             f"method={self.method!r}, mode={self.mode!r}, ratio={self.ratio}, rpe_on={self.rpe_on!r}, "
-            f"head_dim={self.head_dim}, shared_head={self.shared_head}, skip={self.skip}, "
+            f"head_dim={self.head_dim}, shared_head={self.shared_head}, num_prefix_tokens={self.num_prefix_tokens}, "
             f"num_buckets={self.num_buckets}, grid_size={self.grid_size}"
         )
 
@@ -357,15 +363,24 @@ class IRPE(BiasEncoder):
 def _preset(name: str):
     config = PRESETS[name]
 
+    @renamed_arguments(skip="num_prefix_tokens")
     def factory(
         dim: int | None = None,
         num_heads: int | None = None,
         head_dim: int | None = None,
         shared_head: bool = True,
-        skip: int = 1,
+        num_prefix_tokens: int = 1,
         grid_size: Sequence[int] | None = None,
     ) -> IRPE:
-        return IRPE(dim, num_heads, head_dim, shared_head=shared_head, skip=skip, grid_size=grid_size, **config)
+        return IRPE(
+            dim,
+            num_heads,
+            head_dim,
+            shared_head=shared_head,
+            num_prefix_tokens=num_prefix_tokens,
+            grid_size=grid_size,
+            **config,
+        )
 
     factory.__name__ = f"irpe_{name.replace('-', '_')}"
     factory.__doc__ = f"iRPE preset ``{name}``: {config}, shared head, one prefix bucket."

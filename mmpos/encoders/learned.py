@@ -83,11 +83,11 @@ class LearnedPositionEmbedding(AdditiveEncoder):
         if coords.grid_shape is None:
             raise ValueError("the learned encoder needs grid coordinates (Coords.grid); got grid_shape=None")
         table = self.table_for(coords.grid_shape)
-        prefix = coords.prefix
+        prefix = coords.num_prefix_tokens
         if prefix == self.num_prefix_tokens:
             return table
         if self.num_prefix_tokens == 0:
             return F.pad(table, (0, 0, prefix, 0))  # prefix tokens get no position vector
         raise ValueError(
-            f"coords have prefix={prefix} tokens but this table has num_prefix_tokens={self.num_prefix_tokens}"
+            f"coords have num_prefix_tokens={prefix} but this table has num_prefix_tokens={self.num_prefix_tokens}"
         )

@@ -84,7 +84,7 @@ class PositionEncodingGenerator(ConvEncoder):
             raise ValueError(f"x must have shape (B, N, D={self.dim}), got {tuple(x.shape)}")
         coords.check_tokens(x.shape[0], x.shape[1])
         b, _, d = x.shape
-        prefix, tokens = x[:, : coords.prefix], x[:, coords.prefix :]
+        prefix, tokens = x[:, : coords.num_prefix_tokens], x[:, coords.num_prefix_tokens :]
         feat = tokens.transpose(1, 2).reshape(b, d, *grid)  # (B, D, *grid)
         feat = self.proj(feat) + feat
         return torch.cat([prefix, feat.flatten(2).transpose(1, 2)], dim=1)  # (B, N, D)

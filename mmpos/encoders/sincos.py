@@ -51,6 +51,6 @@ class SinCosPositionEmbedding(AdditiveEncoder):
 
     def embed(self, coords: Coords) -> Tensor:
         emb = sincos_embed(coords.pos, self.dim, self.temperature)
-        if coords.prefix:
+        if coords.num_prefix_tokens:
             emb = emb * coords.positioned().to(emb.dtype)
         return emb

@@ -17,7 +17,7 @@ or an ``open_clip.transformer.VisionTransformer`` in place. What changes:
 * ``positional_embedding`` is removed, or kept with ``keep_abs_pos=True`` (by default only
   when every encoder is a bias encoder); a kept table is resampled (bicubic, timm's
   ``resample_abs_pos_embed``) when the image grid differs from the training grid;
-* tokens get ``Coords.grid(h, w, prefix=1)``: the class token carries no position, and
+* tokens get ``Coords.grid(h, w, num_prefix_tokens=1)``: the class token carries no position, and
   without a kept table any image size (non-square included) works.
 
 A tower built on timm (``vision_cfg["timm_model_name"]`` naming a timm ViT) is
@@ -169,7 +169,7 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
     def token_coords(self, image_size: Sequence[int], device: torch.device | None = None) -> Coords:
         """Coordinates of the tokens of images of size ``(H, W)``: the class token, then the patch grid."""
         h, w = image_size[0] // self.patch_size[0], image_size[1] // self.patch_size[1]
-        return Coords.grid(h, w, prefix=1, device=device)
+        return Coords.grid(h, w, num_prefix_tokens=1, device=device)
 
     def _abs_pos_embed(self, grid: tuple[int, ...]) -> Tensor:
         """The kept ``positional_embedding`` ``(1 + h * w, C)``, resampled when ``grid`` is not the training grid."""

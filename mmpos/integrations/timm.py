@@ -15,7 +15,7 @@ ViT and converts it; ``convert(model, pos=...)`` converts one in place. What cha
   embedding stage, conv encoders (``peg``) run after the blocks in ``conv_after``;
 * the model's own absolute ``pos_embed`` is removed, or kept with ``keep_abs_pos=True``
   (by default it is kept only when all encoders are bias encoders, as iRPE keeps DeiT's);
-* the token coordinates are ``Coords.grid(h, w, prefix=num_prefix_tokens)`` from the
+* the token coordinates are ``Coords.grid(h, w, num_prefix_tokens=num_prefix_tokens)`` from the
   patch grid of the input's static shape, so class and register tokens carry no
   position and ``dynamic_img_size=True`` models take any (non-square) image size.
 
@@ -170,7 +170,7 @@ class PositionalVisionTransformer(VisionTransformer):
     def token_coords(self, image_size: Sequence[int], device: torch.device | None = None) -> Coords:
         """Coordinates of the tokens of images of size ``(H, W)``: prefix tokens, then the patch grid."""
         h, w = self.patch_embed.dynamic_feat_size(tuple(image_size))
-        return Coords.grid(h, w, prefix=self.num_prefix_tokens, device=device)
+        return Coords.grid(h, w, num_prefix_tokens=self.num_prefix_tokens, device=device)
 
     def embed_positions(self, x: Tensor, coords: Coords) -> Tensor:
         """Patch tokens ``(B, h, w, C)`` or ``(B, h * w, C)`` -> ``(B, N, C)`` with prefix tokens and positions."""

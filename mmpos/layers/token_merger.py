@@ -133,14 +133,14 @@ class AdaptiveTokenMerger(nn.Module):
             raise ValueError(f"x must have shape (B, N, D={self.dim}), got {tuple(x.shape)}")
         coords.check_tokens(x.shape[0], x.shape[1])
         steps = merge_schedule(grid, self.target_size)
-        prefix, tokens = x[:, : coords.prefix], x[:, coords.prefix :]
+        prefix, tokens = x[:, : coords.num_prefix_tokens], x[:, coords.num_prefix_tokens :]
         tokens = tokens.reshape(x.shape[0], *grid, self.dim)  # (B, h, w, D)
         for size in steps:
             tokens = self.merge_step(tokens, size)
         merged = torch.cat([prefix, tokens.flatten(1, 2)], dim=1)  # (B, prefix + gh * gw, D)
         out_coords = Coords.grid(
             *self.target_size,
-            prefix=coords.prefix,
+            num_prefix_tokens=coords.num_prefix_tokens,
             axes=coords.axes,
             batch=coords.batch_size,
             dtype=coords.pos.dtype,

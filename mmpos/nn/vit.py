@@ -88,7 +88,7 @@ class VisionTransformer(nn.Module):
         if h % self.patch_size or w % self.patch_size:
             raise ValueError(f"image size {(h, w)} must be a multiple of patch_size={self.patch_size}")
         return Coords.grid(
-            h // self.patch_size, w // self.patch_size, prefix=self.num_prefix_tokens, device=images.device
+            h // self.patch_size, w // self.patch_size, num_prefix_tokens=self.num_prefix_tokens, device=images.device
         )
 
     def forward_features(self, images: Tensor) -> Tensor:

@@ -95,7 +95,7 @@ def _cmd_similarity(args: argparse.Namespace) -> int:
     from .figures import plot_similarity
 
     grid = _grid(args.grid)
-    coords = Coords.grid(*grid, prefix=args.prefix)
+    coords = Coords.grid(*grid, num_prefix_tokens=args.num_prefix_tokens)
     query = _ints(args.query, "--query", ",")
     encoder = _encoder(args, grid, coords.axes)
     smap = plot_similarity(encoder, coords, query, args.output, _head(args.head), args.content, args.seed, args.encoder)
@@ -110,7 +110,9 @@ def _cmd_extrapolation(args: argparse.Namespace) -> int:
     grid = _grid(args.grid)
     query = _ints(args.query, "--query", ",")
     encoder = _encoder(args, grid, Coords.grid(*grid).axes)
-    plot_extrapolation(encoder, grid, query, args.output, args.factor, args.prefix, _head(args.head), args.content)
+    plot_extrapolation(
+        encoder, grid, query, args.output, args.factor, args.num_prefix_tokens, _head(args.head), args.content
+    )
     print(f"wrote {args.output} ({args.encoder} on {args.grid} and {args.factor}x)")
     return 0
 
@@ -181,7 +183,14 @@ def _encoder_options(p: argparse.ArgumentParser) -> None:
 def _map_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grid", required=True, help="token grid, e.g. 14x14, 4x8x8 or 64")
     p.add_argument("--query", required=True, help="query coordinates, one per axis, e.g. 7,7")
-    p.add_argument("--prefix", type=int, default=0, help="class/register tokens before the grid")
+    p.add_argument(
+        "--num-prefix-tokens",
+        "--prefix",  # the old name
+        type=int,
+        default=0,
+        dest="num_prefix_tokens",
+        help="class/register tokens before the grid",
+    )
     p.add_argument("--head", default="mean", help="'mean' (default), 'all' or a head index")
     p.add_argument("--content", default="constant", choices=("constant", "random"), help="content vector u")
     p.add_argument("--random-init", action="store_true", help="fill zero-initialised parameters with N(0, 1)")

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
+from .._deprecate import renamed_arguments
 from ..coords import Coords, Modality
 from ..encoders.base import PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
@@ -133,19 +134,20 @@ def plot_similarity(
     return plot_similarity_map(smap, path, head, title or type(encoder).__name__, dpi)
 
 
+@renamed_arguments(prefix="num_prefix_tokens")
 def plot_extrapolation(
     encoder: PositionEncoder,
     grid: Sequence[int],
     query: Sequence[int],
     path: str | Path,
     factor: int = 2,
-    prefix: int = 0,
+    num_prefix_tokens: int = 0,
     head: int | str = "mean",
     content: str | Tensor = "constant",
     dpi: int = 90,
 ) -> tuple[SimilarityMap, SimilarityMap]:
     """:func:`~mmpos.viz.maps.extrapolation_maps` side by side (2-D grids) or stacked (others)."""
-    train, wide = extrapolation_maps(encoder, grid, query, factor, prefix, content)
+    train, wide = extrapolation_maps(encoder, grid, query, factor, num_prefix_tokens, content)
     labels = (f"train grid {'x'.join(map(str, grid))}", f"{factor}x: {'x'.join(str(g * factor) for g in grid)}")
     if len(tuple(grid)) == 2:
         fig = Figure(figsize=(7, 3.4), layout="constrained")

@@ -23,17 +23,19 @@
 
 Shapes: :class:`SimilarityMap` ``values`` ``(H, N)`` float64 over all ``N`` tokens of the
 first sample (``H`` = heads of the encoder, 1 when it has none or shares one map);
-:meth:`SimilarityMap.on_grid` ``grid_shape`` (or ``(N - prefix,)``).
+:meth:`SimilarityMap.on_grid` ``grid_shape`` (or ``(N - num_prefix_tokens,)``).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
+from .._deprecate import renamed_arguments
 from ..coords import Coords, Modality
 from ..encoders.base import AdditiveEncoder, BiasEncoder, ConvEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
@@ -62,32 +64,39 @@ class SimilarityMap:
         values: ``(H, N)`` float64, one row per head (``H = 1`` for additive / conv encoders
             and for rotary plans and bias tables shared by all heads).
         query: token index of the query.
-        grid_shape: the token grid after the prefix, or ``None`` (then drawn as a curve).
-        prefix: leading position-less tokens (not drawn).
+        grid_shape: the token grid after the prefix tokens, or ``None`` (then drawn as a curve).
+        num_prefix_tokens: leading position-less tokens (not drawn); ``prefix`` is its deprecated name.
         kind: the encoder kind (``"rotary"``, ``"bias"``, ``"additive"``, ``"conv"``).
     """
 
     values: Tensor
     query: int
     grid_shape: tuple[int, ...] | None
-    prefix: int
+    num_prefix_tokens: int
     kind: str
 
+    @property
+    def prefix(self) -> int:
+        warnings.warn(
+            "SimilarityMap.prefix is deprecated; use SimilarityMap.num_prefix_tokens", DeprecationWarning, stacklevel=2
+        )
+        return self.num_prefix_tokens
+
     def on_grid(self, head: int | str = "mean") -> Tensor:
-        """The grid tokens' values, ``grid_shape`` (or ``(N - prefix,)``): one head or the mean."""
+        """The grid tokens' values, ``grid_shape`` (or ``(N - num_prefix_tokens,)``): one head or the mean."""
         if head == "mean":
             row = self.values.mean(0)
         elif isinstance(head, int) and not isinstance(head, bool) and 0 <= head < self.values.shape[0]:
             row = self.values[head]
         else:
             raise ValueError(f"head must be 'mean' or an int in [0, {self.values.shape[0]}), got {head!r}")
-        row = row[self.prefix :]
+        row = row[self.num_prefix_tokens :]
         return row if self.grid_shape is None else row.reshape(self.grid_shape)
 
     @property
     def query_cell(self) -> tuple[int, ...]:
-        """The query's index on the grid (``(n - prefix,)`` without a grid)."""
-        flat = self.query - self.prefix
+        """The query's index on the grid (``(n - num_prefix_tokens,)`` without a grid)."""
+        flat = self.query - self.num_prefix_tokens
         if self.grid_shape is None:
             return (flat,)
         return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), self.grid_shape))
@@ -148,10 +157,10 @@ def query_index(coords: Coords, query: Sequence[float]) -> int:
         raise ValueError(f"query must hold one coordinate per axis {coords.axes}, got {tuple(query)}")
     pos = coords.pos[0].to(torch.float64)  # (N, A)
     ok = torch.isclose(pos, target, atol=1e-6, rtol=0).all(-1) & coords.token_mask[0]
-    ok[: coords.prefix] = False
+    ok[: coords.num_prefix_tokens] = False
     hits = ok.nonzero().flatten()
     if hits.numel() == 0:
-        real = pos[coords.prefix :][coords.token_mask[0, coords.prefix :]]
+        real = pos[coords.num_prefix_tokens :][coords.token_mask[0, coords.num_prefix_tokens :]]
         ranges = ", ".join(f"{a} in [{lo:g}, {hi:g}]" for a, lo, hi in zip(coords.axes, real.min(0)[0], real.max(0)[0]))
         raise ValueError(f"query {tuple(query)} is not the position of any token ({ranges})")
     return int(hits[0])
@@ -229,15 +238,16 @@ def similarity_map(
         values = (response.pow(2).mean(-1).sqrt()).unsqueeze(0)  # (1, N)
     else:
         raise TypeError(f"encoder must be a rotary, bias, additive or conv encoder, got {type(encoder).__name__}")
-    return SimilarityMap(values.contiguous(), q, coords.grid_shape, coords.prefix, encoder.kind)
+    return SimilarityMap(values.contiguous(), q, coords.grid_shape, coords.num_prefix_tokens, encoder.kind)
 
 
+@renamed_arguments(prefix="num_prefix_tokens")
 def extrapolation_maps(
     encoder: PositionEncoder,
     grid: Sequence[int],
     query: Sequence[int],
     factor: int = 2,
-    prefix: int = 0,
+    num_prefix_tokens: int = 0,
     content: str | Tensor = "constant",
     seed: int = 0,
 ) -> tuple[SimilarityMap, SimilarityMap]:
@@ -251,8 +261,10 @@ def extrapolation_maps(
         raise ValueError(f"factor must be a positive int, got {factor!r}")
     grid = tuple(grid)
     big = tuple(s * factor for s in grid)
-    train = similarity_map(encoder, Coords.grid(*grid, prefix=prefix), query, content, seed)
-    wide = similarity_map(encoder, Coords.grid(*big, prefix=prefix), [v * factor for v in query], content, seed)
+    train = similarity_map(encoder, Coords.grid(*grid, num_prefix_tokens=num_prefix_tokens), query, content, seed)
+    wide = similarity_map(
+        encoder, Coords.grid(*big, num_prefix_tokens=num_prefix_tokens), [v * factor for v in query], content, seed
+    )
     return train, wide
 
 

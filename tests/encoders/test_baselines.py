@@ -25,7 +25,7 @@ def test_sincos_2d_equals_timm():
 
 def test_sincos_prefix_and_3d_and_errors():
     enc = create("sincos", dim=24)
-    emb = enc.embed(Coords.grid(2, 3, 4, prefix=1))
+    emb = enc.embed(Coords.grid(2, 3, 4, num_prefix_tokens=1))
     assert emb.shape == (1, 25, 24) and torch.equal(emb[0, 0], torch.zeros(24))
     with pytest.raises(ValueError, match="divisible"):
         create("sincos", dim=20).embed(Coords.grid(2, 3, 4))
@@ -34,19 +34,19 @@ def test_sincos_prefix_and_3d_and_errors():
 def test_learned_resamples_like_timm():
     torch.manual_seed(0)
     enc = create("learned", dim=16, grid_size=(4, 4), num_prefix_tokens=1)
-    assert torch.equal(enc.embed(Coords.grid(4, 4, prefix=1)), enc.pos_embed)
+    assert torch.equal(enc.embed(Coords.grid(4, 4, num_prefix_tokens=1)), enc.pos_embed)
     ref = resample_abs_pos_embed(enc.pos_embed, [6, 8], [4, 4], num_prefix_tokens=1)
-    torch.testing.assert_close(enc.embed(Coords.grid(6, 8, prefix=1)), ref)
+    torch.testing.assert_close(enc.embed(Coords.grid(6, 8, num_prefix_tokens=1)), ref)
     with pytest.raises(ValueError, match="grid"):
         enc.embed(Coords.sequence(5))
     with pytest.raises(ValueError, match="prefix"):
-        enc.embed(Coords.grid(4, 4, prefix=2))
+        enc.embed(Coords.grid(4, 4, num_prefix_tokens=2))
 
 
 def test_learned_3d_and_prefix_without_table():
     enc = create("learned", dim=8, grid_size=(2, 4, 4))
     assert enc.embed(Coords.grid(3, 4, 4)).shape == (1, 48, 8)
-    emb = enc.embed(Coords.grid(2, 4, 4, prefix=1))
+    emb = enc.embed(Coords.grid(2, 4, 4, num_prefix_tokens=1))
     assert torch.equal(emb[0, 0], torch.zeros(8))
 
 

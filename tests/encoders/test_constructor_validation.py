@@ -61,7 +61,7 @@ def test_irpe_id_cache_is_bounded_by_bytes(monkeypatch):
     q = torch.zeros(1, 1, 1, 8)
     for side in range(4, 16):  # ids of a 15 x 15 grid + 1 prefix: 8 * 226^2 = 408 kB, over the budget
         n = side * side + 1
-        out = enc.bias(q.expand(1, 1, n, 8), q.expand(1, 1, n, 8), Coords.grid(side, side, prefix=1))
+        out = enc.bias(q.expand(1, 1, n, 8), q.expand(1, 1, n, 8), Coords.grid(side, side, num_prefix_tokens=1))
         assert out.shape[-1] == n
         assert cache.bytes <= cache.max_bytes
     assert 0 < len(cache._items) < 12

@@ -44,7 +44,7 @@ def test_embed_equals_algorithm_1_on_points_with_groups():
 
 def test_grids_prefix_and_axis_selection():
     enc = LearnableFourierFeatures(32, axes=("h", "w"))
-    coords = Coords.grid(3, 5, prefix=1)
+    coords = Coords.grid(3, 5, num_prefix_tokens=1)
     out = enc.embed(coords)
     assert out.shape == (1, 16, 32)
     assert torch.equal(out[:, 0], torch.zeros(1, 32))  # class token gets no position
@@ -144,6 +144,6 @@ def test_errors():
 def test_embed_compiles_without_graph_breaks():
     torch._dynamo.reset()
     enc = LearnableFourierFeatures(32, axes=("h", "w"))
-    coords = Coords.grid(3, 4, prefix=1)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1)
     compiled = torch.compile(enc.embed, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(coords), enc.embed(coords))

@@ -45,7 +45,7 @@ def _bilinear(table, pos):
 
 def test_eval_equals_table_on_training_grid_and_is_deterministic():
     enc = _encoder().eval()
-    coords = Coords.grid(5, 7, prefix=1)
+    coords = Coords.grid(5, 7, num_prefix_tokens=1)
     emb = enc.embed(coords)
     assert emb.shape == (1, 36, 6)
     torch.testing.assert_close(emb[0, 1:], _table_rows(enc), rtol=0, atol=1e-6)
@@ -57,7 +57,7 @@ def test_eval_equals_table_on_training_grid_and_is_deterministic():
 
 def test_training_offsets_stay_within_half_a_cell():
     enc = _encoder().train()
-    coords = Coords.grid(5, 7, prefix=2)
+    coords = Coords.grid(5, 7, num_prefix_tokens=2)
     ref, cell = enc.reference_positions(coords)
     torch.testing.assert_close(cell, torch.tensor([2 / 5, 2 / 7]))
     torch.manual_seed(1)
@@ -72,7 +72,7 @@ def test_training_offsets_stay_within_half_a_cell():
 
 def test_training_samples_bilinearly_between_neighbours():
     enc = _encoder(grid_size=(4, 6)).train()
-    coords = Coords.grid(4, 6, prefix=1)
+    coords = Coords.grid(4, 6, num_prefix_tokens=1)
     torch.manual_seed(3)
     pos = enc.sample_positions(coords, batch=2)
     torch.manual_seed(3)
@@ -93,7 +93,7 @@ def test_gradient_flows_to_the_grid():
     for train in (False, True):
         enc = _encoder().train(train)
         x = torch.randn(3, 36, 6)
-        enc(x, Coords.grid(5, 7, prefix=1)).pow(2).sum().backward()
+        enc(x, Coords.grid(5, 7, num_prefix_tokens=1)).pow(2).sum().backward()
         grad = enc.pos_embed.grad
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
         if not train:
@@ -103,7 +103,7 @@ def test_gradient_flows_to_the_grid():
 def test_other_resolutions_resample_bilinearly():
     enc = _encoder().eval()
     for size in [(10, 14), (8, 9), (3, 4), (1, 12)]:
-        emb = enc.embed(Coords.grid(*size, prefix=1))
+        emb = enc.embed(Coords.grid(*size, num_prefix_tokens=1))
         expected = F.interpolate(enc.pos_embed, size=size, mode="bilinear", align_corners=False)
         torch.testing.assert_close(emb[0, 1:], expected[0].flatten(1).T, rtol=1e-5, atol=1e-5)
     enc.train()
@@ -141,7 +141,7 @@ def test_registry_and_models():
     assert encoder_info("fuzzy").kind == "additive"
     model = Transformer(12, 2, 2, pos="fuzzy", grid_size=(3, 4))
     assert model.additive[0].grid_size == (3, 4)
-    assert model(torch.randn(2, 13, 12), Coords.grid(3, 4, prefix=1)).shape == (2, 13, 12)
+    assert model(torch.randn(2, 13, 12), Coords.grid(3, 4, num_prefix_tokens=1)).shape == (2, 13, 12)
     vit = VisionTransformer(img_size=16, patch_size=4, dim=16, depth=1, num_heads=2, pos="fuzzy")
     assert vit.transformer.additive[0].grid_size == (4, 4)
     vit(torch.randn(2, 3, 16, 24)).sum().backward()
@@ -172,7 +172,7 @@ def test_errors():
 @pytest.mark.parametrize("train", [False, True])
 def test_compiles_without_graph_breaks(train):
     enc = _encoder().train(train)
-    coords = Coords.grid(6, 8, prefix=1)
+    coords = Coords.grid(6, 8, num_prefix_tokens=1)
     x = torch.randn(2, 49, 6)
     out = torch.compile(enc, fullgraph=True, backend="eager")(x, coords)
     assert out.shape == x.shape

@@ -43,7 +43,7 @@ def _sincos_3d_reference(dim: int, pos: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("dim", [36, 96])
 def test_sincos_3d_matches_per_axis_mae_embedding(dim):
-    coords = Coords.grid(3, 4, 5, prefix=1)  # axes (t, h, w)
+    coords = Coords.grid(3, 4, 5, num_prefix_tokens=1)  # axes (t, h, w)
     got = SinCosPositionEmbedding(dim).embed(coords)[0].double().numpy()  # (1 + 60, dim)
     cells = np.array(list(itertools.product(range(3), range(4), range(5))), dtype=np.float64)  # raster (t, h, w)
     np.testing.assert_allclose(got[1:], _sincos_3d_reference(dim, cells), rtol=0, atol=2e-6)
@@ -90,7 +90,7 @@ def test_learned_3d_resampling_is_trilinear(new):
     tri = F.interpolate(grid.permute(3, 0, 1, 2)[None], size=new, mode="trilinear", align_corners=False)
     torch.testing.assert_close(table[0, 1:].double(), tri[0].permute(1, 2, 3, 0).reshape(-1, dim), rtol=0, atol=1e-6)
     # embed() at that grid serves the same table
-    torch.testing.assert_close(enc.embed(Coords.grid(*new, prefix=1)), table)
+    torch.testing.assert_close(enc.embed(Coords.grid(*new, num_prefix_tokens=1)), table)
 
 
 def _members(merger: AdaptiveTokenMerger, h: int, w: int, size: tuple[int, int]) -> list[list[set[int]]]:

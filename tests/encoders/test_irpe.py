@@ -124,17 +124,17 @@ def test_piecewise_rounds_half_to_even_and_truncates_after_clip():
 
 # ---------------------------------------------------------------- bucket ids
 def test_product_uses_50_buckets_on_14x14_with_class_token():
-    ids, size = bucket_ids((14, 14), "product", 1.9, prefix=1)
+    ids, size = bucket_ids((14, 14), "product", 1.9, num_prefix_tokens=1)
     assert ids.shape == (197, 197) and size == 50 and ids.unique().numel() == 50
     assert (ids[0] == 49).all() and (ids[:, 0] == 49).all()
 
 
 @pytest.mark.parametrize("method,ratio,used", [("euc", 20, 20), ("quant", 33, 51), ("cross", 20, 56)])
 def test_reference_preset_names_count_used_buckets(method, ratio, used):
-    ids, size = bucket_ids((14, 14), method, ratio, prefix=1)
+    ids, size = bucket_ids((14, 14), method, ratio, num_prefix_tokens=1)
     maps = ids if method == "cross" else ids[None]
     assert sum(m.unique().numel() for m in maps) == used
-    assert size == num_buckets(method, ratio, prefix=1) and int(ids.max()) == size - 1
+    assert size == num_buckets(method, ratio, num_prefix_tokens=1) and int(ids.max()) == size - 1
 
 
 @pytest.mark.parametrize("method", ["euc", "quant", "cross", "product"])
@@ -175,10 +175,10 @@ def test_every_mode_equals_naive_values_and_gradients(method, mode, rpe_on, shar
         ratio=RATIOS[method],
         rpe_on=rpe_on,
         shared_head=shared_head,
-        skip=1,
+        num_prefix_tokens=1,
     ).double()
     _randomize(enc)
-    coords = Coords.grid(*grid, prefix=prefix, dtype=torch.float64)
+    coords = Coords.grid(*grid, num_prefix_tokens=prefix, dtype=torch.float64)
     q, k, v = _qkv()
     out = attention(q, k, v, coords, [enc])
     params = list(enc.parameters())
@@ -196,7 +196,7 @@ def test_non_square_and_other_resolution_use_same_tables(grid):
     assert enc.train_ids.shape == (1, 13, 13)
     n_params = sum(p.numel() for p in enc.parameters())
     q, k, v = _qkv(n=1 + grid[0] * grid[1])
-    out = attention(q, k, v, Coords.grid(*grid, prefix=1, dtype=torch.float64), [enc])
+    out = attention(q, k, v, Coords.grid(*grid, num_prefix_tokens=1, dtype=torch.float64), [enc])
     torch.testing.assert_close(out, naive_attention(q, k, v, enc, grid, 1))
     assert sum(p.numel() for p in enc.parameters()) == n_params
 
@@ -206,11 +206,11 @@ def test_training_grid_fast_path_equals_computed_ids():
     slow = IRPE(head_dim=8, rpe_on="qk")
     slow.load_state_dict(fast.state_dict())
     q, k, _ = [x.float().detach() for x in _qkv()]
-    coords = Coords.grid(3, 4, prefix=1)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1)
     torch.testing.assert_close(fast.bias(q, k, coords), slow.bias(q, k, coords))
-    # prefix tokens other than ``skip`` still share the one extra bucket
+    # prefix tokens other than ``num_prefix_tokens`` still share the one extra bucket
     q2, k2, _ = [x.float().detach() for x in _qkv(n=14)]
-    assert fast.bias(q2, k2, Coords.grid(3, 4, prefix=2)).shape == (2, 2, 14, 14)
+    assert fast.bias(q2, k2, Coords.grid(3, 4, num_prefix_tokens=2)).shape == (2, 2, 14, 14)
 
 
 def test_no_pair_tensor_of_size_n_n_d():
@@ -228,7 +228,7 @@ def test_no_pair_tensor_of_size_n_n_d():
 
     b, h, n, d = 1, 2, 37, 64
     enc = _randomize(IRPE(head_dim=d, rpe_on="qkv", grid_size=(6, 6)))
-    coords = Coords.grid(6, 6, prefix=1)
+    coords = Coords.grid(6, 6, num_prefix_tokens=1)
     q, k, attn = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
     attn = torch.rand(b, h, n, n, requires_grad=True)
     with Largest() as mode:
@@ -242,7 +242,7 @@ def test_attention_module_zero_tables_equal_plain_attention():
     plain = Attention(32, 4)
     with_rpe = Attention(32, 4, encoders=[mmpos.create("irpe", dim=32, num_heads=4)])
     with_rpe.load_state_dict(plain.state_dict(), strict=False)
-    x, coords = torch.randn(2, 17, 32), Coords.grid(4, 4, prefix=1)
+    x, coords = torch.randn(2, 17, 32), Coords.grid(4, 4, num_prefix_tokens=1)
     torch.testing.assert_close(with_rpe(x, coords), plain(x, coords))
     with_rpe(x, coords).sum().backward()
     assert with_rpe.encoders[0].k_table.grad.abs().sum() > 0
@@ -258,7 +258,7 @@ def test_transformer_trains_with_irpe(pos):
     assert enc.train_ids.data_ptr() == first.train_ids.data_ptr()  # layers share one ids tensor
     for grid in [(4, 4), (3, 6)]:
         x = torch.randn(2, 1 + grid[0] * grid[1], 32)
-        model(x, Coords.grid(*grid, prefix=1)).square().mean().backward()
+        model(x, Coords.grid(*grid, num_prefix_tokens=1)).square().mean().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.parameters())
 
 
@@ -292,7 +292,7 @@ def test_presets_are_registered_with_reference_settings():
     for name, config in PRESETS.items():
         enc = mmpos.create(f"irpe-{name}", dim=48, num_heads=3)
         assert infos[f"irpe-{name}"].kind == "bias"
-        assert (enc.method, enc.ratio, enc.rpe_on, enc.shared_head, enc.skip) == (
+        assert (enc.method, enc.ratio, enc.rpe_on, enc.shared_head, enc.num_prefix_tokens) == (
             config["method"],
             config["ratio"],
             config["rpe_on"],
@@ -309,7 +309,7 @@ def test_presets_are_registered_with_reference_settings():
 @pytest.mark.parametrize("grid", [(3, 4), (5, 2)])
 def test_torch_compile_fullgraph(grid):
     enc = _randomize(IRPE(head_dim=8, rpe_on="qkv", method="cross", ratio=1.4, grid_size=(3, 4)))
-    coords = Coords.grid(*grid, prefix=1)
+    coords = Coords.grid(*grid, num_prefix_tokens=1)
     q, k, _ = [x.float().detach() for x in _qkv(n=coords.num_tokens)]
     attn = torch.rand(2, 2, coords.num_tokens, coords.num_tokens)
 
@@ -346,8 +346,8 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="2-D grid"):
         enc.bias(q, q, Coords.sequence(5))
     with pytest.raises(ValueError, match="head_dim=8"):
-        enc.bias(q[..., :4], q[..., :4], Coords.grid(2, 2, prefix=1))
-    with pytest.raises(ValueError, match="skip"):
-        IRPE(head_dim=8, skip=0).bias(q, q, Coords.grid(2, 2, prefix=1))
+        enc.bias(q[..., :4], q[..., :4], Coords.grid(2, 2, num_prefix_tokens=1))
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        IRPE(head_dim=8, num_prefix_tokens=0).bias(q, q, Coords.grid(2, 2, num_prefix_tokens=1))
     with pytest.raises(ValueError, match="no value term"):
-        enc.output(torch.rand(1, 2, 5, 5), Coords.grid(2, 2, prefix=1))
+        enc.output(torch.rand(1, 2, 5, 5), Coords.grid(2, 2, num_prefix_tokens=1))

@@ -26,7 +26,7 @@ def test_matches_timm_posconv(grid, prefix):
     peg.proj.bias.data.copy_(torch.randn(dim))  # bias is zero at init: make it count
     ref.proj[0].bias.data.copy_(peg.proj.bias)
     x = _tokens(2, grid, dim, prefix)
-    out = peg(x, Coords.grid(*grid, prefix=prefix))
+    out = peg(x, Coords.grid(*grid, num_prefix_tokens=prefix))
     expected = ref(x[:, prefix:], grid)
     torch.testing.assert_close(out[:, prefix:], expected, rtol=1e-5, atol=1e-6)
     assert torch.equal(out[:, :prefix], x[:, :prefix])  # prefix tokens untouched
@@ -46,7 +46,7 @@ def test_init_as_reference():
 def test_translation_equivariance_in_interior():
     dim, (h, w), shift = 4, (9, 11), (2, 3)
     peg = create("peg", dim=dim)
-    coords = Coords.grid(h, w, prefix=1)
+    coords = Coords.grid(h, w, num_prefix_tokens=1)
     x = _tokens(2, (h, w), dim, prefix=1)
     cls, grid = x[:, :1], x[:, 1:].reshape(2, h, w, dim)
     shifted = torch.cat([cls, grid.roll(shift, dims=(1, 2)).reshape(2, h * w, dim)], 1)
@@ -72,14 +72,14 @@ def test_peg3d_video_grid():
     dim, grid = 4, (3, 4, 5)
     peg = create("peg3d", dim=dim)
     x = _tokens(2, grid, dim, prefix=1)
-    out = peg(x, Coords.grid(*grid, prefix=1))
+    out = peg(x, Coords.grid(*grid, num_prefix_tokens=1))
     feat = x[:, 1:].transpose(1, 2).reshape(2, dim, *grid)
     expected = torch.nn.functional.conv3d(feat, peg.proj.weight, peg.proj.bias, padding=1, groups=dim) + feat
     torch.testing.assert_close(out[:, 1:], expected.flatten(2).transpose(1, 2))
     assert torch.equal(out[:, :1], x[:, :1])
     # temporal shift equivariance away from the borders
     rolled = torch.cat([x[:, :1], x[:, 1:].reshape(2, *grid, dim).roll(1, 1).flatten(1, 3)], 1)
-    out_rolled = peg(rolled, Coords.grid(*grid, prefix=1))[:, 1:].reshape(2, *grid, dim)
+    out_rolled = peg(rolled, Coords.grid(*grid, num_prefix_tokens=1))[:, 1:].reshape(2, *grid, dim)
     ref = out[:, 1:].reshape(2, *grid, dim).roll(1, 1)
     torch.testing.assert_close(out_rolled[:, 2:-1, 1:-1, 1:-1], ref[:, 2:-1, 1:-1, 1:-1])
 
@@ -115,7 +115,7 @@ def test_transformer_placement_after_listed_blocks():
     model = Transformer(16, 3, 2, pos="peg", conv_after=(0, 2)).eval()
     assert set(model.convs) == {"0", "2"}
     assert all(len(m) == 1 and isinstance(m[0], PositionEncodingGenerator) for m in model.convs.values())
-    coords = Coords.grid(4, 6, prefix=1)
+    coords = Coords.grid(4, 6, num_prefix_tokens=1)
     x = _tokens(2, (4, 6), 16, prefix=1)
     # manual composition: block 0, PEG, block 1, block 2, PEG, norm
     y = model.blocks[0](x, coords)
@@ -138,7 +138,7 @@ def test_vit_with_peg_other_resolutions_and_video_stack():
         assert vit(torch.randn(2, 3, *size)).shape == (2, 10)
     video = Transformer(16, 2, 2, pos="peg3d", conv_after=(0, 1))
     grid = (2, 3, 4)
-    out = video(_tokens(2, grid, 16, prefix=1), Coords.grid(*grid, prefix=1))
+    out = video(_tokens(2, grid, 16, prefix=1), Coords.grid(*grid, num_prefix_tokens=1))
     assert out.shape == (2, 1 + 24, 16)
     out.sum().backward()
     assert video.convs["1"][0].proj.weight.grad.abs().sum() > 0
@@ -146,7 +146,7 @@ def test_vit_with_peg_other_resolutions_and_video_stack():
 
 def test_compiles_without_graph_breaks():
     peg = create("peg", dim=8)
-    coords = Coords.grid(4, 5, prefix=1)
+    coords = Coords.grid(4, 5, num_prefix_tokens=1)
     x = _tokens(2, (4, 5), 8, prefix=1)
     compiled = torch.compile(peg, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x, coords), peg(x, coords))

@@ -57,7 +57,7 @@ def qk(b, h, n, d, seed=0, dtype=torch.float32):
 def test_axial_equals_ropevit_compute_axial_cis(height, width):
     dim = 32
     enc = AxialRoPE(head_dim=dim, axes=("w", "h"), convention="interleaved")
-    coords = Coords.grid(height, width, prefix=1)
+    coords = Coords.grid(height, width, num_prefix_tokens=1)
     ref = ropevit_axial_angles(dim, end_x=width, end_y=height)
     assert torch.equal(enc.angles(coords)[0, 1:], ref)
     q, k = qk(2, 3, 1 + height * width, dim)
@@ -132,7 +132,7 @@ def test_axial_any_resolution_uses_the_same_angles():
 
 
 def test_prefix_tokens_are_not_rotated():
-    coords = Coords.grid(3, 4, prefix=2)
+    coords = Coords.grid(3, 4, num_prefix_tokens=2)
     for enc in (AxialRoPE(head_dim=16), MixedRoPE(head_dim=16, num_heads=2)):
         q, k = qk(2, 2, 14, 16)
         rq, rk = enc.rotate(q, k, coords)
@@ -181,7 +181,7 @@ def test_mixed_equals_ropevit_compute_mixed_cis():
     t_x, t_y = t % width, torch.div(t, width, rounding_mode="floor")
     ref = t_x[None, :, None] * fx[:, None] + t_y[None, :, None] * fy[:, None]  # (H, N, P): x fx + y fy
     q, k = qk(2, heads, 1 + height * width, dim)
-    rq, _ = enc.rotate(q, k, Coords.grid(height, width, prefix=1))
+    rq, _ = enc.rotate(q, k, Coords.grid(height, width, num_prefix_tokens=1))
     torch.testing.assert_close(rq[:, :, 1:], ropevit_rotate(q[:, :, 1:], ref), rtol=0, atol=1e-5)
 
 
@@ -215,7 +215,7 @@ def test_mixed_is_learned_per_layer_and_per_kv_head():
     assert all(w.shape == (2, 2, 8) for w in weights)
     assert not torch.equal(weights[0], weights[1])
     x = torch.randn(2, 13, 64)
-    model(x, Coords.grid(3, 4, prefix=1)).square().mean().backward()
+    model(x, Coords.grid(3, 4, num_prefix_tokens=1)).square().mean().backward()
     assert all(w.grad is not None and w.grad.abs().sum() > 0 for w in weights)
 
 
@@ -278,7 +278,7 @@ def test_registered_factories():
 def test_video_transformer_with_3d_rope(name):
     torch.manual_seed(0)
     model = Transformer(48, depth=2, num_heads=2, pos=name, pos_kwargs={name: {"axes": ("t", "h", "w")}})
-    coords = Coords.grid(2, 3, 4, prefix=1)
+    coords = Coords.grid(2, 3, 4, num_prefix_tokens=1)
     x = torch.randn(2, 25, 48)
     out = model(x, coords)
     assert out.shape == (2, 25, 48)
@@ -307,7 +307,7 @@ def test_errors():
 def test_rotate_compiles_without_graph_breaks(kind):
     torch._dynamo.reset()
     enc = AxialRoPE(head_dim=16, axes=("w", "h")) if kind == "axial" else MixedRoPE(head_dim=16, num_heads=2)
-    coords = Coords.grid(3, 5, prefix=1)
+    coords = Coords.grid(3, 5, num_prefix_tokens=1)
     q, k = qk(2, 2, 16, 16)
     compiled = torch.compile(enc.rotate, fullgraph=True, backend="aot_eager")
     for got, want in zip(compiled(q, k, coords), enc.rotate(q, k, coords)):

@@ -103,7 +103,7 @@ def test_attention_with_bias_encoder_exports():
     model = Attention(16, 2, encoders=[mmpos.create("irpe", dim=16, num_heads=2, mode="bias", rpe_on="qk")]).eval()
     nn.init.normal_(model.encoders[0].k_table)
     nn.init.normal_(model.encoders[0].q_table)
-    coords = Coords.grid(3, 4, prefix=1)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1)
 
     class Wrap(nn.Module):
         def __init__(self):

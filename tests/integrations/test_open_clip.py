@@ -116,8 +116,8 @@ def test_encoders_get_context_and_coords(spy):
     assert encoders[1].context == {"dim": 64, "head_dim": 16, "grid_size": (4, 4), "layer": 1}
     visual(_images(24, 40))  # the kept table is resampled to the 3 x 5 grid
     coords = encoders[0].seen[-1]
-    assert coords.grid_shape == (3, 5) and coords.prefix == 1
-    assert torch.equal(coords.pos, Coords.grid(3, 5, prefix=1).pos)
+    assert coords.grid_shape == (3, 5) and coords.num_prefix_tokens == 1
+    assert torch.equal(coords.pos, Coords.grid(3, 5, num_prefix_tokens=1).pos)
 
 
 def test_rope_tower_any_resolution():

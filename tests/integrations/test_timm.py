@@ -138,8 +138,8 @@ def test_encoders_get_context_and_coords(spy):
     with torch.no_grad():
         model(_images(24, 40))
     coords = encoders[2].seen[-1]
-    assert coords.grid_shape == (3, 5) and coords.prefix == 3 and coords.axes == ("h", "w")
-    expected = Coords.grid(3, 5, prefix=3)
+    assert coords.grid_shape == (3, 5) and coords.num_prefix_tokens == 3 and coords.axes == ("h", "w")
+    expected = Coords.grid(3, 5, num_prefix_tokens=3)
     assert torch.equal(coords.pos, expected.pos)
     assert all(len(e.seen) == 1 for e in encoders)
 
@@ -162,7 +162,7 @@ def test_rope_is_applied_in_attention():
     model = mt.convert(_vit(dynamic_img_size=True), pos="rope")
     attn = model.blocks[0].attn
     x = torch.randn(2, 1 + 12, 32)
-    coords = Coords.grid(3, 4, prefix=1)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1)
     q, k, v = attn.qkv(x).reshape(2, 13, 3, 4, 8).permute(2, 0, 3, 1, 4)
     rope = model.pos_rotary["rope"]  # a fixed plan: one instance shared by every block
     assert len(attn.pos_encoders) == 0

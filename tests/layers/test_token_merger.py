@@ -53,15 +53,15 @@ def test_schedule_follows_the_paper_rules():
 def test_matches_naive_cell_loop(grid, target):
     atm = _merger(target=target)
     x = torch.randn(2, 1 + math.prod(grid), 16)
-    out, coords = atm(x, Coords.grid(*grid, prefix=1))
+    out, coords = atm(x, Coords.grid(*grid, num_prefix_tokens=1))
     expected = x[:, 1:].reshape(2, *grid, 16)
     with torch.no_grad():
         for size in merge_schedule(grid, target):  # the same weights at every step
             expected = torch.stack([_naive_step(atm, e, size) for e in expected])
     torch.testing.assert_close(out[:, 1:], expected.flatten(1, 2), rtol=1e-4, atol=1e-5)
     assert torch.equal(out[:, :1], x[:, :1])
-    assert coords.grid_shape == target and coords.prefix == 1
-    torch.testing.assert_close(coords.pos, Coords.grid(*target, prefix=1).pos)
+    assert coords.grid_shape == target and coords.num_prefix_tokens == 1
+    torch.testing.assert_close(coords.pos, Coords.grid(*target, num_prefix_tokens=1).pos)
 
 
 def test_shapes_coords_and_repeated_merging_reach_target():
@@ -70,7 +70,7 @@ def test_shapes_coords_and_repeated_merging_reach_target():
     step = atm.merge_step
     atm.merge_step = lambda x, size: sizes.append(size) or step(x, size)
     x = torch.randn(3, 2 + 32 * 24, 8)
-    out, coords = atm(x, Coords.grid(32, 24, prefix=2, batch=3))
+    out, coords = atm(x, Coords.grid(32, 24, num_prefix_tokens=2, batch=3))
     assert sizes == [(16, 12), (8, 6), (4, 4)]
     assert out.shape == (3, 2 + 16, 8)
     assert coords.grid_shape == (4, 4) and coords.axes == ("h", "w") and coords.batch_size == 3
@@ -110,12 +110,12 @@ def test_padding_slots_do_not_leak():
 def test_gradients_and_compile():
     atm = _merger(dim=8, target=(2, 3)).train()
     x = torch.randn(2, 1 + 7 * 9, 8, requires_grad=True)
-    coords = Coords.grid(7, 9, prefix=1)
+    coords = Coords.grid(7, 9, num_prefix_tokens=1)
     out, _ = atm(x, coords)
     out.sum().backward()
     assert x.grad.abs().sum() > 0 and all(p.grad is not None for p in atm.parameters())
     compiled = torch.compile(atm.eval(), fullgraph=True, backend="eager")
-    x, coords = torch.randn(2, 25, 8), Coords.grid(4, 6, prefix=1)  # one merge step keeps compiling short
+    x, coords = torch.randn(2, 25, 8), Coords.grid(4, 6, num_prefix_tokens=1)  # one merge step keeps compiling short
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, coords)[0], atm(x, coords)[0])
 

@@ -117,7 +117,7 @@ def test_transformer_applies_encoders_at_their_hooks():
     assert set(model.rotary) == {"rope"}  # a fixed plan: one instance for all blocks
     assert all(len(b.attn.encoders) == 1 for b in model.blocks)  # rope-mixed learns per layer
     assert model.blocks[0].attn.encoders[0] is not model.blocks[1].attn.encoders[0]
-    coords = Coords.grid(3, 4, prefix=1, batch=2)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1, batch=2)
     assert model(torch.randn(2, 13, 32), coords).shape == (2, 13, 32)
     with pytest.raises(ValueError, match="pos_kwargs"):
         Transformer(32, 2, 4, pos="rope", pos_kwargs={"learned": {}})

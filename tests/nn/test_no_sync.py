@@ -49,7 +49,7 @@ GRID_ENCODERS = ["learned", "sincos", "fourier", "fuzzy", "peg", "rope", "rope-a
 def test_transformer_forward_does_not_sync(pos):
     kwargs = {"irpe": {"mode": "ctx", "rpe_on": "qkv"}} if pos == "irpe" else None
     model = Transformer(32, 2, 4, pos=pos, pos_kwargs=kwargs, grid_size=(3, 4), axes=("h", "w")).eval()
-    coords = Coords.grid(3, 4, prefix=1, batch=2)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1, batch=2)
     _no_sync(model, torch.randn(2, 13, 32), coords)
 
 
@@ -90,6 +90,6 @@ def test_mixed_stack_compiles_without_graph_break():
     model = Transformer(
         32, 2, 4, pos=["rope-axial", "rope-mixed", "irpe", "learned"], grid_size=(3, 4), axes=("h", "w")
     ).eval()
-    x, coords = torch.randn(2, 13, 32), Coords.grid(3, 4, prefix=1, batch=2)
+    x, coords = torch.randn(2, 13, 32), Coords.grid(3, 4, num_prefix_tokens=1, batch=2)
     with torch.no_grad():  # fullgraph=True raises on any graph break
         torch.testing.assert_close(torch.compile(model, backend="eager", fullgraph=True)(x, coords), model(x, coords))

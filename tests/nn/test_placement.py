@@ -47,9 +47,9 @@ def test_angles_once_per_forward_equal_per_layer_rotation(monkeypatch, pos):
     torch.manual_seed(0)
     depth = 3
     model = Transformer(32, depth, 4, pos=pos, grid_size=(3, 4), axes=("h", "w") if pos != ["mrope"] else None).eval()
-    coords = Coords.grid(3, 4, prefix=1, batch=2)
+    coords = Coords.grid(3, 4, num_prefix_tokens=1, batch=2)
     if pos == ["mrope"]:
-        coords = Coords.grid(1, 3, 4, prefix=1, batch=2)
+        coords = Coords.grid(1, 3, 4, num_prefix_tokens=1, batch=2)
     x = torch.randn(2, 13, 32)
     calls = _count_angles(monkeypatch)
     with torch.no_grad():

@@ -25,7 +25,7 @@ def _png(path):
 @pytest.mark.parametrize(
     ("name", "coords", "query"),
     [
-        ("rope-axial", Coords.grid(6, 7, prefix=1), (2, 3)),  # image
+        ("rope-axial", Coords.grid(6, 7, num_prefix_tokens=1), (2, 3)),  # image
         ("peg3d", Coords.grid(3, 4, 4), (1, 2, 2)),  # strip of frames
         ("rope", Coords.sequence(20), (5,)),  # curve
     ],

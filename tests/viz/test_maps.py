@@ -18,7 +18,7 @@ def _randomize(module, seed=0):
 
 
 def test_query_index_finds_the_token_by_coordinates():
-    coords = Coords.grid(4, 5, prefix=1)
+    coords = Coords.grid(4, 5, num_prefix_tokens=1)
     assert query_index(coords, (2, 3)) == 1 + 2 * 5 + 3
     with pytest.raises(ValueError, match="not the position of any token"):
         query_index(coords, (4, 0))
@@ -87,12 +87,12 @@ def test_random_content_is_seeded_and_one_at_the_query():
 @pytest.mark.parametrize("mode", ["bias", "ctx"])
 def test_bias_row_equals_encoder_bias(mode):
     enc = _randomize(mmpos.create("irpe", dim=32, num_heads=2, mode=mode, rpe_on="qk"))
-    coords = Coords.grid(7, 7, prefix=1)
+    coords = Coords.grid(7, 7, num_prefix_tokens=1)
     smap = similarity_map(enc, coords, (3, 3))
     u = torch.ones(1, 2, 50, 16)
     torch.testing.assert_close(smap.values, enc.bias(u, u, coords)[0, :, smap.query].double())
     if mode == "bias":  # the row is a lookup: tokens in one bucket share a value
-        ids, _ = bucket_ids((7, 7), "product", 1.9, prefix=1)
+        ids, _ = bucket_ids((7, 7), "product", 1.9, num_prefix_tokens=1)
         row, values = ids[smap.query], smap.values[0]
         for b in row.unique():
             assert values[row == b].unique().numel() == 1
@@ -100,7 +100,7 @@ def test_bias_row_equals_encoder_bias(mode):
 
 def test_additive_map_is_the_cosine_similarity_of_the_embeddings():
     enc = mmpos.create("sincos", dim=32)
-    coords = Coords.grid(6, 6, prefix=1)
+    coords = Coords.grid(6, 6, num_prefix_tokens=1)
     smap = similarity_map(enc, coords, (1, 4))
     emb = enc.embed(coords)[0].double()
     expected = torch.nn.functional.cosine_similarity(emb, emb[smap.query : smap.query + 1], dim=-1)
@@ -113,7 +113,7 @@ def test_additive_map_is_the_cosine_similarity_of_the_embeddings():
 def test_peg_map_is_zero_outside_its_kernel_support(query):
     enc = mmpos.create("peg", dim=8, kernel_size=3)
     torch.nn.init.normal_(enc.proj.bias)  # a bias must not show: the map is a difference
-    smap = similarity_map(enc, Coords.grid(8, 8, prefix=1), query)
+    smap = similarity_map(enc, Coords.grid(8, 8, num_prefix_tokens=1), query)
     grid = smap.on_grid()
     rows, cols = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
     inside = ((rows - query[0]).abs() <= 1) & ((cols - query[1]).abs() <= 1)

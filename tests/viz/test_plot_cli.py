@@ -25,7 +25,7 @@ CLI_OK = [
         "6x6",
         "--query",
         "0,0",
-        "--prefix",
+        "--num-prefix-tokens",
         "1",
         "--random-init",
         "--set",
