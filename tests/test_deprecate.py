@@ -79,3 +79,60 @@ def test_hf_rotary_embedding_layout_is_now_cos_sin_shape():
     assert all(torch.equal(a, b) for a, b in zip(old(torch.zeros(1), ids), new(torch.zeros(1), ids)))
     with pytest.raises(ValueError, match="cos_sin_shape must be one of"):
         HFRotaryEmbedding(create("mrope", head_dim=16), "per_head", scheme.rows_to_axes, scheme.axes)
+
+
+def test_coords_prefix_is_now_num_prefix_tokens():
+    import torch
+
+    from mmpos import Coords
+
+    new = Coords.grid(3, 4, num_prefix_tokens=1)
+    with pytest.warns(DeprecationWarning, match=r"Coords.grid\(prefix=...\) is deprecated; use num_prefix_tokens="):
+        old = Coords.grid(3, 4, prefix=1)
+    assert torch.equal(old.pos, new.pos) and old.num_prefix_tokens == new.num_prefix_tokens == 1
+    with pytest.warns(DeprecationWarning, match="use Coords.num_prefix_tokens"):
+        assert new.prefix == 1
+    with pytest.warns(DeprecationWarning, match=r"Coords\(prefix=...\) is deprecated"):
+        direct = Coords(new.pos, new.axes, prefix=1, grid_shape=(3, 4))
+    assert direct.num_prefix_tokens == 1
+    with pytest.raises(TypeError, match="both num_prefix_tokens= and its deprecated name prefix="):
+        Coords.grid(3, 4, num_prefix_tokens=1, prefix=1)
+    with warnings.catch_warnings():  # the library itself never uses the old names
+        warnings.simplefilter("error")
+        assert new.scaled(2.0).flattened().num_prefix_tokens == 1
+        assert Coords.stack([new, new]).num_prefix_tokens == 1
+
+
+def test_irpe_skip_is_now_num_prefix_tokens():
+    import torch
+
+    from mmpos import create
+    from mmpos.encoders.irpe import IRPE, bucket_ids, num_buckets
+
+    with pytest.warns(DeprecationWarning, match=r"IRPE\(skip=...\) is deprecated; use num_prefix_tokens="):
+        old = IRPE(head_dim=8, skip=0)
+    assert old.num_prefix_tokens == 0 and old.num_buckets == IRPE(head_dim=8, num_prefix_tokens=0).num_buckets
+    with pytest.warns(DeprecationWarning, match="use num_prefix_tokens="):  # registry check lets the old name through
+        preset = create("irpe-product-ctx-k", head_dim=8, skip=0)
+    assert preset.num_prefix_tokens == 0
+    with pytest.raises(ValueError, match="takes no argument 'skp'"):
+        create("irpe", head_dim=8, skp=0)
+    with pytest.warns(DeprecationWarning, match=r"bucket_ids\(prefix=...\)"):
+        ids, size = bucket_ids((3, 4), "product", 1.9, prefix=1)
+    new_ids, new_size = bucket_ids((3, 4), "product", 1.9, num_prefix_tokens=1)
+    assert torch.equal(ids, new_ids) and size == new_size
+    with pytest.warns(DeprecationWarning, match=r"num_buckets\(prefix=...\)"):
+        assert num_buckets("product", 1.9, prefix=1) == new_size
+
+
+def test_viz_prefix_is_now_num_prefix_tokens():
+    from mmpos import create
+    from mmpos.viz.maps import extrapolation_maps
+
+    enc = create("rope-axial", head_dim=16)
+    new = extrapolation_maps(enc, (3, 4), (1, 1), num_prefix_tokens=1)[0]
+    with pytest.warns(DeprecationWarning, match=r"extrapolation_maps\(prefix=...\)"):
+        old = extrapolation_maps(enc, (3, 4), (1, 1), prefix=1)[0]
+    assert old.num_prefix_tokens == new.num_prefix_tokens == 1 and old.values.equal(new.values)
+    with pytest.warns(DeprecationWarning, match="use SimilarityMap.num_prefix_tokens"):
+        assert new.prefix == 1
