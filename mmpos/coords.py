@@ -46,6 +46,8 @@ class Modality(enum.IntEnum):
 _HALF_EXACT = {torch.float16: 2048, torch.bfloat16: 256}
 #: Most tokens a builder makes; beyond it (or int32 indexing) a clear error, before allocating.
 _MAX_TOKENS = 2**31 - 1
+#: Up to this many tokens more than a grid's are read as missing class / register tokens in error hints.
+_MAX_HINTED_PREFIX = 16
 
 
 def _half_warning(dtype: torch.dtype) -> str:
@@ -351,13 +353,32 @@ class Coords:
             _trusted=True,
         )
 
-    def check_tokens(self, batch: int, tokens: int, name: str = "x") -> None:
-        """Raise ``ValueError`` unless these coordinates describe ``tokens`` tokens for ``batch`` sequences."""
+    def check_tokens(self, batch: int, tokens: int, name: str = "x", heads: int | None = None) -> None:
+        """Raise ``ValueError`` unless these coordinates describe ``tokens`` tokens for ``batch`` sequences.
+
+        ``heads``: the size of the dimension read as heads when ``name`` is ``(B, H, N, D)``. The
+        message names the likely cause: class tokens the coordinates lack (``num_prefix_tokens``),
+        or ``name`` given as ``(B, N, H, D)``.
+        """
         if self.num_tokens != tokens or self.batch_size not in (1, batch):
             raise ValueError(
                 f"coords describe {self.batch_size} x {self.num_tokens} tokens but {name} has "
-                f"batch {batch} x {tokens} tokens (coords batch must be 1 or {batch})"
+                f"batch {batch} x {tokens} tokens (coords batch must be 1 or {batch})" + self._hint(tokens, name, heads)
             )
+
+    def _hint(self, tokens: int, name: str, heads: int | None) -> str:
+        """The likely cause of a token count ``tokens`` that differs from :attr:`num_tokens` (or ``""``)."""
+        n, extra = self.num_tokens, tokens - self.num_tokens
+        if heads is not None and heads == n and extra:
+            return f"; {name} must be (B, H, N, D) but looks like (B, N, H, D) (N = {n} in dim 1): transpose(1, 2)"
+        if self.grid_shape is not None and 0 < extra <= _MAX_HINTED_PREFIX:
+            p = self.num_prefix_tokens + extra
+            grid = ", ".join(str(s) for s in self.grid_shape)
+            return (
+                f"; N = {tokens} = {n} + {extra}: for {extra} class / register token(s) before the grid, "
+                f"pass num_prefix_tokens={p} (Coords.grid({grid}, num_prefix_tokens={p}))"
+            )
+        return ""
 
 
 # ``Coords(..., prefix=1)``: the deprecated name of ``num_prefix_tokens`` (the dataclass writes ``__init__``)

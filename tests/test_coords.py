@@ -105,3 +105,25 @@ def test_check_tokens():
     with pytest.raises(ValueError, match="17 tokens"):
         c.check_tokens(8, 16)
     assert math.prod(c.grid_shape) + c.num_prefix_tokens == 17
+
+
+def test_token_count_errors_name_the_likely_cause():
+    """197 tokens on a 14 x 14 grid: a class token the coords lack; q as (B, N, H, D): swapped dims."""
+    from mmpos import create
+    from mmpos.nn import attention
+
+    grid = Coords.grid(14, 14)
+    with pytest.raises(ValueError, match=r"N = 197 = 196 \+ 1: .* pass num_prefix_tokens=1 \(Coords.grid\(14, 14, "):
+        grid.check_tokens(2, 197)
+    with pytest.raises(ValueError, match=r"N = 200 = 197 \+ 3: .* num_prefix_tokens=4"):
+        Coords.grid(14, 14, num_prefix_tokens=1).check_tokens(2, 200)
+    q = torch.randn(2, 197, 4, 16)  # (B, N, H, D): heads and tokens swapped
+    coords = Coords.grid(14, 14, num_prefix_tokens=1)
+    with pytest.raises(ValueError, match=r"q must be \(B, H, N, D\) but looks like \(B, N, H, D\)"):
+        attention(q, q, q, coords, [create("rope-axial", head_dim=16)])
+    with pytest.raises(ValueError, match=r"q must be \(B, H, N, D\) but looks like \(B, N, H, D\)"):
+        create("rope-axial", head_dim=16).rotate(q, q, coords)
+    for coords, tokens in ((Coords.grid(14, 14), 190), (Coords.sequence(196), 197)):  # fewer tokens; not a grid
+        with pytest.raises(ValueError) as err:
+            coords.check_tokens(2, tokens)
+        assert "num_prefix_tokens" not in str(err.value) and "looks like" not in str(err.value)

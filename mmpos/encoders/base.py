@@ -112,8 +112,8 @@ class RotaryEncoder(PositionEncoder):
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
-        coords.check_tokens(q.shape[0], q.shape[2], "q")
-        coords.check_tokens(k.shape[0], k.shape[2], "k")
+        coords.check_tokens(q.shape[0], q.shape[2], "q", heads=q.shape[1])
+        coords.check_tokens(k.shape[0], k.shape[2], "k", heads=k.shape[1])
         return self.rotation(coords).rotate(q, k)
 
     def extra_repr(self) -> str:
