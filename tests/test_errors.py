@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -135,6 +136,20 @@ def _use_rope_unknown_rotary_output():
     use_rope(model, "vrope")
 
 
+# ---------------------------------------------------------------- mmpos.media
+def _read_empty_video():
+    import tempfile
+
+    import cv2
+
+    from mmpos import media
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "empty.avi")
+        cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), 8.0, (32, 32)).release()  # a container, no frame
+        media.read_video(path, "qwen2-vl")
+
+
 _NO_DROPOUT_CHECK = pytest.mark.xfail(
     strict=True,  # passes (and so fails) once the check exists: then drop the mark
     raises=RuntimeError,
@@ -191,6 +206,7 @@ CASES = [
         r"_OddRotary returns cos of shape \(2, 2, 2, 2, 2\): unknown cos / sin shape",
         marks=pytest.mark.hf,
     ),
+    row("media-read_video-no-frames", _read_empty_video, ValueError, r"video file '.*empty\.avi' has no frames"),
     # docs/encoders/learned.md and sincos.md
     row(
         "learned-grid_size-4-axes",
