@@ -78,7 +78,8 @@ class PositionalAttention(nn.Module):
             raise ValueError(f"attn must be a timm.layers.Attention, got {type(attn).__name__}")
         self.num_heads = attn.num_heads
         self.head_dim = attn.head_dim
-        self.attn_dim = attn.attn_dim
+        # timm < 1.0.21 has no attn_dim (head_dim = dim // num_heads): the inner width is num_heads * head_dim
+        self.attn_dim = getattr(attn, "attn_dim", attn.num_heads * attn.head_dim)
         self.qkv = attn.qkv
         self.q_norm = attn.q_norm
         self.k_norm = attn.k_norm
@@ -174,7 +175,12 @@ class PositionalVisionTransformer(VisionTransformer):
 
     def embed_positions(self, x: Tensor, coords: Coords) -> Tensor:
         """Patch tokens ``(B, h, w, C)`` or ``(B, h * w, C)`` -> ``(B, N, C)`` with prefix tokens and positions."""
-        x = self._pos_embed(x)  # timm: prefix tokens, the kept absolute embedding (then pos_drop)
+        if self.pos_embed is None:
+            # prefix tokens, then the patches, as timm >= 1.0.26 does (older _pos_embed drops the prefix tokens here)
+            prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.reg_token) if t is not None]
+            x = torch.cat([*prefix, x.reshape(x.shape[0], -1, x.shape[-1])], dim=1)
+        else:
+            x = self._pos_embed(x)  # timm: prefix tokens, the kept absolute embedding, then pos_drop
         if len(self.pos_encoders):
             x = apply_additive(x, self.pos_encoders, coords)
             if self.pos_embed is None:

@@ -86,6 +86,32 @@ def test_no_change_equals_timm(kwargs):
         assert torch.equal(p.grad, reference[name].grad), name
 
 
+@pytest.mark.parametrize(
+    "kwargs", [{"reg_tokens": 2, "dynamic_img_size": True}, {"class_token": False, "global_pool": "avg"}]
+)
+def test_prefix_tokens_lead_without_abs_pos(kwargs):
+    # timm < 1.0.26 drops the class and register tokens in _pos_embed when pos_embed is None
+    model = mt.convert(_vit(**kwargs), pos="rope")
+    assert model.pos_embed is None
+    x = _images(24, 32) if kwargs.get("dynamic_img_size") else _images()
+    patches = model.patch_embed(x)
+    tokens = model.embed_positions(patches, model.token_coords(x.shape[-2:]))
+    prefix = [t.expand(2, -1, -1) for t in (model.cls_token, model.reg_token) if t is not None]
+    assert torch.equal(tokens, torch.cat([*prefix, patches.reshape(2, -1, 32)], dim=1))
+
+
+def test_attention_without_attn_dim_is_unchanged():
+    # timm < 1.0.21's Attention has no attn_dim: the width comes from num_heads * head_dim
+    block = _vit(depth=1).blocks[0]
+    x = torch.randn(2, 17, 32, generator=torch.Generator().manual_seed(3))
+    want = mt.PositionalAttention(block.attn)(x, None)
+    if hasattr(block.attn, "attn_dim"):
+        del block.attn.attn_dim
+    attn = mt.PositionalAttention(block.attn)
+    assert attn.attn_dim == 32
+    assert torch.equal(attn(x, None), want)
+
+
 def test_forward_intermediates_equal_timm():
     ref = _vit(reg_tokens=2, dynamic_img_size=True)
     model = mt.convert(copy.deepcopy(ref), pos="none", keep_abs_pos=True)
