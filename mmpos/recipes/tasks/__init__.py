@@ -11,15 +11,26 @@ takes to add tasks; a module outside the package is named by the recipe's
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Task", "TaskInfo", "encoder_names", "get_task", "list_tasks", "register_task"]
+__all__ = [
+    "NUMBER",
+    "EncoderSpec",
+    "Task",
+    "TaskInfo",
+    "encoder_names",
+    "get_task",
+    "list_tasks",
+    "parse_encoders",
+    "register_task",
+]
 
 
 @dataclass
@@ -113,9 +124,85 @@ def list_tasks() -> list[str]:
     return sorted(_TASKS)
 
 
+#: In a task's accepted variants, any number (``v2pe@0.25``).
+NUMBER = "<number>"
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """One entry of a recipe's ``encoders:`` list, parsed by :func:`parse_encoders`.
+
+    Grammar: ``spec := item ('+' item)*``, ``item := name ['@' variant]``: ``learned+irpe``
+    (encoders combined in one model), ``v2pe@rand`` (a scheme's option), ``peg@scratch`` (how the
+    run starts). ``items`` holds ``(name, variant)`` pairs, ``variant`` ``None`` when absent.
+    """
+
+    entry: str
+    items: tuple[tuple[str, str | None], ...]
+
+    @property
+    def names(self) -> list[str]:
+        """The encoder names, in order."""
+        return [name for name, _ in self.items]
+
+    @property
+    def variant(self) -> str | None:
+        """The variant of a task whose variant applies to the whole run (written after the last name)."""
+        return self.items[-1][1]
+
+
+def _accepts(variant: str, accepted: tuple[str, ...]) -> bool:
+    if variant in accepted:
+        return True
+    try:
+        return NUMBER in accepted and math.isfinite(float(variant))
+    except ValueError:
+        return False
+
+
+def parse_encoders(
+    entry: str,
+    variants: tuple[str, ...] | Mapping[str, tuple[str, ...]] = (),
+    *,
+    combine: bool = True,
+    whole_run: bool = False,
+) -> EncoderSpec:
+    """Parse ``entry`` (see :class:`EncoderSpec`) and check it against what the task accepts.
+
+    Args:
+        variants: the ``@`` variants the task accepts, for every name (a tuple) or per name (a
+            mapping); :data:`NUMBER` stands for any number.
+        combine: whether the task builds several encoders joined by ``+``.
+        whole_run: the variant applies to the whole run, so it is written once, after the last name
+            (``learned+irpe@scratch``).
+
+    Raises ``ValueError``, one line naming the entry and what is accepted.
+    """
+    if not isinstance(entry, str):
+        raise TypeError(f"encoders entry must be a string like 'name', 'a+b' or 'name@variant', got {entry!r}")
+    items = []
+    for item in entry.split("+"):
+        name, at, variant = (part.strip() for part in item.partition("@"))
+        if not name or (at and not variant):
+            raise ValueError(f"encoders entry {entry!r}: each item must be 'name' or 'name@variant', got {item!r}")
+        items.append((name, variant or None))
+    if len(items) > 1 and not combine:
+        raise ValueError(f"encoders entry {entry!r}: this task takes one name, not several joined by '+'")
+    for i, (name, variant) in enumerate(items):
+        if variant is None:
+            continue
+        accepted = tuple(variants.get(name, ()) if isinstance(variants, Mapping) else variants)
+        if not _accepts(variant, accepted):
+            takes = ", ".join(f"'{name}@{v}'" for v in accepted) if accepted else f"'{name}' without '@'"
+            raise ValueError(f"encoders entry {entry!r}: '{name}@{variant}' is not accepted; this task takes {takes}")
+        if whole_run and i < len(items) - 1:
+            last = items[-1][0]
+            raise ValueError(
+                f"encoders entry {entry!r}: '@{variant}' applies to the whole run: write it once, after {last!r}"
+            )
+    return EncoderSpec(entry, tuple(items))
+
+
 def encoder_names(encoder: str) -> list[str]:
-    """``"rope-axial+peg"`` -> ``["rope-axial", "peg"]``; ``"none"`` -> ``["none"]``."""
-    names = [n.strip() for n in encoder.split("+")]
-    if not all(names):
-        raise ValueError(f"encoder must be a name or names joined by '+', got {encoder!r}")
-    return names
+    """``"rope-axial+peg"`` -> ``["rope-axial", "peg"]``; ``"none"`` -> ``["none"]`` (no ``@`` variants)."""
+    return parse_encoders(encoder).names

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from ...data import grounding, haystack, relations, video
 from ...layout import Layout, build
 from ..vlm import SCHEME_ENCODERS, Part, PatchTokens, TinyVLM, segments_of
-from . import Task, register_task
+from . import NUMBER, Task, parse_encoders, register_task
 
 __all__ = ["build_grounding", "build_haystack", "build_video", "parse_scheme", "vision_tower"]
 
@@ -45,14 +45,18 @@ _DECODER = {"dim": 64, "depth": 3, "num_heads": 4, "num_kv_heads": 4, "theta": 1
 _EVAL_CHUNK = 64
 
 
+#: ``@`` variants per scheme: V2PE's visual step (or ``rand``), HoPE's evaluation temporal scale
+_SCHEME_VARIANTS = {"v2pe": ("rand", NUMBER), "hope": (NUMBER,)}
+
+
 def parse_scheme(encoder: str) -> tuple[str, str | None]:
     """``"v2pe@0.25"`` -> ``("v2pe", "0.25")``; ``"qwen2-vl"`` -> ``("qwen2-vl", None)``."""
-    scheme, _, option = encoder.partition("@")
+    ((scheme, option),) = parse_encoders(encoder, _SCHEME_VARIANTS, combine=False).items
     if scheme not in SCHEME_ENCODERS:
         raise ValueError(
             f"encoder must name a layout scheme {sorted(SCHEME_ENCODERS)} (optionally '@option'), got {encoder!r}"
         )
-    return scheme, option or None
+    return scheme, option
 
 
 def vision_tower(cfg: dict) -> tuple[nn.Module, int]:

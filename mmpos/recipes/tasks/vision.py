@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from ...data.squares import make_squares, render, sample_free
 from ...integrations.timm import create_vit, load_state_dict_report
 from ...nn.placement import no_weight_decay
-from . import Task, encoder_names, register_task
+from . import Task, encoder_names, parse_encoders, register_task
 
 __all__ = ["build_vit_finetune", "build_vit_spatial", "scratch_suffix"]
 
@@ -303,10 +303,8 @@ def initial_weights(cfg: dict, seed: int, device: torch.device) -> dict[str, Ten
 @register_task("vit_finetune", defaults={"model": _MODEL, "data": _DATA, "finetune": _FINETUNE})
 def build_vit_finetune(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task:
     """``encoder``: converted from the learned-APE checkpoint and fine-tuned; ``"<enc>@scratch"``: from scratch."""
-    scratch = encoder.endswith(scratch_suffix)
-    names = encoder_names(encoder.removesuffix(scratch_suffix))
-    if any("@" in n for n in names):
-        raise ValueError(f"encoder must be '<names>' or '<names>{scratch_suffix}', got {encoder!r}")
+    spec = parse_encoders(encoder, (scratch_suffix[1:],), whole_run=True)  # "learned+irpe@scratch"
+    scratch, names = spec.variant is not None, spec.names
     model = build_model(cfg, names)
     if not scratch:
         report = load_state_dict_report(model, initial_weights(cfg, seed, device))
