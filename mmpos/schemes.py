@@ -189,6 +189,8 @@ class BlockGeometry:
 
     @cached_property
     def ti(self) -> Tensor:
+        if (self._grid[:, 0] == 1).all():  # still images and single frames: frame 0 everywhere
+            return torch.zeros(int(self.tokens.sum()), dtype=torch.float64)
         return self._per_token(self._frame_row[0])
 
     @cached_property
@@ -198,8 +200,9 @@ class BlockGeometry:
     @cached_property
     def wi(self) -> Tensor:
         _, _, row_w, row_first = self._rows
-        nv = int(row_w.sum())
-        return torch.from_numpy(np.arange(nv, dtype=np.float64) - np.repeat(row_first.astype(np.float64), row_w))
+        wi = np.repeat(-row_first.astype(np.float64), row_w)  # (Nv,) minus the row's first token ...
+        wi += np.arange(wi.shape[0], dtype=np.float64)  # ... plus the token's index
+        return torch.from_numpy(wi)
 
 
 #: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and
@@ -327,7 +330,7 @@ def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: Tensor) -> Tensor:
 def _qwen_block(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
     """Qwen2-VL M-RoPE: ``(start + stride * f, start + i, start + j)``; ``reset`` (MRoPE-I):
     h and w start at 0 in every block."""
-    t_off, t_max = g.ti * stride, (g.t - 1) * stride
+    t_off, t_max = (g.ti if stride == 1 else g.ti * stride), (g.t - 1) * stride
     offset = torch.stack([t_off, g.hi, g.wi])
     use_start = torch.tensor([1.0, 0.0 if reset else 1.0, 0.0 if reset else 1.0], dtype=torch.float64)
     return offset, _qwen_extent(g, o, t_max), use_start.to(offset.device)

@@ -271,23 +271,27 @@ def token_layout(
     k_img = images.shape[0]
     image_index = _token_index(is_image, tokens[:k_img], "image_grid_thw")
     video_index = _token_index(is_video, tokens[k_img:], "video_grid_thw")
-    is_vision = is_image | is_video
+    block_first = np.concatenate([image_index, video_index])[np.cumsum(tokens) - tokens]  # (K,)
     seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])  # images: no time scaling
     is_image_block = np.arange(grid.shape[0]) < k_img
-    if k_img and videos.shape[0]:  # blocks in reading order: the vision tokens are then is_vision's, in order
-        block_first = np.concatenate([image_index, video_index])[np.cumsum(tokens) - tokens]
+    if k_img and videos.shape[0]:  # blocks in reading order: their tokens are then the vision tokens, in order
         order = np.argsort(block_first, kind="stable")
-        grid, seconds, is_image_block = grid[order], seconds[order], is_image_block[order]
-    token_index = np.flatnonzero(is_vision)
-    modality = (is_image.view(np.uint8) | (is_video.view(np.uint8) << 1)).astype(np.int64)  # 1 image, 2 video
+        grid, seconds, is_image_block, block_first = (
+            grid[order],
+            seconds[order],
+            is_image_block[order],
+            block_first[order],
+        )
+    codes = is_image.view(np.uint8) | (is_video.view(np.uint8) << 1)  # 1 image, 2 video, 0 text
     return _pack(
         real,
-        is_vision,
-        torch.from_numpy(modality).to(input_ids.device),
+        is_image | is_video,
+        codes,
         grid,
         torch.from_numpy(seconds),
         torch.from_numpy(is_image_block),
-        token_index,
+        block_first,
+        None,
         get_scheme(options.scheme),
         options.resolved,  # type: ignore[attr-defined]
         generator,
@@ -329,7 +333,7 @@ def scheme_rope_index(
         generator,
     )
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
-    fractional = ids.is_floating_point() and lay._parts[2].numel() > 0  # vision tokens: the packer's token index
+    fractional = ids.is_floating_point() and bool(lay._parts[2].any())  # any vision token (float schemes keep parts)
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
         ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
     return ids, deltas
