@@ -25,7 +25,7 @@ def _section_blocks() -> list[str]:
 
 def test_try_it_without_downloads_blocks_run():
     blocks = _section_blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, DOC.name, "exec"), namespace)  # noqa: S102 (the docs are ours)
@@ -36,6 +36,9 @@ def test_try_it_without_downloads_blocks_run():
     assert ns["own"].shape == (1, 13, 128)
     assert not torch.equal(ns["swapped"], ns["own"])  # the swap changed the positions the model used
     assert torch.equal(ns["restored"], ns["own"])  # "own" restored the model exactly
+    assert ns["patches"].pixel_values.shape == inputs["pixel_values"].shape  # (24, 24): the rows built by hand
+    assert torch.equal(ns["image_inputs"]["image_grid_thw"], inputs["image_grid_thw"])
+    assert ns["logits"].shape == (1, 13, 128) and not torch.equal(ns["logits"], ns["own"])  # other pixels
     assert ns["generated"].shape == (1, 13 + 4) and torch.equal(ns["generated"][:, :13], inputs["input_ids"])
     # the positions the doc prints are the ones the patched model computes (and the table in the doc)
     from mmpos.integrations.hf import use_rope
