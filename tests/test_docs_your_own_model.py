@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.timm  # the guide converts a timm ViT
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"
 

@@ -7,6 +7,8 @@ from torch_geometric.utils import get_laplacian, to_dense_adj, to_undirected
 
 from mmpos.graph import magnetic_laplacian, num_one_way_edges, relative_q
 
+pytestmark = pytest.mark.pyg  # compared with torch-geometric's get_laplacian
+
 
 def _random_digraph(n, m, seed):
     g = torch.Generator().manual_seed(seed)

@@ -11,6 +11,8 @@ from mmpos.integrations.hf_tpe import install_tpe, uninstall_tpe
 from mmpos.layout import Text
 from mmpos.table import Table, build
 
+pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
+
 
 def _model(kind):
     common = {

@@ -10,6 +10,8 @@ from mmpos.encoders.base import BiasEncoder
 from mmpos.integrations import open_clip as mo
 from mmpos.integrations import timm as mt
 
+pytestmark = [pytest.mark.open_clip, pytest.mark.timm]  # oldest and newest releases
+
 TEXT = {"context_length": 16, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1}
 
 

@@ -7,6 +7,8 @@ from torch_geometric.utils import to_dense_adj, to_undirected
 from mmpos.graph import directional_random_walks, maglap_eigenpairs
 from mmpos.integrations.pyg import AddDirectionalRandomWalkPE, AddMagneticLaplacianPE
 
+pytestmark = pytest.mark.pyg  # run on the oldest and the newest supported torch-geometric
+
 
 def _graph(n, seed):
     g = torch.Generator().manual_seed(seed)

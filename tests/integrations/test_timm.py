@@ -10,6 +10,8 @@ from mmpos.encoders.base import BiasEncoder
 from mmpos.encoders.sincos import sincos_embed
 from mmpos.integrations import timm as mt
 
+pytestmark = pytest.mark.timm  # run on the oldest and the newest supported timm
+
 TINY = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 4, "num_classes": 5}
 
 

@@ -10,6 +10,8 @@ from mmpos.encoders.maglap import MagLapEncoder
 from mmpos.integrations.pyg import AddDirectionalRandomWalkPE, AddMagneticLaplacianPE
 from mmpos.nn.graph_transformer import GraphTransformer
 
+pytestmark = pytest.mark.pyg  # oldest and newest torch-geometric
+
 TRANSFORM = T.Compose([AddMagneticLaplacianPE(k=4, q=[0.0, 0.25]), AddDirectionalRandomWalkPE(walk_length=2)])
 
 

@@ -15,6 +15,8 @@ from mmpos.integrations import open_clip as mo
 from mmpos.integrations import timm as mt
 from mmpos.nn import Transformer, VisionTransformer
 
+pytestmark = [pytest.mark.timm, pytest.mark.open_clip]  # oldest and newest releases
+
 SYNCS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default}
 
 

@@ -16,6 +16,8 @@ from mmpos.nn import Transformer
 from mmpos.nn.attention import attention
 from mmpos.nn.placement import Placement, no_weight_decay
 
+pytestmark = [pytest.mark.timm, pytest.mark.open_clip]  # oldest and newest releases
+
 TEXT = {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2, "layers": 1}
 VISION = {"image_size": 32, "patch_size": 8, "width": 32, "layers": 3, "head_width": 8}
 

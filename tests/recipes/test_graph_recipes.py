@@ -7,6 +7,8 @@ from mmpos.recipes.config import load_yaml, resolve_config
 from mmpos.recipes.sweep import run_recipe
 from mmpos.recipes.tasks import get_task
 
+pytestmark = pytest.mark.pyg  # PyG batches and transforms
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "mmpos" / "recipes" / "configs" / "sorting_networks.yaml"
 SMOKE = ["profile=smoke", "device=cpu", "progress=false"]

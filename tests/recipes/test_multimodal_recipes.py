@@ -11,6 +11,8 @@ from mmpos.recipes.tasks import get_task
 from mmpos.recipes.tasks.multimodal import _layout_options, parse_scheme, vision_tower
 from mmpos.recipes.vlm import PatchTokens
 
+pytestmark = pytest.mark.open_clip  # open_clip towers converted by mmpos
+
 RECIPES = Path(__file__).resolve().parents[2] / "mmpos" / "recipes" / "configs"
 TOWER = {"vision": {"width": 16, "layers": 1, "heads": 2, "patch_size": 4, "pos": "none"}}
 

@@ -7,6 +7,8 @@ from mmpos.recipes.config import load_yaml, resolve_config
 from mmpos.recipes.sweep import run_recipe
 from mmpos.recipes.tasks import vision
 
+pytestmark = pytest.mark.timm  # timm ViTs built by mmpos.integrations.timm
+
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["profile=smoke", "device=cpu"]
 SETS = {"acc", "acc@1.5x", "acc@2x", "acc@1.5x:image", "acc@2x:image"}
