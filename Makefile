@@ -1,16 +1,19 @@
 # Two entry points for a fresh machine:
 #   make demo  -- create .venv, install mmpos, run the quickstart recipe (CPU, ~3 min)
 #   make test  -- create .venv, install mmpos with the test extra, lint (ruff), run the tests,
-#                 run the Hugging Face tests (-m hf) again in $(VENV_OLD) on the oldest supported
-#                 transformers, then build the sdist + wheel and run the wheel outside the checkout (wheel-check)
+#                 run the integration tests (-m "hf or timm or open_clip or pyg") again in $(VENV_OLD) on the
+#                 oldest supported transformers, timm, open_clip_torch and torch-geometric (test-oldest),
+#                 then build the sdist + wheel and run the wheel outside the checkout (wheel-check)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# the oldest transformers the hf extra supports (pyproject.toml); the test extra installs the newest tested 5.x
-VENV_OLD ?= .venv-hf-oldest
-HF_OLDEST ?= transformers==4.57.1
+# the oldest job: the floors pyproject.toml declares for the libraries mmpos plugs into (hf extra: transformers;
+# core: timm, open_clip_torch, torch-geometric), pinned by .ci/oldest_pins.py; .venv gets the newest releases
+VENV_OLD ?= .venv-oldest
+OLDEST  ?= $(shell $(PYTHON) .ci/oldest_pins.py)
+OLDEST_MARKERS = hf or timm or open_clip or pyg
 
-.PHONY: demo test test-hf-oldest lint wheel-check install install-test install-test-oldest bench clean
+.PHONY: demo test test-oldest test-hf-oldest lint wheel-check install install-test install-test-oldest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,19 +30,22 @@ $(VENV_OLD)/bin/python:
 	$(VENV_OLD)/bin/python -m pip install --upgrade pip
 
 install-test-oldest: $(VENV_OLD)/bin/python
-	$(VENV_OLD)/bin/pip install -e ".[test]" "$(HF_OLDEST)"
+	@test -n "$(OLDEST)" || { echo "no oldest pins (see .ci/oldest_pins.py)"; exit 1; }
+	$(VENV_OLD)/bin/pip install -e ".[test]" $(OLDEST)
 
 demo: install
 	$(BIN)/mmpos run quickstart
 
 test: install-test lint
 	$(BIN)/python -m pytest -n 2 --durations=15
-	$(MAKE) test-hf-oldest
+	$(MAKE) test-oldest
 	.ci/wheel_check.sh $(BIN)/python
 
-# the tests marked hf, on the oldest supported transformers
-test-hf-oldest: install-test-oldest
-	$(VENV_OLD)/bin/python -m pytest -n 2 -m hf -p no:cacheprovider
+# the integration tests on the oldest supported releases of the libraries they plug into
+test-oldest: install-test-oldest
+	$(VENV_OLD)/bin/python -m pytest -n 2 -m "$(OLDEST_MARKERS)" -p no:cacheprovider --durations=5
+
+test-hf-oldest: test-oldest  # the former name
 
 lint: install-test
 	$(BIN)/ruff check .
