@@ -464,7 +464,9 @@ def _pack(
     delta = _per_block(sch, "delta", options.delta, options, rank, generator)
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, rank, generator)
     geometry = BlockGeometry.of(grid, seconds, is_image, delta, scale)
-    offset, extent, use_start = (_host(x.to(torch.float64)) for x in sch.block(geometry, options))
+    offset, extent, use_start = sch.block(geometry, options)
+    fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()  # ours to write
+    offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))
     text = real & ~is_vision  # (B, L) real text tokens
     axes = offset.shape[0]
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
@@ -505,7 +507,8 @@ def _pack(
         starts = np.repeat(block_start, counts)  # (Nv,) each vision token's block start
         for axis in range(axes):
             u = use_start[axis]
-            values = offset[axis] + (starts if u == 1 else u * starts)  # (Nv,) float64, in block order
+            add = starts if u == 1 else u * starts
+            values = np.add(offset[axis], add, out=offset[axis] if fresh else None)  # (Nv,) float64, block order
             if values.size:
                 np.maximum(block_top, np.maximum.reduceat(values, first), out=block_top)
                 low = np.minimum(low, values.min())  # NaN stays NaN

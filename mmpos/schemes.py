@@ -189,8 +189,8 @@ class BlockGeometry:
 
     @cached_property
     def ti(self) -> Tensor:
-        if (self._grid[:, 0] == 1).all():  # still images and single frames: frame 0 everywhere
-            return torch.zeros(int(self.tokens.sum()), dtype=torch.float64)
+        if (self._grid[:, 0] == 1).all():  # still images and single frames: frame 0 everywhere (one stored zero)
+            return torch.zeros(1, dtype=torch.float64).expand(int(self.tokens.sum()))
         return self._per_token(self._frame_row[0])
 
     @cached_property

@@ -300,3 +300,30 @@ def test_coords_read_later_equal_position_ids_and_hf_rows(scheme):
     weights = torch.tensor(SCHEMES[scheme].hf_rows, dtype=torch.float64)
     rows = torch.einsum("ra,bla->rbl", weights, coords.pos.double()).masked_fill(~real, 1)
     assert torch.equal(lay.hf_position_ids("3d"), rows.to(lay.position_ids.dtype))
+
+
+@pytest.mark.parametrize("scheme", ["qwen2-vl", "hope", "vrope"])
+def test_pack_takes_blocks_in_any_order(scheme):
+    """The low-level packer gives the same Layout whatever order the blocks are listed in (the
+    front ends hand them over in reading order; the masked write then needs no index)."""
+    from mmpos.layout import VisionBlocks, pack
+    from mmpos.schemes import resolve_options
+
+    opts = {"temporal_scale": 0.75} if scheme == "hope" else {}
+    lay = build([[Text(2), Image((1, 4, 6)), Text(1), Video((2, 2, 4)), Text(3)]], scheme, **opts)
+    real = torch.ones(1, 16, dtype=torch.bool)
+    blocks = VisionBlocks(  # the video first, then the image
+        torch.tensor([[2, 1, 2], [1, 2, 3]]),
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([False, True]),
+        torch.cat([torch.arange(9, 13), torch.arange(2, 8)]),
+    )
+    options = resolve_options(scheme, **opts)
+    again = pack(real, lay.modality, blocks, scheme, options)
+    assert torch.equal(again.position_ids, lay.position_ids) and torch.equal(again.rope_deltas, lay.rope_deltas)
+    assert torch.equal(again.coords.pos, lay.coords.pos) and torch.equal(again.modality, lay.modality)
+    twice = dataclasses.replace(
+        blocks, token_index=torch.cat([torch.arange(9, 13), torch.arange(2, 7), torch.tensor([2])])
+    )
+    with pytest.raises(ValueError, match="distinct tokens"):
+        pack(real, lay.modality, twice, scheme, options)
