@@ -310,10 +310,14 @@ class IRPE(BiasEncoder):
             raise ValueError(f"{name} must have num_heads={self.num_heads} heads (per-head tables), got {x.shape[1]}")
         coords.check_tokens(x.shape[0], x.shape[2], name)
 
+    def _scores(self, x: Tensor, table: Tensor) -> Tensor:
+        """``s * x_i . table[:, b]`` for every bucket ``b``: ``(B, H, N, buckets)``."""
+        return (x @ table.to(x.dtype)) * self.head_dim**-0.5
+
     def _contextual(self, x: Tensor, table: Tensor, ids: Tensor) -> Tensor:
         """``s * x_i . table[:, ids[i, j]]`` as ``(B, H, N, N)`` through ``(B, H, N, buckets)``."""
         b, h, n, _ = x.shape
-        z = (x @ table.to(x.dtype)) * self.head_dim**-0.5  # (B, H, N, buckets)
+        z = self._scores(x, table)
         out = z.gather(-1, ids[0].expand(b, h, n, n))
         for extra in ids[1:]:  # cross: the column map
             out = out + z.gather(-1, extra.expand(b, h, n, n))
@@ -339,6 +343,23 @@ class IRPE(BiasEncoder):
         if not terms:  # value term only
             return q.new_zeros(1, 1, q.shape[2], q.shape[2])
         return sum(terms[1:], terms[0]).to(q.dtype)
+
+    def gathered_bias(self, q: Tensor, coords: Coords) -> tuple[Tensor, Tensor] | None:
+        """:meth:`bias` as ``(z, ids)``, ``bias[..., i, j] = sum_m z[..., i, ids[m, i, j]]``, when it has that form.
+
+        Terms on keys only (contextual: ``z = s q @ k_table`` ``(B, H, N, buckets)``; bias mode:
+        ``z = k_table`` ``(1, H', 1, buckets)``); ``None`` with a term on queries or values.
+        On CPU :func:`mmpos.nn.attention` then keeps no ``(B, H, N, N)`` tensor for backward
+        (``mmpos.nn._biased_sdpa``: fused flash forward, blocked backward summing the logit
+        gradient per bucket).
+        """
+        if self.q_table is not None or self.v_table is not None:
+            return None
+        self._check(q, coords, "q")
+        ids = self._ids(coords, q.device)  # (maps, N, N)
+        if self.mode == "bias":
+            return self.k_table.to(q.dtype)[None, :, None], ids
+        return self._scores(q, self.k_table), ids
 
     def output(self, attn: Tensor, coords: Coords) -> Tensor:
         """``sum_j attn_ij v_table[b(i, j)]`` ``(B, H, N, D)`` from ``attn`` ``(B, H, N, N)``."""

@@ -4,7 +4,9 @@ Backends, chosen from the encoders present (static, decided outside the data):
 
 * rotary only (or none): ``F.scaled_dot_product_attention`` with a boolean mask (or
   ``is_causal``), the fused kernels where the device has them;
-* bias encoders: SDPA with a float mask holding the biases plus the masks;
+* bias encoders: SDPA with a float mask holding the biases plus the masks; on CPU, one
+  encoder whose bias is gathered from per-query bucket scores (``gathered_bias``: iRPE on
+  keys) runs ``mmpos.nn._biased_sdpa`` (flash forward, blocked backward) instead;
 * a bias encoder with an output term (e.g. iRPE on values): an eager path that keeps
   the attention weights.
 
@@ -25,6 +27,7 @@ from torch import Tensor, nn
 from ..coords import Coords
 from ..encoders.base import BiasEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import Rotation
+from ._biased_sdpa import gathered_bias_attention, supports_gathered_bias
 
 __all__ = ["Attention", "attention", "attention_mask"]
 
@@ -99,6 +102,10 @@ def attention(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
     kq = k.repeat_interleave(hq // hk, dim=1) if gqa else k
     vq = v.repeat_interleave(hq // hk, dim=1) if gqa else v
+    if len(biases) == 1 and mask is None and not dropout_p and supports_gathered_bias(q):
+        parts = biases[0].gathered_bias(q, coords) if hasattr(biases[0], "gathered_bias") else None
+        if parts is not None:  # a bucketed key-side bias (iRPE on keys): no (B, H, N, N) tensor kept
+            return gathered_bias_attention(q, kq, vq, *parts)
     logit_bias = functools.reduce(operator.add, [enc.bias(q, kq, coords) for enc in biases])  # no 0 + (B,H,N,N) copy
     if mask is not None:
         logit_bias = logit_bias.masked_fill(~mask, float("-inf"))

@@ -1,0 +1,112 @@
+"""Attention with a bias gathered from per-query bucket scores, forward and backward on CPU.
+
+``bias[b, h, i, j] = sum_m z[b, h, i, ids[m, i, j]]`` (the form of iRPE's key-side terms:
+``z = s q @ table``). Given such a bias that needs a gradient, CPU
+``F.scaled_dot_product_attention`` leaves its fused flash kernel for the math kernel, which
+forms and keeps the ``(B, H, N, N)`` logits and probabilities. This function instead:
+
+* forward: gathers the bias and runs the fused CPU flash kernel with it as a constant mask
+  (``aten._scaled_dot_product_flash_attention_for_cpu``), keeping the output and the
+  log-sum-exp ``(B, H, N)``, not the bias nor the probabilities;
+* backward: over blocks of query rows, re-gathers the block's bias, recomputes its
+  probabilities ``P = exp(s q k^T + bias - lse)`` in place, forms ``dS = P (dO v^T - delta)``
+  (``delta_i = dO_i . out_i``), sums ``dS`` per bucket into ``dz`` (``scatter_add``) and
+  accumulates ``dq = s dS k``, ``dk = s dS^T q``, ``dv = P^T dO``. Each block reuses two
+  ``(B H, rows, N)`` buffers, so nothing ``(B, H, N, N)`` is formed in either pass.
+
+The math is the softmax attention backward (FlashAttention-2, Dao 2023, Alg. 2, with the
+bias gradient ``dS`` summed per bucket). Shapes: q, k, v ``(B, H, N, D)``; z
+``(B, H, N, buckets)``; ids ``(maps, N, N)`` long; output ``(B, H, N, D)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["gathered_bias_attention", "supports_gathered_bias"]
+
+_aten = torch.ops.aten
+_BLOCK_ELEMENTS = 2**19  # ~2 MiB float32 per (B H, rows, N) buffer: two stay in cache
+
+
+def supports_gathered_bias(q: Tensor) -> bool:
+    """Whether :func:`gathered_bias_attention` serves ``q``'s device and dtype (CPU, float32/64)."""
+    return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+
+
+def _gather_into(out: Tensor, z: Tensor, ids: Tensor) -> Tensor:
+    """``out = sum_m z.gather(-1, ids[m])`` with ``z`` ``(BH, rows, buckets)``, ids ``(maps, rows, N)``."""
+    shape = (z.shape[0], *ids.shape[1:])
+    torch.gather(z, -1, ids[0].expand(shape), out=out)
+    for extra in ids[1:]:  # cross: the column map
+        out.add_(z.gather(-1, extra.expand(shape)))
+    return out
+
+
+class _GatheredBiasAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(q: Tensor, k: Tensor, v: Tensor, z: Tensor, ids: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        b, h, n, _ = q.shape
+        bias = _gather_into(z.new_empty(b * h, n, n), z.reshape(b * h, n, -1), ids).view(b, h, n, n)
+        return _aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=scale)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        q, k, v, z, ids, scale = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, z, ids, out, lse)
+        ctx.scale = scale
+        ctx.mark_non_differentiable(lse)
+
+    @staticmethod
+    def backward(ctx, dout: Tensor, _dlse: Tensor | None):
+        q, k, v, z, ids, out, lse = ctx.saved_tensors
+        scale = ctx.scale
+        b, h, n, d = q.shape
+        bh, buckets = b * h, z.shape[-1]
+        flat = (bh, n, d)
+        q, k, v, dout = (t.reshape(flat) for t in (q, k, v, dout))
+        zf, lse = z.reshape(bh, n, buckets), lse.reshape(bh, n, 1)
+        delta = (dout * out.reshape(flat)).sum(-1, keepdim=True)  # (BH, N, 1)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dz = torch.zeros_like(zf)
+        rows = max(16, min(n, _BLOCK_ELEMENTS // (bh * n)))
+        p_buf, ds_buf = q.new_empty(bh * rows * n), q.new_empty(bh * rows * n)
+        k_t, v_t = k.transpose(1, 2), v.transpose(1, 2)
+        for start in range(0, n, rows):  # static blocks of query rows
+            stop = min(start + rows, n)
+            size = (bh, stop - start, n)  # contiguous views of the buffers' leading elements
+            p, ds = p_buf[: bh * (stop - start) * n].view(size), ds_buf[: bh * (stop - start) * n].view(size)
+            block_ids = ids[:, start:stop]
+            q_blk, dout_blk = q[:, start:stop], dout[:, start:stop]
+            _gather_into(p, zf[:, start:stop], block_ids)  # bias rows
+            p.baddbmm_(q_blk, k_t, alpha=scale).sub_(lse[:, start:stop]).exp_()  # P
+            torch.bmm(dout_blk, v_t, out=ds)
+            ds.sub_(delta[:, start:stop]).mul_(p)  # dS = P (dP - delta)
+            index = block_ids[0].expand(ds.shape)
+            dz[:, start:stop].scatter_add_(-1, index, ds)
+            for extra in block_ids[1:]:
+                dz[:, start:stop].scatter_add_(-1, extra.expand(ds.shape), ds)
+            dq[:, start:stop].baddbmm_(ds, k)
+            dk.baddbmm_(ds.transpose(1, 2), q_blk)
+            dv.baddbmm_(p.transpose(1, 2), dout_blk)
+        dq.mul_(scale)
+        dk.mul_(scale)
+        shape = (b, h, n, d)
+        return dq.view(shape), dk.view(shape), dv.view(shape), dz.view(z.shape), None, None
+
+
+def gathered_bias_attention(q: Tensor, k: Tensor, v: Tensor, z: Tensor, ids: Tensor) -> Tensor:
+    """``softmax(q k^T / sqrt(D) + bias) v`` with ``bias[..., i, j] = sum_m z[..., i, ids[m, i, j]]``.
+
+    Args:
+        q, k, v: ``(B, H, N, D)`` (CPU, float32 or float64; see :func:`supports_gathered_bias`).
+        z: ``(B, H, N, buckets)`` per-query bucket scores, in logit units.
+        ids: ``(maps, N, N)`` long bucket ids into ``z``'s last axis.
+
+    Returns:
+        ``(B, H, N, D)``, with gradients for q, k, v and z.
+    """
+    out, _ = _GatheredBiasAttention.apply(q, k, v, z.expand(*q.shape[:3], z.shape[-1]), ids, q.shape[-1] ** -0.5)
+    return out
