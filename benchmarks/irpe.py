@@ -6,7 +6,13 @@ backward, at N = 197 (14 x 14 + class token) and N = 1025 (32 x 32 + class token
 * ``sdpa``: no position encoder (``F.scaled_dot_product_attention``, fused kernel);
 * ``irpe``: ``product-ctx-k`` through the bias hook (gather from ``(B, H, N, 50)``);
 * ``naive``: the same encoding with every pair's vector materialised, ``(N, N, D)``,
-  and contracted with q by ``einsum`` (what the paper's Eq. (4) says literally).
+  and contracted with q by ``einsum`` (what the paper's Eq. (4) says literally);
+* ``irpe-sdpa``: the same encoding through the general bias path: ``enc.bias`` forms the
+  ``(B, H, N, N)`` bias and ``F.scaled_dot_product_attention`` takes it as a float mask
+  that needs a gradient (on CPU: the math kernel). ``irpe`` on CPU runs
+  ``mmpos.nn._biased_sdpa`` instead;
+* ``sdpa-mask``: plain SDPA with a constant ``(B, H, N, N)`` float mask (no gradient):
+  the fused kernels reading a bias, the floor of any attention that reads a formed bias.
 
 Time: median of ``--repeats`` steps, the variants interleaved step by step so that a
 shared machine's load hits them alike; process CPU time on CPU, wall time on CUDA.
@@ -51,7 +57,7 @@ from mmpos.nn import Attention
 
 DIM, HEADS = 384, 6  # DeiT-S
 SIZES = {197: ((14, 14), 8), 1025: ((32, 32), 2)}  # N -> (grid, batch)
-VARIANTS = ("sdpa", "irpe", "naive")
+VARIANTS = ("sdpa", "irpe", "naive", "irpe-sdpa", "sdpa-mask")
 
 
 class NaiveIRPE(torch.nn.Module):
@@ -74,14 +80,35 @@ class NaiveIRPE(torch.nn.Module):
         return layer.proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
-def build(variant: str, grid: tuple[int, int], device: str) -> torch.nn.Module:
+class MaskedSDPA(torch.nn.Module):
+    """The layer with a float mask given to ``F.scaled_dot_product_attention``: the iRPE bias
+    (``enc.bias``, needs a gradient) or, without an encoder, a constant one."""
+
+    def __init__(self, layer: Attention, n: int, batch: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.register_buffer("constant", 0.02 * torch.randn(batch, HEADS, n, n) if not layer.encoders else None)
+
+    def forward(self, x: torch.Tensor, coords: Coords) -> torch.Tensor:
+        layer, b, n = self.layer, x.shape[0], x.shape[1]
+        q = layer.q(x).view(b, n, HEADS, -1).transpose(1, 2)
+        k, v = layer.kv(x).view(b, n, 2, HEADS, -1).permute(2, 0, 3, 1, 4)
+        mask = self.constant if self.constant is not None else layer.encoders[0].bias(q, k, coords)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return layer.proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+def build(variant: str, n: int, device: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    if variant == "sdpa":
-        return Attention(DIM, HEADS).to(device)
+    grid, batch = SIZES[n]
+    if variant in ("sdpa", "sdpa-mask"):
+        layer = Attention(DIM, HEADS)
+        return (layer if variant == "sdpa" else MaskedSDPA(layer, n, batch)).to(device)
     enc = mmpos.create("irpe-product-ctx-k", dim=DIM, num_heads=HEADS, grid_size=grid)
     torch.nn.init.normal_(enc.k_table, std=0.02)
-    layer = Attention(DIM, HEADS, encoders=[enc]).to(device)
-    return layer if variant == "irpe" else NaiveIRPE(layer)
+    layer = Attention(DIM, HEADS, encoders=[enc])
+    wrapped = {"irpe": layer, "naive": NaiveIRPE(layer), "irpe-sdpa": MaskedSDPA(layer, n, batch)}[variant]
+    return wrapped.to(device)
 
 
 def inputs(n: int, device: str) -> tuple[torch.Tensor, Coords]:
@@ -101,7 +128,7 @@ def sync(device: str) -> None:
 
 def peak_memory(variant: str, n: int, device: str) -> float:
     """Extra peak memory (MiB) of one forward + backward step, after a warm-up step."""
-    model, (x, coords) = build(variant, SIZES[n][0], device), inputs(n, device)
+    model, (x, coords) = build(variant, n, device), inputs(n, device)
     step(model, x, coords)
     model.zero_grad(set_to_none=True)
     x.grad = None
@@ -110,10 +137,11 @@ def peak_memory(variant: str, n: int, device: str) -> float:
 
 def times(n: int, device: str, repeats: int) -> dict[str, float]:
     """Median seconds per forward + backward step, variants interleaved (:func:`interleaved_medians`)."""
-    models = {v: build(v, SIZES[n][0], device) for v in VARIANTS}
+    models = {v: build(v, n, device) for v in VARIANTS}
     x, coords = inputs(n, device)
-    with torch.no_grad():  # the naive and the gather versions compute the same layer
-        torch.testing.assert_close(models["naive"](x, coords), models["irpe"](x, coords), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # the naive, the general and the gathered versions compute the same layer
+        for other in ("naive", "irpe-sdpa"):
+            torch.testing.assert_close(models[other](x, coords), models["irpe"](x, coords), rtol=1e-4, atol=1e-5)
     return interleaved_medians(models, x, coords, device, repeats)
 
 
