@@ -53,7 +53,7 @@ import math
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import torch
@@ -245,8 +245,8 @@ class Layout:
     rope_deltas: Tensor
     scheme: str
     rule: Rule | str = "original"
-    #: internal: the packer's host arrays ``(real (B, L) bool, modality codes (B, L))``
-    _masks: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    #: internal: the packer's host ``real`` ``(B, L)`` bool and a function making the ``(B, L)`` modality codes
+    _masks: tuple[np.ndarray, Callable[[], np.ndarray]] | None = field(default=None, repr=False)
     #: internal: the packer's float64 positions ``(text (B, L), vision (A, Nv), is_vision (B, L))``
     #: of a fractional scheme (``None``: ``position_ids`` holds them exactly)
     _parts: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
@@ -257,7 +257,8 @@ class Layout:
 
     @cached_property
     def modality(self) -> Tensor:
-        return torch.from_numpy(self._masks[1].astype(np.int64)).to(self.position_ids.device)
+        real, codes = self._masks
+        return torch.from_numpy(codes().astype(np.int64).reshape(real.shape)).to(self.position_ids.device)
 
     @cached_property
     def coords(self) -> Coords:
@@ -425,7 +426,7 @@ def pack(
     return _pack(
         _host(real),
         is_vision.reshape(real.shape),
-        _host(modality),
+        partial(_host, modality),
         grid,
         blocks.seconds.detach().cpu(),
         blocks.is_image.detach().cpu(),
@@ -441,7 +442,7 @@ def pack(
 def _pack(
     real: np.ndarray,
     is_vision: np.ndarray,
-    codes: np.ndarray,
+    codes: Callable[[], np.ndarray],
     grid: np.ndarray,
     seconds: Tensor,
     is_image: Tensor,
@@ -452,8 +453,8 @@ def _pack(
     generator: torch.Generator | None,
     device: torch.device,
 ) -> Layout:
-    """:func:`pack` on host arrays: ``real`` and ``is_vision`` ``(B, L)`` bool, ``codes`` the
-    ``(B, L)`` modality codes, ``grid`` ``(K, 3)`` int64, ``block_first`` ``(K,)`` the flat index
+    """:func:`pack` on host arrays: ``real`` and ``is_vision`` ``(B, L)`` bool, ``codes`` makes the
+    ``(B, L)`` modality codes (when ``Layout.modality`` is first read), ``grid`` ``(K, 3)`` int64, ``block_first`` ``(K,)`` the flat index
     of each block's first token; the blocks' tokens, block after block, are the vision tokens
     in flat order (``order`` ``None``) or in flat order once taken at ``order`` ``(Nv,)``."""
     b, length = real.shape
@@ -633,33 +634,33 @@ def build(
                 per_sample[i] += len(secs)
                 n_units += len(secs)
         rows = b"".join(parts)
-    unit = np.frombuffer(rows, dtype=np.int64).reshape(-1, 6).copy()  # (U, 6)
-    raw = unit[:, 5].astype(bool)
-    if raw.any():  # Image grids: merge h and w (all at once), tokens t * h * w
-        if (unit[raw, 3:5] % m).any():
-            for i, sample in enumerate(samples):  # the error path names the first bad segment
-                for j, s in enumerate(sample):
-                    if type(s) is Image:
-                        _merged(s, m, f"samples[{i}][{j}]")
-        unit[raw, 3:5] //= m
-        unit[raw, 1] = unit[raw, 2:5].prod(-1)
-    kind, tokens = unit[:, 0], unit[:, 1]
-    is_block = unit[:, 2] > 0
+    unit = np.frombuffer(rows, dtype=np.int64).reshape(-1, 6)  # (U, 6)
+    raw = unit[:, 5:6] == 1  # Image grids: merge h and w (all at once), tokens t * h * w
+    if (unit[:, 3:5] % m * raw).any():
+        for i, sample in enumerate(samples):  # the error path names the first bad segment
+            for j, s in enumerate(sample):
+                if type(s) is Image:
+                    _merged(s, m, f"samples[{i}][{j}]")
+    grid = unit[:, 2:5] // np.where(raw, np.array([1, m, m]), 1)  # (U, 3) in tokens; (0, 0, 0) for text
+    tokens = np.where(raw[:, 0], grid.prod(-1), unit[:, 1])
+    kind, is_block = unit[:, 0], grid[:, 0] > 0
     unit_sample = np.repeat(np.arange(batch), per_sample)
     sample_len = np.bincount(unit_sample, weights=tokens, minlength=batch).astype(np.int64)
     length = int(sample_len.max())
 
-    # the padded batch as runs: every unit, and one padding run per sample (before or after it)
-    n_pad = length - sample_len
-    at = np.cumsum(per_sample) - (per_sample if padding_side == "left" else 0)
-    run_len = np.insert(tokens, at, n_pad)
-    run_kind = np.insert(kind, at, int(Modality.TEXT))
-    run_block = np.insert(is_block, at, False)
-    run_real = np.insert(np.ones_like(is_block), at, False)
+    # the padded batch as runs: every unit, and one padding run per sample (before or after its units)
+    left = padding_side == "left"
+    unit_run = np.arange(len(unit)) + unit_sample + left  # (U,) run of each unit
+    pad_run = np.cumsum(per_sample) - (per_sample if left else 0) + np.arange(batch)  # (B,)
+    small = kind.size == 0 or -128 <= kind.min() <= kind.max() <= 127
+    run_len = np.empty(len(unit) + batch, dtype=np.int64)
+    run_len[unit_run], run_len[pad_run] = tokens, length - sample_len
+    run_kind = np.zeros(len(run_len), dtype=np.int8 if small else np.int64)  # padding: TEXT
+    run_kind[unit_run] = kind
+    run_block, run_real = np.zeros(len(run_len), dtype=bool), np.zeros(len(run_len), dtype=bool)
+    run_block[unit_run], run_real[unit_run] = is_block, True
     real = np.repeat(run_real, run_len).reshape(batch, length)
     is_vision = np.repeat(run_block, run_len).reshape(batch, length)  # the blocks' tokens, in reading order
-    small = run_kind.size == 0 or -128 <= run_kind.min() <= run_kind.max() <= 127
-    codes = np.repeat(run_kind.astype(np.int8) if small else run_kind, run_len).reshape(batch, length)
     block_seconds = np.zeros(len(unit), dtype=np.float32)
     if seconds:
         with np.errstate(over="ignore"):  # beyond float32: inf, refused by the packer's check
@@ -667,8 +668,8 @@ def build(
     return _pack(
         real,
         is_vision,
-        codes,
-        unit[is_block, 2:5],
+        partial(np.repeat, run_kind, run_len),  # the modality codes, made if read
+        grid[is_block],
         torch.from_numpy(block_seconds[is_block]),
         torch.from_numpy(kind[is_block] == int(Modality.IMAGE)),
         (np.cumsum(run_len) - run_len)[run_block],  # each block's first token

@@ -40,6 +40,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -181,17 +182,17 @@ def _check_grid(grid: Tensor | None, name: str, merge: int) -> np.ndarray:
     return out
 
 
-def _token_index(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
-    """Flat indices of the marked tokens of a ``(B, L)`` batch in reading order; they fill
-    the blocks one after the other (as the reference consumes its grids). Every block's
-    tokens must be consecutive tokens of one sample."""
+def _block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
+    """``(K,)`` flat index of each block's first token: the marked tokens of a ``(B, L)`` batch,
+    in reading order, fill the blocks one after the other (as the reference consumes its grids).
+    Every block's tokens must be consecutive tokens of one sample."""
     index = np.flatnonzero(is_token)  # row-major: sample by sample, in order
     total = int(block_tokens.sum())
     if index.shape[0] != total:
         raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
+    first = index[np.cumsum(block_tokens) - block_tokens]
     if total:
         length = is_token.shape[1]
-        first = index[np.cumsum(block_tokens) - block_tokens]
         last = index[np.cumsum(block_tokens) - 1]
         bad = ((last - first) != block_tokens - 1) | (first // length != last // length)
         if bad.any():
@@ -201,7 +202,12 @@ def _token_index(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> n
                 f"(its tokens run from sample {int(first[k] // length)} to sample {int(last[k] // length)}); "
                 "each grid must match one run of placeholder tokens"
             )
-    return index
+    return first
+
+
+def _modality_codes(is_image: np.ndarray, is_video: np.ndarray) -> np.ndarray:
+    """``(B, L)`` modality codes: 1 image, 2 video, 0 text and padding."""
+    return is_image.view(np.uint8) | (is_video.view(np.uint8) << 1)
 
 
 def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -269,9 +275,12 @@ def token_layout(
     image_mark, video_mark = (options.image_token_id, options.video_token_id) if types is None else (1, 2)
     is_image, is_video = (marks == image_mark) & real, (marks == video_mark) & real
     k_img = images.shape[0]
-    image_index = _token_index(is_image, tokens[:k_img], "image_grid_thw")
-    video_index = _token_index(is_video, tokens[k_img:], "video_grid_thw")
-    block_first = np.concatenate([image_index, video_index])[np.cumsum(tokens) - tokens]  # (K,)
+    block_first = np.concatenate(
+        [
+            _block_first(is_image, tokens[:k_img], "image_grid_thw"),
+            _block_first(is_video, tokens[k_img:], "video_grid_thw"),
+        ]
+    )  # (K,)
     seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])  # images: no time scaling
     is_image_block = np.arange(grid.shape[0]) < k_img
     if k_img and videos.shape[0]:  # blocks in reading order: their tokens are then the vision tokens, in order
@@ -282,11 +291,10 @@ def token_layout(
             is_image_block[order],
             block_first[order],
         )
-    codes = is_image.view(np.uint8) | (is_video.view(np.uint8) << 1)  # 1 image, 2 video, 0 text
     return _pack(
         real,
         is_image | is_video,
-        codes,
+        partial(_modality_codes, is_image, is_video),  # made if read
         grid,
         torch.from_numpy(seconds),
         torch.from_numpy(is_image_block),
