@@ -69,10 +69,10 @@ class _GatheredBiasAttention(torch.autograd.Function):
         q, k, v, dout = (t.reshape(flat) for t in (q, k, v, dout))
         zf, lse = z.reshape(bh, n, buckets), lse.reshape(bh, n, 1)
         delta = (dout * out.reshape(flat)).sum(-1, keepdim=True)  # (BH, N, 1)
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dz = torch.zeros_like(zf)
         rows = max(16, min(n, _BLOCK_ELEMENTS // (bh * n)))
-        p_buf, ds_buf = q.new_empty(bh * rows * n), q.new_empty(bh * rows * n)
+        p_buf, ds_buf, dq_buf = q.new_empty(bh * rows * n), q.new_empty(bh * rows * n), q.new_empty(bh * rows * d)
         k_t, v_t = k.transpose(1, 2), v.transpose(1, 2)
         for start in range(0, n, rows):  # static blocks of query rows
             stop = min(start + rows, n)
@@ -88,7 +88,7 @@ class _GatheredBiasAttention(torch.autograd.Function):
             dz[:, start:stop].scatter_add_(-1, index, ds)
             for extra in block_ids[1:]:
                 dz[:, start:stop].scatter_add_(-1, extra.expand(ds.shape), ds)
-            dq[:, start:stop].baddbmm_(ds, k)
+            dq[:, start:stop] = torch.bmm(ds, k, out=dq_buf[: bh * (stop - start) * d].view(bh, stop - start, d))
             dk.baddbmm_(ds.transpose(1, 2), q_blk)
             dv.baddbmm_(p.transpose(1, 2), dout_blk)
         dq.mul_(scale)
