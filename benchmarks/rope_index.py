@@ -10,7 +10,8 @@
   same followed by reading ``Layout.coords`` (built on first read, float32 ``(B, L, 3)``).
 
 The outputs are checked equal before timing. Time: wall and process CPU time per call, the
-functions taking turns call by call (a shared machine's load hits them alike). Peak memory:
+functions taking turns call by call (a shared machine's load hits them alike), in an order
+shuffled each round (``--fixed-order``: always the order above). Peak memory:
 extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of ``VmHWM`` with glibc
 mapping blocks of 64 KiB or more, measured after the timings, as ``benchmarks/rotary.py`` does).
 Usage::
@@ -67,14 +68,20 @@ def make_batch(samples: int, images: int, seed: int = 0):
     return config, input_ids, mask, torch.tensor(grids), segments
 
 
-def time_rounds(fns: dict, repeats: int, sync) -> tuple[dict, dict]:
+def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True) -> tuple[dict, dict]:
     """Wall and process CPU seconds of ``repeats`` calls per function; the functions take turns
-    in every round so that all of them see the same load (the CPU is shared)."""
+    in every round so that all of them see the same load (the CPU is shared), in an order
+    shuffled each round (seeded): the call right after transformers' finds the caches cold and
+    the memory transformers freed handed back to the system (page faults), so no function
+    always takes that place."""
     for fn in fns.values():
         fn()  # warm-up
     wall, cpu = {name: [] for name in fns}, {name: [] for name in fns}
+    names, rng = list(fns), random.Random(0)
     for _ in range(repeats):
-        for name, fn in fns.items():
+        order = rng.sample(names, len(names)) if shuffle else names
+        for name in order:
+            fn = fns[name]
             sync()
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
@@ -90,6 +97,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--fixed-order", action="store_true", help="call the functions in one order every round")
     args = parser.parse_args()
 
     device = torch.device(args.device)
@@ -122,7 +130,7 @@ def main() -> None:
             build(segments, "qwen2-vl", padding_side="left", device=device, rule=rule).coords
         ),
     }
-    times, cpu = time_rounds(fns, args.repeats, sync)
+    times, cpu = time_rounds(fns, args.repeats, sync, shuffle=not args.fixed_order)
     if device.type == "cpu":
         map_large_blocks()  # after timing: it slows allocations
     mib = {}
@@ -135,7 +143,7 @@ def main() -> None:
     print(
         f"batch {b} x {length} tokens, {grids.shape[0]} images; device {device}, torch threads "
         f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"{platform.processor() or platform.machine()}"
+        f"{platform.processor() or platform.machine()}, order {'fixed' if args.fixed_order else 'shuffled'}"
     )
     print(
         "| method | best (ms) | median (ms) | speed-up, best | speed-up, median | CPU median (ms) "

@@ -405,14 +405,14 @@ def pack(
         generator: random source of the per-block training draws (V2PE, HoPE).
 
     A text token advances the position by 1 and a vision block by its *extent*; a unit
-    starts at the running sum of what came before it (one ``cumsum`` along ``L``). The
-    integer bookkeeping runs in NumPy on the host, over blocks rather than tokens where it
-    can (a NumPy operation costs about a microsecond, a PyTorch one 5--10): the scheme's
-    block rule places all vision tokens of the batch at once, the positions are validated
-    once, and the ``(A, B, L)`` ids are written once (text row broadcast, vision tokens
-    scattered). Inputs on an accelerator make one round trip: read to the host once, the
-    :class:`Layout` tensors moved back once. ``Layout.coords`` is built from the same float64
-    positions when first read.
+    starts at the running sum of what came before it (one ``cumsum`` along ``L``, summed in
+    place in the ids' first row when ids and extents are integers). The bookkeeping runs in
+    NumPy on the host (a NumPy operation costs about a microsecond, a PyTorch one 5--10, and
+    these are small integer arrays): the scheme's block rule places all vision tokens of the
+    batch at once, each axis's vision positions are computed, checked and written once (a
+    masked write in reading order, no scatter by index), and ``attention_mask``, ``modality``
+    and ``coords`` are built only when read. Inputs on an accelerator make one round trip:
+    read to the host once, ``position_ids`` and ``rope_deltas`` moved back once.
     """
     sch = get_scheme(scheme)
     token_index = _host(blocks.token_index)
@@ -453,10 +453,14 @@ def _pack(
     generator: torch.Generator | None,
     device: torch.device,
 ) -> Layout:
-    """:func:`pack` on host arrays: ``real`` and ``is_vision`` ``(B, L)`` bool, ``codes`` makes the
-    ``(B, L)`` modality codes (when ``Layout.modality`` is first read), ``grid`` ``(K, 3)`` int64, ``block_first`` ``(K,)`` the flat index
-    of each block's first token; the blocks' tokens, block after block, are the vision tokens
-    in flat order (``order`` ``None``) or in flat order once taken at ``order`` ``(Nv,)``."""
+    """:func:`pack` on host arrays.
+
+    ``real`` and ``is_vision`` ``(B, L)`` bool; ``codes`` makes the ``(B, L)`` modality codes
+    (called when ``Layout.modality`` is first read); ``grid`` ``(K, 3)`` int64; ``block_first``
+    ``(K,)`` the flat index of each block's first token. The blocks' tokens, block after block
+    in raster order, are the ``is_vision`` tokens in flat order, or (``order`` ``(Nv,)``) their
+    values taken at ``order`` are.
+    """
     b, length = real.shape
     counts = grid.prod(-1)  # (K,) tokens per block
     first = np.cumsum(counts) - counts  # (K,) each block's first token among the vision tokens
@@ -466,8 +470,10 @@ def _pack(
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, rank, generator)
     geometry = BlockGeometry.of(grid, seconds, is_image, delta, scale)
     offset, extent, use_start = sch.block(geometry, options)
-    fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()  # ours to write
+    # a new contiguous float64 tensor (not a view of the geometry) is the rule's own: the values are summed into it
+    fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()
     offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))
+    del geometry  # its per-token rows go back to the allocator before the ids are allocated
     text = real & ~is_vision  # (B, L) real text tokens
     axes = offset.shape[0]
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
@@ -530,7 +536,7 @@ def _pack(
         ids_np[int(exact) :] = run  # one axis on all three rows
     parts = None
     if not exact:  # float64 positions of the coordinates (ids may be float32)
-        parts = (torch.from_numpy(pos.copy()), torch.from_numpy(np.stack(kept)), torch.from_numpy(is_vision))
+        parts = (torch.from_numpy(pos), torch.from_numpy(np.stack(kept)), torch.from_numpy(is_vision))
     n_real = real.sum(1)
     if rule.deltas == "max-real":
         np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's

@@ -132,8 +132,9 @@ class BlockGeometry:
     images), ``is_image`` (bool), ``delta`` and ``scale`` (the per-block V2PE step / HoPE scale).
     Per token, built on first read (a block rule reads only what it needs): ``block`` (int64
     index of its block), ``local`` (index inside the block, raster order t, h, w), ``ti``,
-    ``hi``, ``wi`` (its frame, row and column). All are CPU tensors: the packer does its integer
-    bookkeeping on the host (:func:`mmpos.layout.pack`).
+    ``hi``, ``wi`` (its frame, row and column). All are CPU tensors (the packer,
+    :func:`mmpos.layout.pack`, works on the host) and read-only: ``ti`` of a batch of still
+    images is one stored zero, expanded.
     """
 
     t: Tensor

@@ -13,7 +13,9 @@ The reference walks every sample and every vision block in Python (``.tolist()``
 to their blocks with one ``nonzero`` per modality and the positions come from the packer
 :func:`mmpos.layout.pack` (one ``cumsum`` along the sequence), the same packer that
 :func:`mmpos.layout.build` uses for segments: :func:`token_layout` returns the same
-:class:`~mmpos.layout.Layout`.
+:class:`~mmpos.layout.Layout`. The bookkeeping runs in NumPy on the host: token ids on an
+accelerator are read to the host once and the ids moved back once (transformers' own
+``get_rope_index`` reads them to the host too, sample by sample).
 
 The releases differ; ``rule`` (:data:`mmpos.schemes.RULES`) picks one:
 
