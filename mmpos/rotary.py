@@ -272,59 +272,96 @@ def plan_angles(weight: Tensor, pos: Tensor, dtype: torch.dtype = torch.float32)
     return (pos[:, None, :, :, None] * w[None, :, None]).sum(-2)  # (B, H, N, A, P) -> (B, H, N, P)
 
 
-def _expand_heads(t: Tensor, heads: int) -> Tensor:
-    """``(B, N, P)`` -> ``(B, 1, N, P)``; ``(B, Hc, N, P)`` -> ``(B, heads, N, P)`` for GQA."""
-    if t.dim() == 3:
-        return t.unsqueeze(1)
-    if t.shape[1] in (1, heads):
-        return t
-    if heads % t.shape[1]:
-        raise ValueError(f"per-head angles for {t.shape[1]} heads cannot serve {heads} heads")
-    return t.repeat_interleave(heads // t.shape[1], dim=1)  # query heads grouped per KV head
+#: bytes of ``q`` or ``k`` per block of tokens in the eager CPU rotation (its scratch buffer stays in cache)
+_BLOCK_BYTES = 1 << 20
 
 
-def _half_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """``(.., N, 2P)`` ``[cos, cos]`` and ``(.., N, 2, P)`` ``[-sin, sin]`` in ``dtype`` (half-split layout)."""
-    return torch.cat((cos, cos), dim=-1).to(dtype), torch.stack((-sin, sin), dim=-2).to(dtype)
+def _pair_tables(cos: Tensor, sin: Tensor, convention: str) -> tuple[Tensor, Tensor]:
+    """``(B, Ht, N, 2P)`` tables from ``(B, N, P)`` or ``(B, Ht, N, P)`` cos / sin (``Ht = 1`` when shared).
 
-
-def _rotate_half_split(rot: Tensor, cos2: Tensor, sin2: Tensor, exact: bool) -> Tensor:
-    """``rot`` ``(B, H, N, 2P)`` rotated with the tables of :func:`_half_tables` (``(B, 1 or H, N, ...)``).
-
-    Full-width operations: ``x * [cos, cos]`` plus ``[x2, x1] * [-sin, sin]``. ``exact`` rounds both
-    products, then their sum (Hugging Face's ``q * cos + rotate_half(q) * sin``, bit for bit); otherwise
-    the second product is fused into the sum (``addcmul``: one rounding fewer, fewer passes over x).
+    Full-width, in the channel order of ``convention``: ``cos`` on both members of a pair, and
+    ``-sin`` on the member whose partner moves into it first, ``+sin`` on the other, so that
+    ``x * cos2 + swap(x) * sin2`` is the rotation (:func:`_swap_pairs`).
     """
-    pairs = rot.unflatten(-1, (2, -1))  # (B, H, N, 2, P): x1, x2
-    out = rot * cos2  # x1 cos, x2 cos
-    if exact:
-        return out.add_((pairs.flip(-2) * sin2).flatten(-2))  # + (-x2 sin, x1 sin), each rounded
-    out.unflatten(-1, (2, -1)).addcmul_(pairs.flip(-2), sin2)
-    return out
+    if cos.dim() == 3:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    if convention == "half":  # [c, c], [-s, s]
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+    if convention == "interleaved":  # c0 c0 c1 c1 .., -s0 s0 -s1 s1 ..
+        return torch.stack((cos, cos), dim=-1).flatten(-2), torch.stack((-sin, sin), dim=-1).flatten(-2)
+    raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+
+
+def _swap_pairs(x: Tensor, convention: str) -> Tensor:
+    """A new tensor with the two members of every pair exchanged (``[x2, x1]`` for ``"half"``)."""
+    if convention == "half":
+        return x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+
+
+def _empty_in_layout(x: Tensor) -> Tensor:
+    """An uninitialised tensor of ``x``'s shape whose memory runs in the order of ``x``'s strides."""
+    order = sorted(range(x.dim()), key=lambda d: x.stride(d), reverse=True)
+    return x.new_empty([x.shape[d] for d in order]).permute([order.index(d) for d in range(x.dim())])
+
+
+def _rotate(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool) -> Tensor:
+    """Rotate ``x`` ``(B, H, N, 2P)`` by ``(B, Ht, N, 2P)`` tables in ``x.dtype`` (``Ht`` divides ``H``).
+
+    The rotation is ``x * cos2 + swap(x) * sin2``, per pair ``(x1 c - x2 s, x2 c + x1 s)``. Hugging Face
+    (``q * cos + rotate_half(q) * sin``) rounds each product, then their sum; ``exact`` keeps that
+    rounding (products and sums commute exactly in IEEE arithmetic), so outputs are bit-identical.
+    ``exact=False`` fuses the cosine product into the sum (``addcmul``: one rounding fewer).
+
+    Eager, without autograd, the work is arranged to allocate only the output: the swapped pairs are
+    written into it and scaled in place, and the cosine products are made in token blocks of
+    ``_BLOCK_BYTES`` into one reused, cache-sized buffer and added in place (on CPU; one block on
+    other devices, where the caching allocator makes a temporary cheap and every block is a launch).
+    Under ``torch.compile`` or autograd the same operations are written out of place (inductor fuses them).
+    """
+    h, n = x.shape[1], x.shape[2]
+    heads = cos2.shape[1]
+    if h % heads:
+        raise ValueError(f"per-head rotary angles for {heads} heads cannot serve {h} heads")
+    x = x.unflatten(1, (heads, h // heads))  # (B, Ht, G, N, 2P): query heads grouped per key head (GQA)
+    cos2, sin2 = cos2.unsqueeze(2), sin2.unsqueeze(2)  # (B or 1, Ht, 1, N, 2P)
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or cos2.requires_grad or sin2.requires_grad)
+    if torch.compiler.is_compiling() or needs_grad:
+        out = _swap_pairs(x, convention) * sin2
+        out = out + x * cos2 if exact else torch.addcmul(out, x, cos2)
+        return out.flatten(1, 2)
+    out = _swap_pairs(x, convention).mul_(sin2)  # the output: (-x2 s, x1 s) per pair, each product rounded
+    if not exact:
+        return out.addcmul_(x, cos2).flatten(1, 2)
+    rows = n if x.device.type != "cpu" else max(1, min(n, _BLOCK_BYTES * n // max(1, x.numel() * x.element_size())))
+    buf = _empty_in_layout(x[:, :, :, :rows])
+    for i in range(0, n, rows):  # token blocks of fixed size: a cache tile, not a loop over tokens
+        block = buf[:, :, :, : min(rows, n - i)]
+        torch.mul(x[:, :, :, i : i + rows], cos2[:, :, :, i : i + rows], out=block)  # x1 c, x2 c (rounded)
+        out[:, :, :, i : i + rows].add_(block)  # + (-x2 s, x1 s), rounded
+    return out.flatten(1, 2)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half", exact: bool = True) -> Tensor:
     """Rotate ``x`` ``(B, H, N, D)`` by angles whose ``cos``/``sin`` are ``(B, N, P)`` or ``(B, H', N, P)``.
 
     The first ``2P`` channels are rotated (pairs laid out per ``convention``); the rest
-    pass through. ``cos``/``sin`` are used in ``x.dtype`` (as Hugging Face does).
+    pass through. ``cos``/``sin`` are used in ``x.dtype`` (as Hugging Face does); per-head
+    angles for ``H'`` heads serve ``H`` query heads in groups of ``H / H'`` (grouped-query attention).
     ``exact=True`` rounds as Hugging Face's ``apply_rotary_pos_emb`` does (bit-identical outputs);
-    ``exact=False`` fuses a multiply into the add (``addcmul``) for the half-split layout: faster
-    eagerly, and in bf16/fp16 one rounding closer to the exact rotation.
+    ``exact=False`` fuses a multiply into the add (``addcmul``): faster eagerly, and in bf16/fp16
+    one rounding closer to the exact rotation.
     """
-    p = cos.shape[-1]
-    rot, rest = x[..., : 2 * p], x[..., 2 * p :]
-    if convention == "half":
-        cos2, sin2 = _half_tables(_expand_heads(cos, x.shape[1]), _expand_heads(sin, x.shape[1]), x.dtype)
-        out = _rotate_half_split(rot, cos2, sin2, exact)
-    elif convention == "interleaved":
-        cos = _expand_heads(cos, x.shape[1]).to(x.dtype)
-        sin = _expand_heads(sin, x.shape[1]).to(x.dtype)
-        x1, x2 = rot[..., 0::2], rot[..., 1::2]
-        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-    else:
-        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
-    return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
+    cos2, sin2 = _pair_tables(cos, sin, convention)
+    return _rotate_channels(x, cos2.to(x.dtype), sin2.to(x.dtype), convention, exact)
+
+
+def _rotate_channels(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool) -> Tensor:
+    """:func:`_rotate` on the first ``2P`` channels of ``x``; the rest are copied after them."""
+    rotary = cos2.shape[-1]
+    if rotary == x.shape[-1]:
+        return _rotate(x, cos2, sin2, convention, exact)
+    return torch.cat((_rotate(x[..., :rotary], cos2, sin2, convention, exact), x[..., rotary:]), dim=-1)
 
 
 def rotate_qk(q: Tensor, k: Tensor, angles: Tensor, convention: str = "half") -> tuple[Tensor, Tensor]:
@@ -366,18 +403,11 @@ class Rotation:
                 f"per-head rotary angles for {self.cos.shape[1]} key heads: k must have {self.cos.shape[1]} heads and "
                 f"q a multiple of it, got q {q.shape[1]} and k {k.shape[1]} heads"
             )
-        p = self.cos.shape[-1]
-        if self.convention != "half" or self.cos.dim() == 4 or q.dtype != k.dtype:
-            return (
-                apply_rotary(q, self.cos, self.sin, self.convention, self.exact),
-                apply_rotary(k, self.cos, self.sin, self.convention, self.exact),
-            )
-        cos2, sin2 = _half_tables(self.cos.unsqueeze(1), self.sin.unsqueeze(1), q.dtype)  # once for q and k
-        out = []
-        for x in (q, k):
-            rotated = _rotate_half_split(x[..., : 2 * p], cos2, sin2, self.exact)
-            out.append(torch.cat((rotated, x[..., 2 * p :]), dim=-1) if x.shape[-1] > 2 * p else rotated)
-        return out[0], out[1]
+        cos2, sin2 = _pair_tables(self.cos, self.sin, self.convention)  # once for q and k
+        return (
+            _rotate_channels(q, cos2.to(q.dtype), sin2.to(q.dtype), self.convention, self.exact),
+            _rotate_channels(k, cos2.to(k.dtype), sin2.to(k.dtype), self.convention, self.exact),
+        )
 
 
 def coords_angles(

@@ -185,3 +185,73 @@ def test_fast_rotation_is_as_accurate_and_rotation_equals_apply_rotary(dtype, ro
         rq, rk = Rotation(cos, sin, "half", 16, flag).rotate(q, k)
         assert torch.equal(rq, apply_rotary(q, cos, sin, exact=flag))
         assert torch.equal(rk, apply_rotary(k, cos, sin, exact=flag))
+
+
+def _textbook(x, cos, sin, convention):
+    """``(x1 c - x2 s, x2 c + x1 s)`` per pair, each product and sum rounded in ``x.dtype``; rest passed through."""
+    p = cos.shape[-1]
+    c, s = cos.to(x.dtype), sin.to(x.dtype)
+    if c.dim() == 3:
+        c, s = c[:, None], s[:, None]
+    else:  # per-head angles: query heads grouped per angle head
+        c, s = (t.repeat_interleave(x.shape[1] // t.shape[1], 1) for t in (c, s))
+    rot = x[..., : 2 * p]
+    x1, x2 = (rot[..., :p], rot[..., p:]) if convention == "half" else (rot[..., 0::2], rot[..., 1::2])
+    o1, o2 = x1 * c - x2 * s, x2 * c + x1 * s
+    out = torch.cat((o1, o2), -1) if convention == "half" else torch.stack((o1, o2), -1).flatten(-2)
+    return torch.cat((out, x[..., 2 * p :]), -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("convention", ["half", "interleaved"])
+@pytest.mark.parametrize("angle_heads", [None, 2])
+@pytest.mark.parametrize("rotary_dim", [16, 12])
+def test_token_blocked_rotation_is_bit_exact(monkeypatch, dtype, convention, angle_heads, rotary_dim):
+    """Eager CPU rotation in token blocks (a reused buffer; the last block shorter) rounds as the textbook formula,
+    for q laid out as a model's (B, L, H, D) projection, per-head angles serving grouped query heads, and partial
+    rotary; the autograd path (out of place) gives the same bits."""
+    monkeypatch.setattr("mmpos.rotary._BLOCK_BYTES", 3 * 4 * 16 * 2)  # 3 tokens of 4 bf16 heads per block
+    torch.manual_seed(0)
+    q = torch.randn(2, 11, 4, 16, dtype=dtype).transpose(1, 2)  # (B, H, N, D) view of (B, N, H, D)
+    shape = (2, 11, rotary_dim // 2) if angle_heads is None else (2, angle_heads, 11, rotary_dim // 2)
+    angles = torch.randn(shape) * 30
+    cos, sin = angles.cos(), angles.sin()
+    reference = _textbook(q, cos, sin, convention)
+    out = apply_rotary(q, cos, sin, convention)
+    assert torch.equal(out, reference)
+    assert out.stride() == q.stride() or rotary_dim < 16  # the projection's layout is kept
+    with torch.enable_grad():
+        leaf = q.detach().requires_grad_()
+        graded = apply_rotary(leaf, cos, sin, convention)
+        graded.sum().backward()
+    assert torch.equal(graded.detach(), reference) and leaf.grad is not None
+    fast = apply_rotary(q, cos, sin, convention, exact=False)
+    truth = _textbook(q.double(), cos.double(), sin.double(), convention)
+    assert (fast.double() - truth).abs().max() <= (reference.double() - truth).abs().max() + 1e-6
+
+
+def test_rotation_equals_transformers_for_a_transposed_projection_in_blocks(monkeypatch):
+    """Rotation.rotate on q and k viewed from (B, L, H, D), split into several token blocks, equals
+    transformers' apply_rotary_pos_emb bit for bit in fp32 and bf16, with the same output strides."""
+    monkeypatch.setattr("mmpos.rotary._BLOCK_BYTES", 5 * 6 * 32 * 2)
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        q = torch.randn(1, 37, 6, 32, dtype=dtype).transpose(1, 2)
+        k = torch.randn(1, 37, 2, 32, dtype=dtype).transpose(1, 2)
+        angles = torch.randn(1, 37, 16) * 100
+        cos, sin = angles.cos(), angles.sin()
+        ref = apply_rotary_pos_emb(q, k, torch.cat((cos, cos), -1).to(dtype), torch.cat((sin, sin), -1).to(dtype))
+        got = Rotation(cos, sin, "half", 32).rotate(q, k)
+        for a, b in zip(got, ref, strict=True):
+            assert torch.equal(a, b)
+            assert [st for st, n in zip(a.stride(), a.shape, strict=True) if n > 1] == [
+                st for st, n in zip(b.stride(), b.shape, strict=True) if n > 1
+            ]  # same memory order (a size-1 dimension's stride is arbitrary)
+
+
+def test_compiled_rotation_has_no_graph_break_and_matches_eager():
+    torch.manual_seed(0)
+    q = torch.randn(1, 9, 4, 16).transpose(1, 2)
+    angles = torch.randn(1, 9, 8)
+    compiled = torch.compile(apply_rotary, backend="eager", fullgraph=True)
+    assert torch.equal(compiled(q, angles.cos(), angles.sin()), apply_rotary(q, angles.cos(), angles.sin()))
