@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mmpos import Coords
 from mmpos.encoders.learned import LearnedPositionEmbedding
@@ -130,13 +131,11 @@ def test_learned_page_3d_along_t_only_and_1d_linear(learned):
     torch.testing.assert_close(longer, (1 - frac) * table[lo] + frac * table[hi])
 
 
-@pytest.mark.xfail(
-    strict=True,  # passes (and so fails) once fixed: then drop the mark and the sentence in docs/encoders/learned.md
-    raises=ValueError,
-    reason="learned passes these modes to timm's resample_abs_pos_embed, whose antialias=True F.interpolate refuses",
-)
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "area"])
 def test_learned_other_2d_modes_resample(mode):
-    """The page: the constructor accepts these modes but they fail at a resampled 2-D grid today."""
+    """The page: modes other than bilinear / bicubic resample without antialiasing (F.interpolate refuses it)."""
     pe = LearnedPositionEmbedding(8, (4, 4), interpolation=mode)
-    assert pe.embed(Coords.grid(6, 6)).shape == (1, 36, 8)
+    cells = pe.pos_embed.detach().reshape(1, 4, 4, 8).permute(0, 3, 1, 2)  # (1, D, 4, 4)
+    for size in ((6, 6), (2, 3)):
+        expected = F.interpolate(cells, size=size, mode=mode).permute(0, 2, 3, 1).reshape(1, -1, 8)
+        torch.testing.assert_close(pe.embed(Coords.grid(*size)), expected)

@@ -71,7 +71,12 @@ class LearnedPositionEmbedding(AdditiveEncoder):
             from timm.layers import resample_abs_pos_embed  # here, so `mmpos list` does not load timm
 
             return resample_abs_pos_embed(
-                self.pos_embed, list(grid_shape), list(self.grid_size), self.num_prefix_tokens, self.interpolation
+                self.pos_embed,
+                list(grid_shape),
+                list(self.grid_size),
+                self.num_prefix_tokens,
+                self.interpolation,
+                antialias=self.interpolation in ("bilinear", "bicubic"),  # F.interpolate refuses it for other modes
             )
         prefix, cells = self.pos_embed[:, : self.num_prefix_tokens], self.pos_embed[:, self.num_prefix_tokens :]
         grid = cells.reshape(1, *self.grid_size, -1).movedim(-1, 1)  # (1, D, *grid)
