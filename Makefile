@@ -41,9 +41,9 @@ test: install-test lint
 	$(MAKE) test-oldest
 	.ci/wheel_check.sh $(BIN)/python
 
-# the integration tests on the oldest supported releases of the libraries they plug into
+# the integration tests on the oldest supported releases of the libraries they plug into (one thread per worker)
 test-oldest: install-test-oldest
-	$(VENV_OLD)/bin/python -m pytest -n 2 -m "$(OLDEST_MARKERS)" -p no:cacheprovider --durations=5
+	OMP_NUM_THREADS=1 $(VENV_OLD)/bin/python -m pytest -n 2 -m "$(OLDEST_MARKERS)" -p no:cacheprovider --durations=5
 
 test-hf-oldest: test-oldest  # the former name
 
