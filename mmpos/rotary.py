@@ -319,27 +319,35 @@ def _rotate(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool)
     other devices, where the caching allocator makes a temporary cheap and every block is a launch).
     Under ``torch.compile`` or autograd the same operations are written out of place (inductor fuses them).
     """
-    h, n = x.shape[1], x.shape[2]
+    h = x.shape[1]
     heads = cos2.shape[1]
     if h % heads:
         raise ValueError(f"per-head rotary angles for {heads} heads cannot serve {h} heads")
-    x = x.unflatten(1, (heads, h // heads))  # (B, Ht, G, N, 2P): query heads grouped per key head (GQA)
-    cos2, sin2 = cos2.unsqueeze(2), sin2.unsqueeze(2)  # (B or 1, Ht, 1, N, 2P)
+    grouped = 1 < heads < h
+    if grouped:  # (B, Ht, G, N, 2P): query heads grouped per key head (GQA), tables (B, Ht, 1, N, 2P)
+        x, cos2, sin2 = x.unflatten(1, (heads, h // heads)), cos2.unsqueeze(2), sin2.unsqueeze(2)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or cos2.requires_grad or sin2.requires_grad)
     if torch.compiler.is_compiling() or needs_grad:
         out = _swap_pairs(x, convention) * sin2
         out = out + x * cos2 if exact else torch.addcmul(out, x, cos2)
-        return out.flatten(1, 2)
-    out = _swap_pairs(x, convention).mul_(sin2)  # the output: (-x2 s, x1 s) per pair, each product rounded
-    if not exact:
-        return out.addcmul_(x, cos2).flatten(1, 2)
+    else:
+        out = _swap_pairs(x, convention).mul_(sin2)  # the output: (-x2 s, x1 s) per pair, each product rounded
+        if exact:
+            _add_products_in_blocks(out, x, cos2)
+        else:
+            out.addcmul_(x, cos2)
+    return out.flatten(1, 2) if grouped else out
+
+
+def _add_products_in_blocks(out: Tensor, x: Tensor, cos2: Tensor) -> None:
+    """``out += x * cos2`` with the product rounded first, over token blocks (dimension -2) through one buffer."""
+    n = x.shape[-2]
     rows = n if x.device.type != "cpu" else max(1, min(n, _BLOCK_BYTES * n // max(1, x.numel() * x.element_size())))
-    buf = _empty_in_layout(x[:, :, :, :rows])
+    buf = _empty_in_layout(x[..., :rows, :])
     for i in range(0, n, rows):  # token blocks of fixed size: a cache tile, not a loop over tokens
-        block = buf[:, :, :, : min(rows, n - i)]
-        torch.mul(x[:, :, :, i : i + rows], cos2[:, :, :, i : i + rows], out=block)  # x1 c, x2 c (rounded)
-        out[:, :, :, i : i + rows].add_(block)  # + (-x2 s, x1 s), rounded
-    return out.flatten(1, 2)
+        block = buf[..., : min(rows, n - i), :]
+        torch.mul(x[..., i : i + rows, :], cos2[..., i : i + rows, :], out=block)  # x1 c, x2 c (rounded)
+        out[..., i : i + rows, :].add_(block)  # + (-x2 s, x1 s), rounded
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half", exact: bool = True) -> Tensor:
