@@ -23,7 +23,9 @@ output is compared with a float64 rotation (eager mmpos is bit-exact to transfor
 compiled kernel rounds once instead of after every operation, so in bf16 it is as close or
 closer to float64, not bit-equal to transformers). Time: median
 of ``--repeats`` calls, variants interleaved call by call so a shared machine's load hits
-them alike.
+them alike; process CPU time on CPU (with one thread, the call's compute), wall time on CUDA.
+Peak memory: the extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of
+``VmHWM`` with glibc mapping blocks of 64 KiB or more, see ``benchmarks/_memory.py``).
 
     python benchmarks/mrope.py [--device cpu|cuda] [--repeats 15] [--threads N] [--no-compile]
 """
@@ -39,6 +41,8 @@ import sys
 import time
 
 import torch
+import transformers
+from _memory import map_large_blocks, peak_mib
 from transformers.models.qwen2_vl import modeling_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
@@ -149,14 +153,16 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compile_
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for fn in fns.values():
         fn(q, k, ids, coords)  # warm-up
+    clock = time.perf_counter if device == "cuda" else time.process_time
     for _ in range(repeats):
         for name, fn in fns.items():
             sync(device)
-            start = time.perf_counter()
+            start = clock()
             fn(q, k, ids, coords)
             sync(device)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
+            samples[name].append(clock() - start)
+    mib = {name: peak_mib(lambda fn=fn: fn(q, k, ids, coords), device) for name, fn in fns.items()}
+    return {name: statistics.median(v) * 1e3 for name, v in samples.items()}, mib
 
 
 def table(rows: list[dict]) -> str:
@@ -164,6 +170,7 @@ def table(rows: list[dict]) -> str:
     head = "| L | dtype | " + " | ".join(f"{n} ms" for n in names) + " | hf / mmpos | mmpos / copy |"
     if "mmpos-compiled" in names:
         head += " hf / compiled | compiled / copy |"
+    head += " peak MiB " + " / ".join(names) + " |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ms = r["ms"]
@@ -171,6 +178,7 @@ def table(rows: list[dict]) -> str:
         cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['mmpos'] / ms['copy']:.2f}x"]
         if "mmpos-compiled" in names:
             cells += [f"{ms['hf'] / ms['mmpos-compiled']:.2f}x", f"{ms['mmpos-compiled'] / ms['copy']:.2f}x"]
+        cells.append(" / ".join(f"{r['mib'][n]:.0f}" for n in names))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -187,16 +195,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
+        map_large_blocks()
     rows = []
     for length in args.lengths:
         for dname in args.dtypes:
             print(f"L={length} {dname}", file=sys.stderr)
-            ms = measure(length, DTYPES[dname], args.device, args.repeats, not args.no_compile)
-            rows.append({"length": length, "dtype": dname, "ms": ms})
+            ms, mib = measure(length, DTYPES[dname], args.device, args.repeats, not args.no_compile)
+            rows.append({"length": length, "dtype": dname, "ms": ms, "mib": mib})
     device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
     print(
         f"<!-- {datetime.date.today()} torch {torch.__version__}, {args.device} ({device}), "
-        f"{torch.get_num_threads()} threads, median of {args.repeats} -->"
+        f"{torch.get_num_threads()} threads, transformers {transformers.__version__}, median of {args.repeats} -->"
     )
     print(table(rows))
     if args.json:
