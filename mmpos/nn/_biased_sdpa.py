@@ -8,11 +8,13 @@ forms and keeps the ``(B, H, N, N)`` logits and probabilities. This function ins
 * forward: gathers the bias and runs the fused CPU flash kernel with it as a constant mask
   (``aten._scaled_dot_product_flash_attention_for_cpu``), keeping the output and the
   log-sum-exp ``(B, H, N)``, not the bias nor the probabilities;
-* backward: over blocks of query rows, re-gathers the block's bias, recomputes its
-  probabilities ``P = exp(s q k^T + bias - lse)`` in place, forms ``dS = P (dO v^T - delta)``
+* backward: over blocks of (batch x head slices, query rows) of about ``_BLOCK_ELEMENTS``
+  logits, re-gathers the block's bias, recomputes its probabilities
+  ``P = exp(s q k^T + bias - lse)`` in place, forms ``dS = P (dO v^T - delta)``
   (``delta_i = dO_i . out_i``), sums ``dS`` per bucket into ``dz`` (``scatter_add``) and
-  accumulates ``dq = s dS k``, ``dk = s dS^T q``, ``dv = P^T dO``. Each block reuses two
-  ``(B H, rows, N)`` buffers, so nothing ``(B, H, N, N)`` is formed in either pass.
+  accumulates ``dq = s dS k``, ``dk = s dS^T q``, ``dv = P^T dO``. Every block reuses the same
+  two buffers, so the backward forms nothing ``(B, H, N, N)``; the forward forms the bias once
+  for the flash kernel and keeps it no longer.
 
 The math is the softmax attention backward (FlashAttention-2, Dao 2023, Alg. 2, with the
 bias gradient ``dS`` summed per bucket). Shapes: q, k, v ``(B, H, N, D)``; z
@@ -21,13 +23,15 @@ bias gradient ``dS`` summed per bucket). Shapes: q, k, v ``(B, H, N, D)``; z
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 __all__ = ["gathered_bias_attention", "supports_gathered_bias"]
 
 _aten = torch.ops.aten
-_BLOCK_ELEMENTS = 2**19  # ~2 MiB float32 per (B H, rows, N) buffer: two stay in cache
+_BLOCK_ELEMENTS = 2**17  # elements per (batch x head, rows, N) block: 512 KiB float32 (L2-sized)
 
 
 def supports_gathered_bias(q: Tensor) -> bool:
@@ -71,26 +75,29 @@ class _GatheredBiasAttention(torch.autograd.Function):
         delta = (dout * out.reshape(flat)).sum(-1, keepdim=True)  # (BH, N, 1)
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dz = torch.zeros_like(zf)
-        rows = max(16, min(n, _BLOCK_ELEMENTS // (bh * n)))
-        p_buf, ds_buf, dq_buf = q.new_empty(bh * rows * n), q.new_empty(bh * rows * n), q.new_empty(bh * rows * d)
+        rows = max(16, min(n, _BLOCK_ELEMENTS // n))  # query rows per block
+        group = max(1, min(bh, _BLOCK_ELEMENTS // (rows * n)))  # batch x head slices per block
+        p_buf, ds_buf = q.new_empty(group * rows * n), q.new_empty(group * rows * n)
+        dq_buf = q.new_empty(group * rows * d)
         k_t, v_t = k.transpose(1, 2), v.transpose(1, 2)
-        for start in range(0, n, rows):  # static blocks of query rows
-            stop = min(start + rows, n)
-            size = (bh, stop - start, n)  # contiguous views of the buffers' leading elements
-            p, ds = p_buf[: bh * (stop - start) * n].view(size), ds_buf[: bh * (stop - start) * n].view(size)
-            block_ids = ids[:, start:stop]
-            q_blk, dout_blk = q[:, start:stop], dout[:, start:stop]
-            _gather_into(p, zf[:, start:stop], block_ids)  # bias rows
-            p.baddbmm_(q_blk, k_t, alpha=scale).sub_(lse[:, start:stop]).exp_()  # P
-            torch.bmm(dout_blk, v_t, out=ds)
-            ds.sub_(delta[:, start:stop]).mul_(p)  # dS = P (dP - delta)
-            index = block_ids[0].expand(ds.shape)
-            dz[:, start:stop].scatter_add_(-1, index, ds)
-            for extra in block_ids[1:]:
-                dz[:, start:stop].scatter_add_(-1, extra.expand(ds.shape), ds)
-            dq[:, start:stop] = torch.bmm(ds, k, out=dq_buf[: bh * (stop - start) * d].view(bh, stop - start, d))
-            dk.baddbmm_(ds.transpose(1, 2), q_blk)
-            dv.baddbmm_(p.transpose(1, 2), dout_blk)
+        for g0 in range(0, bh, group):  # static blocks of (batch x head, query rows)
+            g1 = min(g0 + group, bh)
+            for start in range(0, n, rows):
+                stop = min(start + rows, n)
+                size = (g1 - g0, stop - start, n)  # contiguous views of the buffers' leading elements
+                p, ds = p_buf[: math.prod(size)].view(size), ds_buf[: math.prod(size)].view(size)
+                block_ids = ids[:, start:stop]
+                q_blk, dout_blk = q[g0:g1, start:stop], dout[g0:g1, start:stop]
+                _gather_into(p, zf[g0:g1, start:stop], block_ids)  # bias rows
+                p.baddbmm_(q_blk, k_t[g0:g1], alpha=scale).sub_(lse[g0:g1, start:stop]).exp_()  # P
+                torch.bmm(dout_blk, v_t[g0:g1], out=ds)
+                ds.sub_(delta[g0:g1, start:stop]).mul_(p)  # dS = P (dP - delta)
+                for ids_map in block_ids:
+                    dz[g0:g1, start:stop].scatter_add_(-1, ids_map.expand(size), ds)
+                dq_blk = dq_buf[: size[0] * size[1] * d].view(size[0], size[1], d)
+                dq[g0:g1, start:stop] = torch.bmm(ds, k[g0:g1], out=dq_blk)
+                dk[g0:g1].baddbmm_(ds.transpose(1, 2), q_blk)
+                dv[g0:g1].baddbmm_(p.transpose(1, 2), dout_blk)
         dq.mul_(scale)
         dk.mul_(scale)
         shape = (b, h, n, d)

@@ -33,7 +33,7 @@ def _math(q, k, v, z, ids):
 
 
 @pytest.mark.parametrize("maps", [1, 2])
-@pytest.mark.parametrize("block", [None, 3 * 2 * 23 * 5])  # one block; blocks of 5 query rows (the last 3)
+@pytest.mark.parametrize("block", [None, 5 * 23, 4 * 23 * 23])  # all; 16 + 7 rows x 1 slice; 23 rows x 4 + 2 slices
 def test_values_and_gradients_equal_the_math_path(maps, block, monkeypatch):
     if block is not None:
         monkeypatch.setattr(biased, "_BLOCK_ELEMENTS", block)
@@ -49,7 +49,7 @@ def test_values_and_gradients_equal_the_math_path(maps, block, monkeypatch):
 
 
 def test_gradcheck_with_strided_inputs_and_a_broadcast_bias(monkeypatch):
-    monkeypatch.setattr(biased, "_BLOCK_ELEMENTS", 2 * 9 * 4)  # 4 rows per block: 3 blocks
+    monkeypatch.setattr(biased, "_BLOCK_ELEMENTS", 9 * 9)  # one (batch x head) slice per block: 2 blocks
     _, k, v, _, ids = _inputs(b=1, h=2, n=9, d=3, buckets=4)
     q_t = torch.randn(1, 9, 2, 3, dtype=torch.float64, requires_grad=True)  # (B, N, H, D) viewed as (B, H, N, D)
     table = torch.randn(1, 2, 1, 4, dtype=torch.float64, requires_grad=True)  # bias-mode z: (1, H, 1, buckets)
