@@ -264,15 +264,20 @@ class Layout:
     def coords(self) -> Coords:
         sch = get_scheme(self.scheme)
         a = len(sch.axes)
-        real = self.attention_mask.bool()
-        if self._parts is None:
-            pos = self.position_ids[:a].to(torch.float64, copy=True)  # (A, B, L), filled in place below
-        else:
-            text, vision, is_vision = (p.to(real.device) for p in self._parts)  # host arrays of the packer
-            pos = text.unsqueeze(0).repeat(a, 1, 1)
-            pos[:, is_vision] = vision
-        pos = pos.masked_fill_(~real, 0).permute(1, 2, 0).to(sch.coord_dtype).contiguous()  # (B, L, A)
-        return Coords(pos, sch.axes, mask=real, modality=self.modality, _trusted=True)  # checked by the packer
+        real = self._masks[0]  # (B, L) bool, on the host
+        pos = np.empty((*real.shape, a), dtype=torch.empty(0, dtype=sch.coord_dtype).numpy().dtype)  # (B, L, A)
+        if self._parts is None:  # position_ids hold the positions exactly (integers below 2**53)
+            np.copyto(pos, _host(self.position_ids[:a]).transpose(1, 2, 0), casting="unsafe")  # one rounding
+        else:  # the packer's float64 positions (position_ids may be float32)
+            text, vision, is_vision = (p.numpy() for p in self._parts)
+            exact = np.empty(pos.shape, dtype=np.float64)
+            exact[...] = text[..., None]
+            exact[is_vision] = vision.T
+            np.copyto(pos, exact, casting="unsafe")
+        pos[~real] = 0
+        device = self.position_ids.device
+        mask = torch.from_numpy(real.copy()).to(device)
+        return Coords(torch.from_numpy(pos).to(device), sch.axes, mask=mask, modality=self.modality, _trusted=True)
 
     def _hf_deltas(self) -> Tensor:
         """``rope_deltas`` relative to the padded length (what :func:`decode_position_ids` reads)."""
