@@ -191,6 +191,12 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     parser.add_argument("--stack", action="store_true", help="time a 12-block stack instead (angles once vs per block)")
+    parser.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="CPU: keep glibc's own mmap threshold (freed blocks up to 32 MiB are reused, so fewer page faults; "
+        "peak memory is then not measured reliably)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.stack:
@@ -200,7 +206,7 @@ def main() -> None:
         )
         print(stack(args.device, args.repeats))
         return
-    if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
+    if args.device == "cpu" and not args.default_malloc:  # blocks >= 64 KiB are mapped and unmapped: RSS follows them
         map_large_blocks()
     rows = []
     for length in args.lengths:
