@@ -150,13 +150,6 @@ def _read_empty_video():
         media.read_video(path, "qwen2-vl")
 
 
-_NO_DROPOUT_CHECK = pytest.mark.xfail(
-    strict=True,  # passes (and so fails) once the check exists: then drop the mark
-    raises=RuntimeError,
-    reason="mmpos.nn.attention does not check dropout_p: torch raises a RuntimeError that does not name it "
-    "(-0.1 even reports a flash-attention limitation); needs a check in mmpos/nn/attention.py",
-)
-
 CASES = [
     row("register_encoder-bad-kind", _register_bad_kind, ValueError, r"kind must be one of .*got 'rotation'"),
     row(
@@ -164,8 +157,10 @@ CASES = [
     ),
     row("attention-float-attn_mask", _float_mask_function, ValueError, r"attn_mask must be a bool tensor.*float32"),
     row("Attention-int-attn_mask", _float_mask_module, ValueError, r"attn_mask must be a bool tensor.*int64"),
-    row("attention-dropout_p-above-1", _dropout_function(1.5), ValueError, r"dropout_p", marks=_NO_DROPOUT_CHECK),
-    row("attention-dropout_p-negative", _dropout_function(-0.1), ValueError, r"dropout_p", marks=_NO_DROPOUT_CHECK),
+    row("attention-dropout_p-above-1", _dropout_function(1.5), ValueError, r"dropout_p must be .*<= 1, got 1.5"),
+    row("attention-dropout_p-negative", _dropout_function(-0.1), ValueError, r"dropout_p must be .*>= 0.*got -0.1"),
+    row("Attention-attn_drop", lambda: Attention(16, 2, attn_drop=2.0), ValueError, r"attn_drop must be .*got 2.0"),
+    row("Attention-proj_drop", lambda: Attention(16, 2, proj_drop=float("nan")), ValueError, r"proj_drop must be"),
     row(
         "timm-ResPostBlock",
         _timm_block("ResPostBlock"),

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._validate import check_float
 from ..coords import Coords
 from ..encoders.base import BiasEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import Rotation
@@ -73,8 +74,9 @@ def attention(
             :class:`~mmpos.rotary.Rotation` (cos / sin computed once per forward for all layers).
         causal: causal mask.
         attn_mask: optional bool mask broadcastable to ``(B, Hq, N, N)``, ``True`` = attend.
-        dropout_p: attention dropout.
+        dropout_p: attention dropout, in ``[0, 1]``.
     """
+    check_float(dropout_p, "dropout_p", strict=False, high=1.0)  # a Python float: no device sync
     b, hq, n, d = q.shape
     hk = k.shape[1]
     if hq % hk:
@@ -161,7 +163,8 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = dim // num_heads
         self.causal = causal
-        self.attn_drop = attn_drop
+        self.attn_drop = check_float(attn_drop, "attn_drop", strict=False, high=1.0)
+        check_float(proj_drop, "proj_drop", strict=False, high=1.0)
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.kv = nn.Linear(dim, 2 * num_kv_heads * self.head_dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim, bias=proj_bias)
