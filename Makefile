@@ -37,7 +37,7 @@ demo: install
 	$(BIN)/mmpos run quickstart
 
 test: install-test lint
-	$(BIN)/python -m pytest -n 2 --durations=15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15
 	$(MAKE) test-oldest
 	.ci/wheel_check.sh $(BIN)/python
 
