@@ -17,6 +17,7 @@ import difflib
 import importlib.resources
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,6 +261,24 @@ def cfg_get(cfg: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
+def _drop_unswept_baseline(cfg: dict[str, Any], over: Mapping[str, Any]) -> None:
+    """The recipe's ``baseline`` gives way (with a warning) when the caller sweeps other encoders.
+
+    A baseline the caller names itself must be swept (checked with the other values).
+    """
+    baseline, encoders = cfg.get("baseline"), cfg.get("encoders")
+    encoders = [encoders] if isinstance(encoders, str) else encoders
+    if "baseline" in over or baseline is None or not isinstance(encoders, list) or baseline in encoders:
+        return
+    warnings.warn(
+        f"the recipe's baseline {baseline!r} is not among encoders {encoders}: no paired-difference table "
+        "(name one with baseline=<encoder>)",
+        UserWarning,
+        stacklevel=3,
+    )
+    cfg["baseline"] = None
+
+
 def resolve_config(
     recipe: Mapping[str, Any],
     overrides: Iterable[str] | Mapping[str, Any] = (),
@@ -284,6 +303,7 @@ def resolve_config(
         if "profile" in profiles[profile] or "profiles" in profiles[profile]:
             raise ConfigError(f"profiles.{profile} may not set 'profile' or 'profiles'")
         cfg = merge(merge(recipe, profiles[profile]), over)  # overrides win over the profile
+    _drop_unswept_baseline(cfg, over)
     if not cfg.get("task"):
         raise ConfigError("the recipe must name its task: task: <name> (see docs/recipes.md)")
     if task_defaults is None:

@@ -113,7 +113,9 @@ def test_baseline_must_be_a_swept_encoder():
     recipe = load_yaml(find_recipe("quickstart"))
     assert resolve_config(recipe)["baseline"] == "none"
     with pytest.raises(ConfigError, match=r"'baseline' must be one of the swept encoders \['rope'\] or null"):
-        resolve_config(recipe, ["encoders=[rope]"])
+        resolve_config(recipe, ["encoders=[rope]", "baseline=sincos"])  # named by the caller: must be swept
+    with pytest.warns(UserWarning, match=r"the recipe's baseline 'none' is not among encoders \['rope'\]"):
+        assert resolve_config(recipe, ["encoders=[rope]"])["baseline"] is None  # the recipe's: gives way
     assert resolve_config(recipe, ["encoders=[rope]", "baseline=null"])["baseline"] is None
     with pytest.raises(ValueError, match="not among the encoders"):
         paired_differences(HAND, "sincos")
@@ -130,7 +132,7 @@ def test_every_shipped_recipe_names_a_baseline_it_sweeps():
 
 
 def test_cli_names_a_baseline_outside_the_sweep_in_one_line(tmp_path, capsys):
-    code = main(["run", "quickstart", "profile=smoke", "encoders=[rope]", "--out", str(tmp_path)])
+    code = main(["run", "quickstart", "profile=smoke", "encoders=[rope]", "baseline=sincos", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "baseline" in err and "baseline=null" in err
     assert not any(tmp_path.iterdir())
