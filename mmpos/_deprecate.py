@@ -2,6 +2,8 @@
 
 * :func:`module_aliases` -- a module ``__getattr__`` for renamed classes / functions
   (``from mmpos.encoders.rope import Rope1d`` still works and warns).
+* :func:`moved_attributes` -- a module ``__getattr__`` for names moved to another module
+  (``mmpos.data.spatial.render`` still works and warns).
 * :func:`renamed_arguments` -- a decorator for renamed keyword arguments
   (``Coords.grid(14, 14, prefix=1)`` still works and warns); old and new together are a ``TypeError``.
 """
@@ -26,6 +28,19 @@ def module_aliases(module: str, aliases: dict[str, str]) -> Callable[[str], Any]
         new = aliases[name]
         warnings.warn(f"{module}.{name} is deprecated; use {module}.{new}", DeprecationWarning, stacklevel=2)
         return getattr(sys.modules[module], new)
+
+    return __getattr__
+
+
+def moved_attributes(module: str, moved: dict[str, tuple[Any, str]], target: str) -> Callable[[str], Any]:
+    """A module-level ``__getattr__`` giving ``moved[old] = (object, new name in target)``, with a warning."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in moved:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        obj, new = moved[name]
+        warnings.warn(f"{module}.{name} is deprecated; use {target}.{new}", DeprecationWarning, stacklevel=2)
+        return obj
 
     return __getattr__
 

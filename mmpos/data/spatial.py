@@ -9,9 +9,9 @@ their options by keyword).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
+from .._deprecate import moved_attributes
 from . import squares
 
 __all__: list[str] = []
@@ -39,9 +39,4 @@ _MOVED: dict[str, tuple[Any, str]] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    obj, new = _MOVED[name]
-    warnings.warn(f"{__name__}.{name} is deprecated; use mmpos.data.squares.{new}", DeprecationWarning, stacklevel=2)
-    return obj
+__getattr__ = moved_attributes(__name__, _MOVED, "mmpos.data.squares")
