@@ -426,6 +426,16 @@ def test_docs_example(tmp_path, monkeypatch):
     assert namespace["tokens"].shape[1] == len(namespace["prompt"]) + 4
 
 
+def _logits_given_and_own(model, inputs: dict, positions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits with the layout's ``position_ids`` and with the model's own ``get_rope_index``."""
+    import inspect
+
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:  # transformers >= 5.3
+        inputs = {**inputs, "mm_token_type_ids": positions.modality}
+    with torch.no_grad():
+        return model(**inputs, position_ids=positions.position_ids).logits, model(**inputs).logits
+
+
 @needs_hf
 @pytest.mark.parametrize(
     "clip",
@@ -435,7 +445,6 @@ def test_docs_example(tmp_path, monkeypatch):
 def test_qwen2_5_vl_positions_from_file_timestamps(tmp_path, clip):
     """A clip's ``second_per_grid`` drives Qwen2.5-VL's time axis: layout positions from the file's
     segment give the same logits over the video as the model's own ``get_rope_index`` fed ``second_per_grid_ts``."""
-    import inspect
 
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -468,11 +477,7 @@ def test_qwen2_5_vl_positions_from_file_timestamps(tmp_path, clip):
         "video_grid_thw": torch.tensor([video.segment.grid_thw]),
         "second_per_grid_ts": torch.tensor([video.segment.second_per_grid]),
     }
-    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
-        inputs["mm_token_type_ids"] = positions.modality
-    with torch.no_grad():
-        ours = model(**inputs, position_ids=positions.position_ids).logits
-        own = model(**inputs).logits
+    ours, own = _logits_given_and_own(model, inputs, positions)
     # up to the last video token (causal: later positions cannot change these logits); the text after a
     # video advances by transformers' release rule (>= 5.3: by max(h, w) only), which layout's ``rule`` selects
     last = 3 + t * h * w // 4
@@ -484,7 +489,6 @@ def test_qwen2_5_vl_positions_from_file_timestamps(tmp_path, clip):
 def test_qwen3_vl_timestamp_layout_matches_model(tmp_path):
     """``qwen3_segments`` reproduces Qwen3-VL's ``<t seconds><start>frame<end>`` prompt: layout positions
     give the same logits as a tiny Qwen3-VL's own ``get_rope_index``."""
-    import inspect
 
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -519,9 +523,5 @@ def test_qwen3_vl_timestamp_layout_matches_model(tmp_path):
         "pixel_values_videos": video.pixel_values,
         "video_grid_thw": torch.tensor([video.segment.grid_thw]),
     }
-    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
-        inputs["mm_token_type_ids"] = positions.modality
-    with torch.no_grad():
-        ours = model(**inputs, position_ids=positions.position_ids).logits
-        own = model(**inputs).logits
+    ours, own = _logits_given_and_own(model, inputs, positions)
     torch.testing.assert_close(ours, own, rtol=0, atol=0)
