@@ -69,6 +69,7 @@ from .schemes import (
     Rule,
     Scheme,
     SchemeOptions,
+    _FieldView,
     get_rule,
     get_scheme,
     resolve_options,
@@ -93,23 +94,8 @@ __all__ = [
 ]
 
 
-class _SchemeAxes(Mapping):
-    """``scheme -> axes``, a live view of the registry."""
-
-    def __getitem__(self, name: str) -> tuple[str, ...]:
-        if name not in SCHEMES:
-            raise KeyError(name)
-        return SCHEMES[name].axes
-
-    def __iter__(self):
-        return iter(SCHEMES)
-
-    def __len__(self) -> int:
-        return len(SCHEMES)
-
-
 #: the coordinate axes each scheme produces (a view of :data:`mmpos.schemes.SCHEMES`)
-SCHEME_AXES: Mapping[str, tuple[str, ...]] = _SchemeAxes()
+SCHEME_AXES: Mapping[str, tuple[str, ...]] = _FieldView("axes")
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:

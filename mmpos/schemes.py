@@ -46,7 +46,7 @@ images through the same ``get_vision_position_ids``). Rules only change the sche
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -245,6 +245,24 @@ class Scheme:
 
 #: every scheme by name (``register_scheme`` adds to it)
 SCHEMES: dict[str, Scheme] = {}
+
+
+class _FieldView(Mapping):
+    """``scheme name -> getattr(scheme, field)``, a live view of :data:`SCHEMES`."""
+
+    def __init__(self, field: str) -> None:
+        self._field = field
+
+    def __getitem__(self, name: str):
+        if name not in SCHEMES:
+            raise KeyError(name)
+        return getattr(SCHEMES[name], self._field)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SCHEMES)
+
+    def __len__(self) -> int:
+        return len(SCHEMES)
 
 
 def register_scheme(scheme: Scheme) -> Scheme:

@@ -48,7 +48,7 @@ from .._validate import check_ints
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
-from ..schemes import SCHEMES
+from ..schemes import _FieldView
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = [
@@ -74,23 +74,8 @@ THW = ("t", "h", "w")
 VROPE_AXES = ("c0", "c1", "c2", "c3")
 
 
-class _SchemeEncoders(Mapping):
-    """``scheme -> encoder name``, a live view of :data:`mmpos.schemes.SCHEMES`."""
-
-    def __getitem__(self, name: str) -> str:
-        if name not in SCHEMES:
-            raise KeyError(name)
-        return SCHEMES[name].encoder
-
-    def __iter__(self):
-        return iter(SCHEMES)
-
-    def __len__(self) -> int:
-        return len(SCHEMES)
-
-
 #: :mod:`mmpos.schemes` scheme -> the rotary encoder that reads its coordinates (``Scheme.encoder``)
-SCHEME_ENCODERS: Mapping[str, str] = _SchemeEncoders()
+SCHEME_ENCODERS: Mapping[str, str] = _FieldView("encoder")
 
 
 def _pairs(head_dim: int) -> int:
