@@ -128,6 +128,7 @@ def plot_results(
 
 
 def _scale_key(scale: float) -> str:
+    """``1.5`` -> ``"1.5x"``: the resolution suffix of the vision tasks' metric keys (``acc@1.5x``)."""
     return f"{scale:g}x"
 
 

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from ...data.squares import make_squares, render, sample_free
 from ...integrations.timm import create_vit, load_state_dict_report
 from ...nn.placement import no_weight_decay
+from ..plots import _scale_key
 from . import Task, encoder_names, parse_encoders, register_task
 
 __all__ = ["build_vit_finetune", "build_vit_spatial", "scratch_suffix"]
@@ -161,10 +162,6 @@ def loss_fn(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, dic
     logits = model(images)
     loss = F.cross_entropy(logits, labels)
     return loss, {"train_acc": (logits.argmax(-1) == labels).float().mean().item()}
-
-
-def _scale_key(scale: float) -> str:
-    return f"{scale:g}x"
 
 
 def eval_sets(cfg: dict, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
