@@ -139,6 +139,14 @@ class BiasEncoder(PositionEncoder):
     def output(self, attn: Tensor, coords: Coords) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no output term")
 
+    def gathered_bias(self, q: Tensor, coords: Coords) -> tuple[Tensor, Tensor] | None:
+        """``bias`` as ``(z, ids)`` with ``bias[..., i, j] = sum_m z[..., i, ids[m, i, j]]``, or ``None``.
+
+        An encoder whose bias is a lookup of per-query bucket scores (iRPE on keys) returns
+        them, so :func:`mmpos.nn.attention` can keep no ``(B, H, N, N)`` tensor for backward.
+        """
+        return None
+
 
 def resolve_head_dim(dim: int | None, num_heads: int | None, head_dim: int | None) -> int:
     """``head_dim``, or ``dim // num_heads``; ``ValueError`` when neither is usable."""

@@ -105,7 +105,7 @@ def attention(
     kq = k.repeat_interleave(hq // hk, dim=1) if gqa else k
     vq = v.repeat_interleave(hq // hk, dim=1) if gqa else v
     if len(biases) == 1 and mask is None and not dropout_p and supports_gathered_bias(q):
-        parts = biases[0].gathered_bias(q, coords) if hasattr(biases[0], "gathered_bias") else None
+        parts = biases[0].gathered_bias(q, coords)
         if parts is not None:  # a bucketed key-side bias (iRPE on keys): no (B, H, N, N) tensor kept
             return gathered_bias_attention(q, kq, vq, *parts)
     logit_bias = functools.reduce(operator.add, [enc.bias(q, kq, coords) for enc in biases])  # no 0 + (B,H,N,N) copy
