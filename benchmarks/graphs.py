@@ -3,7 +3,7 @@
 Two workloads, as in issue 8:
 
 * ``small``: 10,000 sorting-network graphs (5,000 networks on 7-11 channels, each with its
-  negative; :mod:`mmpos.data.sorting_networks`), ``k = 16``;
+  negative; :mod:`recipes.data.sorting_networks`), ``k = 16``;
 * ``big``: one random directed graph of 100,000 nodes and 400,000 edges, ``k = 16``.
 
 Methods: PyG ``AddLaplacianEigenvectorPE(k)`` on the directed graph (its default
@@ -41,7 +41,7 @@ def _small_graphs(num: int, cache: Path):
 
     if cache.is_file():
         return torch.load(cache)
-    from mmpos.data.sorting_networks import TRAIN_CHANNELS, build_dataset, network_graph
+    from recipes.data.sorting_networks import TRAIN_CHANNELS, build_dataset, network_graph
 
     graphs = []
     for net in build_dataset(TRAIN_CHANNELS, num // 2, seed=0):

@@ -3,7 +3,7 @@
 * :func:`module_aliases` -- a module ``__getattr__`` for renamed classes / functions
   (``from mmpos.encoders.rope import Rope1d`` still works and warns).
 * :func:`moved_attributes` -- a module ``__getattr__`` for names moved to another module
-  (``mmpos.data.spatial.render`` still works and warns).
+  (``recipes.data.spatial.render`` still works and warns).
 * :func:`renamed_arguments` -- a decorator for renamed keyword arguments
   (``Coords.grid(14, 14, prefix=1)`` still works and warns); old and new together are a ``TypeError``.
 """

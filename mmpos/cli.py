@@ -37,7 +37,7 @@ _PACKAGES = (
 
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.what == "recipes":
-        from .recipes.config import list_recipes, recipe_description
+        from .runner.config import list_recipes, recipe_description
 
         names = list_recipes()
         width = max(len(n) for n in names) if names else 4
@@ -81,7 +81,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .recipes import run_recipe
+    from .runner import run_recipe
 
     recipe, overrides = args.recipe, list(args.overrides)
     if args.resume and recipe and "=" in recipe and not Path(recipe).exists():  # mmpos run --resume DIR k=v
@@ -93,7 +93,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_cp(args: argparse.Namespace) -> int:
-    from .recipes.config import shipped_recipe
+    from .runner.config import shipped_recipe
 
     source = shipped_recipe(args.recipe)  # FileNotFoundError names the shipped recipes
     dest = Path(args.dest)
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mmpos {args.command}: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:  # a run that failed (e.g. its loss diverged): one line, marked failed, status 1
-        from .recipes.runner import TrainingDiverged
+        from .runner.runner import TrainingDiverged
 
         if not isinstance(e, TrainingDiverged):
             raise

@@ -11,7 +11,7 @@ import yaml
 
 import mmpos
 from mmpos.cli import main
-from mmpos.recipes import list_recipes
+from mmpos.runner import list_recipes
 
 CONFIGS = Path(mmpos.__file__).parent / "recipes" / "configs"
 

@@ -61,12 +61,12 @@ def test_corrupt_checkpoint_and_resume_argument_orders(tmp_path, capsys):
 
 
 def test_diverged_run_is_one_line_with_status_1(tmp_path, capsys, monkeypatch):
-    from mmpos.recipes import runner
+    from mmpos.runner import runner
 
     def boom(*a, **k):
         raise runner.TrainingDiverged("none seed 0: the training loss became nan at step 3")
 
-    monkeypatch.setattr("mmpos.recipes.sweep.train_run", boom)
+    monkeypatch.setattr("mmpos.runner.sweep.train_run", boom)
     assert main(["run", "quickstart", *_SMOKE, "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "failed: none seed 0: the training loss became nan" in err

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch.distributed
 
-from mmpos.recipes import run_recipe
+from mmpos.runner import run_recipe
 
 pytestmark = [
     pytest.mark.slow,

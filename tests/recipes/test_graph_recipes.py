@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmpos.recipes.config import load_yaml, resolve_config
-from mmpos.recipes.sweep import run_recipe
-from mmpos.recipes.tasks import get_task
+from mmpos.runner.config import load_yaml, resolve_config
+from mmpos.runner.sweep import run_recipe
+from mmpos.runner.tasks import get_task
 
 pytestmark = pytest.mark.pyg  # PyG batches and transforms
 
@@ -55,7 +55,7 @@ def test_digraph_playground_smoke(tmp_path, target):
 
 
 def test_playground_targets_are_the_pairwise_distances():
-    from mmpos.data.digraphs import directed_distances
+    from recipes.data.digraphs import directed_distances
 
     cfg = resolve_config(load_yaml(PLAYGROUND), [*SMOKE, "data.target=dist"])
     task = get_task("digraph_playground").build(cfg, "none", 0, torch.device("cpu"))

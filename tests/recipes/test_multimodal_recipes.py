@@ -5,11 +5,11 @@ import pytest
 import torch
 from open_clip.transformer import VisionTransformer
 
-from mmpos.data import video
-from mmpos.recipes.sweep import run_recipe
-from mmpos.recipes.tasks import get_task
-from mmpos.recipes.tasks.multimodal import _layout_options, parse_scheme, vision_tower
-from mmpos.recipes.vlm import PatchTokens
+from recipes.data import video
+from mmpos.runner.sweep import run_recipe
+from mmpos.runner.tasks import get_task
+from recipes.tasks.multimodal import _layout_options, parse_scheme, vision_tower
+from recipes.vlm import PatchTokens
 
 pytestmark = pytest.mark.open_clip  # open_clip towers converted by mmpos
 

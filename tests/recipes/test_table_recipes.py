@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmpos.recipes.sweep import run_recipe
-from mmpos.recipes.tasks import get_task
-from mmpos.recipes.tasks.tables import DEFAULTS, TableLM, table_layout
+from mmpos.runner.sweep import run_recipe
+from mmpos.runner.tasks import get_task
+from recipes.tasks.tables import DEFAULTS, TableLM, table_layout
 
 RECIPES = Path(__file__).resolve().parents[2] / "mmpos" / "recipes" / "configs"
 

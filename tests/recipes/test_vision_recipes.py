@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmpos.recipes.config import load_yaml, resolve_config
-from mmpos.recipes.sweep import run_recipe
-from mmpos.recipes.tasks import vision
+from mmpos.runner.config import load_yaml, resolve_config
+from mmpos.runner.sweep import run_recipe
+from mmpos.runner.tasks import vision
 
 pytestmark = pytest.mark.timm  # timm ViTs built by mmpos.integrations.timm
 

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from mmpos.layout import Image, Text, Video, build
-from mmpos.recipes.vlm import SCHEME_ENCODERS, TinyVLM, segments_of
+from recipes.vlm import SCHEME_ENCODERS, TinyVLM, segments_of
 
 P = 4  # patch size of the test towers
 

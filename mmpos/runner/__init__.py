@@ -1,0 +1,63 @@
+"""The recipe runner: configs, the task contract, training runs, sweeps (see ``docs/recipes.md``).
+
+Nothing else in the library imports this package, and it imports no recipe by name: recipes
+(YAML configs and the task modules that build them) live in installed *recipe packages* --
+mmpos's own is the top-level :mod:`recipes` -- found through the ``mmpos.recipes`` entry point
+(:func:`recipe_packages`, :func:`list_recipes`, :func:`find_recipe`). Entry points of this package:
+:func:`run_recipe` (what ``mmpos run`` calls), :func:`resolve_config`, and
+:mod:`mmpos.runner.tasks` for the task contract and registry.
+
+Only the config module (PyYAML) loads with the package; the runner, sweeps and tasks load
+on first use of their names, so ``mmpos list recipes`` and ``mmpos cp`` start quickly.
+"""
+
+import importlib
+from typing import Any
+
+from .config import (
+    ConfigError,
+    find_recipe,
+    list_recipes,
+    load_yaml,
+    parse_overrides,
+    recipe_packages,
+    resolve_config,
+)
+
+# name -> submodule that defines it (imported on first access, PEP 562)
+_LAZY = {
+    "train_run": "train",
+    "run_recipe": "sweep",
+    "Task": "tasks",
+    "get_task": "tasks",
+    "list_tasks": "tasks",
+    "register_task": "tasks",
+}
+
+__all__ = [
+    "ConfigError",
+    "Task",
+    "find_recipe",
+    "get_task",
+    "list_recipes",
+    "list_tasks",
+    "load_yaml",
+    "parse_overrides",
+    "recipe_packages",
+    "register_task",
+    "resolve_config",
+    "run_recipe",
+    "train_run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
