@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 import mmpos
-from mmpos.recipes import config, find_recipe, list_recipes
+import recipes
+from mmpos.runner import config, find_recipe, list_recipes
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = Path(mmpos.__file__).parent / "recipes" / "configs"
+CONFIGS = Path(recipes.__file__).parent / "configs"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -54,20 +55,66 @@ def test_license_and_notice_are_declared_and_shipped():
 
 
 def test_recipes_are_package_data_found_by_a_glob():
-    assert PYPROJECT["tool"]["setuptools"]["package-data"]["mmpos.recipes"] == ["configs/*.yaml"]
+    assert PYPROJECT["tool"]["setuptools"]["package-data"]["recipes"] == ["configs/*.yaml"]
     assert list_recipes() == sorted(p.stem for p in CONFIGS.glob("*.yaml"))
     assert "quickstart" in list_recipes()
 
 
+def _recipe_package(root: Path, name: str, recipes: dict[str, str], tasks: dict[str, str] | None = None) -> None:
+    """A recipe package ``name`` under ``root``: ``configs/<recipe>.yaml`` and ``tasks/<module>.py``."""
+    (root / name / "configs").mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    for stem, text in recipes.items():
+        (root / name / "configs" / f"{stem}.yaml").write_text(text)
+    if tasks is not None:
+        (root / name / "tasks").mkdir()
+        (root / name / "tasks" / "__init__.py").write_text("")
+        for module, text in tasks.items():
+            (root / name / "tasks" / f"{module}.py").write_text(text)
+
+
+def test_the_shipped_recipe_package_is_registered_by_entry_point():
+    assert PYPROJECT["project"]["entry-points"]["mmpos.recipes"] == {"recipes": "recipes"}
+    assert "recipes" in config.recipe_packages()
+
+
 def test_a_new_yaml_in_the_configs_folder_is_a_recipe_with_no_registration(tmp_path, monkeypatch):
-    (tmp_path / "mine.yaml").write_text('description: "My own task: one line."\ntask: spatial_relations\n')
-    (tmp_path / "notes.txt").write_text("not a recipe\n")
-    monkeypatch.setattr(config, "_configs", lambda: tmp_path)
+    _recipe_package(
+        tmp_path, "my_recipes", {"mine": 'description: "My own task: one line."\ntask: spatial_relations\n'}
+    )
+    (tmp_path / "my_recipes" / "configs" / "notes.txt").write_text("not a recipe\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(config, "recipe_packages", lambda: ["my_recipes"])
     assert list_recipes() == ["mine"]
     assert config.recipe_description("mine") == "My own task: one line."
-    assert find_recipe("mine") == tmp_path / "mine.yaml" == find_recipe("mine.yaml")
+    mine = tmp_path / "my_recipes" / "configs" / "mine.yaml"
+    assert find_recipe("mine") == mine == find_recipe("mine.yaml")
     with pytest.raises(FileNotFoundError, match=r"no recipe 'notes': not a file, and no shipped recipe .*\['mine'\]"):
         find_recipe("notes")
+
+
+def test_a_recipe_package_of_ones_own_adds_recipes_and_tasks(tmp_path, monkeypatch):
+    task = (
+        "from mmpos.runner.tasks import register_task\n\n"
+        "@register_task('own_task')\n"
+        "def build(cfg, encoder, seed, device):\n"
+        "    raise NotImplementedError\n"
+    )
+    _recipe_package(tmp_path, "own_recipes", {"own": "task: own_task\n"}, {"own": task})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(config, "recipe_packages", lambda: ["own_recipes", "recipes"])
+    assert "own" in list_recipes() and "quickstart" in list_recipes()
+    from mmpos.runner.tasks import get_task
+
+    assert get_task("own_task").name == "own_task"
+
+
+def test_a_recipe_name_shipped_twice_is_an_error_naming_both_packages(tmp_path, monkeypatch):
+    _recipe_package(tmp_path, "dup_recipes", {"quickstart": "task: spatial_relations\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(config, "recipe_packages", lambda: ["dup_recipes", "recipes"])
+    with pytest.raises(config.ConfigError, match="'quickstart' is shipped by two recipe packages: 'dup_recipes' and"):
+        list_recipes()
 
 
 def test_shipped_recipe_is_found_from_any_folder_and_a_path_wins(tmp_path, monkeypatch):

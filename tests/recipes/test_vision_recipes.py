@@ -5,7 +5,7 @@ import torch
 
 from mmpos.runner.config import load_yaml, resolve_config
 from mmpos.runner.sweep import run_recipe
-from mmpos.runner.tasks import vision
+from recipes.tasks import vision
 
 pytestmark = pytest.mark.timm  # timm ViTs built by mmpos.integrations.timm
 
