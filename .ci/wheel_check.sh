@@ -37,11 +37,13 @@ echo "$deps" >"$site/_deps_from_test_venv.pth"
 "$py" -m pip --python "$tmp/venv/bin/python" check
 
 cd "$tmp"
-where=$("$tmp/venv/bin/python" -c 'import mmpos; print(mmpos.__file__)')
-case "$where" in
-    "$site"/*) echo "mmpos imported from the wheel: $where" ;;
-    *) echo "wheel check: mmpos was imported from $where, not from the installed wheel"; exit 1 ;;
-esac
+for package in mmpos recipes; do  # the library and, beside it, the recipes: both from the wheel
+    where=$("$tmp/venv/bin/python" -c "import $package; print($package.__file__)")
+    case "$where" in
+        "$site"/*) echo "$package imported from the wheel: $where" ;;
+        *) echo "wheel check: $package was imported from $where, not from the installed wheel"; exit 1 ;;
+    esac
+done
 for args in "list" "list recipes" "info" "cp quickstart my_quickstart.yaml" \
     "run quickstart profile=smoke progress=false --out $tmp/runs"; do
     echo "== (cd $tmp) mmpos $args"

@@ -13,7 +13,7 @@ import mmpos
 from mmpos.cli import main
 from mmpos.runner import list_recipes
 
-CONFIGS = Path(mmpos.__file__).parent / "recipes" / "configs"
+CONFIGS = Path(mmpos.__file__).parents[1] / "recipes" / "configs"
 
 
 def test_list_shows_every_encoder_with_kind_and_paper(capsys):

@@ -10,7 +10,7 @@ from mmpos.runner.tasks import get_task
 pytestmark = pytest.mark.pyg  # PyG batches and transforms
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "mmpos" / "recipes" / "configs" / "sorting_networks.yaml"
+RECIPE = ROOT / "recipes" / "configs" / "sorting_networks.yaml"
 SMOKE = ["profile=smoke", "device=cpu", "progress=false"]
 
 
@@ -41,7 +41,7 @@ def test_unknown_encoder_is_a_clear_error():
         get_task("sorting_networks").build(cfg, "rope", 0, torch.device("cpu"))
 
 
-PLAYGROUND = ROOT / "mmpos" / "recipes" / "configs" / "digraph_playground.yaml"
+PLAYGROUND = ROOT / "recipes" / "configs" / "digraph_playground.yaml"
 
 
 @pytest.mark.parametrize("target", ["reach", "dist"])

@@ -13,7 +13,7 @@ from recipes.vlm import PatchTokens
 
 pytestmark = pytest.mark.open_clip  # open_clip towers converted by mmpos
 
-RECIPES = Path(__file__).resolve().parents[2] / "mmpos" / "recipes" / "configs"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "configs"
 TOWER = {"vision": {"width": 16, "layers": 1, "heads": 2, "patch_size": 4, "pos": "none"}}
 
 

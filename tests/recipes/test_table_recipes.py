@@ -11,7 +11,7 @@ from mmpos.runner.sweep import run_recipe
 from mmpos.runner.tasks import get_task
 from recipes.tasks.tables import DEFAULTS, TableLM, table_layout
 
-RECIPES = Path(__file__).resolve().parents[2] / "mmpos" / "recipes" / "configs"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "configs"
 
 
 def test_smoke_profile_runs_every_encoder(tmp_path):

@@ -16,14 +16,14 @@ METRICS = SETS | {"acc@1.5x:interp", "acc@2x:interp"}
 
 
 def _cfg(recipe: str, *overrides: str) -> dict:
-    return resolve_config(load_yaml(ROOT / "mmpos" / "recipes" / "configs" / f"{recipe}.yaml"), [*SMOKE, *overrides])
+    return resolve_config(load_yaml(ROOT / "recipes" / "configs" / f"{recipe}.yaml"), [*SMOKE, *overrides])
 
 
 @pytest.fixture(scope="module")
 def spatial_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     encoders = "encoders=[none,learned,irpe-product-ctx-k,peg,rope-mixed,fuzzy]"
-    return run_recipe(ROOT / "mmpos" / "recipes" / "configs" / "vit_spatial.yaml", [*SMOKE, encoders], out=out)
+    return run_recipe(ROOT / "recipes" / "configs" / "vit_spatial.yaml", [*SMOKE, encoders], out=out)
 
 
 def test_vit_spatial_smoke(spatial_run):
@@ -39,7 +39,7 @@ def test_vit_spatial_smoke(spatial_run):
 def test_vit_finetune_smoke_from_spatial_checkpoint(spatial_run, tmp_path):
     init = str(spatial_run["folder"] / "learned" / "seed{seed}" / "best.pt")
     result = run_recipe(
-        ROOT / "mmpos" / "recipes" / "configs" / "vit_finetune.yaml",
+        ROOT / "recipes" / "configs" / "vit_finetune.yaml",
         [
             *SMOKE,
             "encoders=[rope-axial,rope-axial@scratch]",

@@ -10,7 +10,7 @@ from mmpos.runner.tasks import NUMBER, EncoderSpec, encoder_names, parse_encoder
 from recipes.tasks.multimodal import parse_scheme
 from recipes.tasks.vision import build_vit_finetune
 
-CONFIGS = pathlib.Path(__file__).parents[2] / "mmpos" / "recipes" / "configs"
+CONFIGS = pathlib.Path(__file__).parents[2] / "recipes" / "configs"
 
 
 def test_the_three_forms_parse_into_items():
