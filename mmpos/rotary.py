@@ -305,7 +305,7 @@ def _empty_in_layout(x: Tensor) -> Tensor:
     return x.new_empty([x.shape[d] for d in order]).permute([order.index(d) for d in range(x.dim())])
 
 
-def _rotate(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool) -> Tensor:
+def _rotate(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool, out: Tensor | None = None) -> Tensor:
     """Rotate ``x`` ``(B, H, N, 2P)`` by ``(B, Ht, N, 2P)`` tables in ``x.dtype`` (``Ht`` divides ``H``).
 
     The rotation is ``x * cos2 + swap(x) * sin2``, per pair ``(x1 c - x2 s, x2 c + x1 s)``. Hugging Face
@@ -313,44 +313,80 @@ def _rotate(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool)
     rounding (products and sums commute exactly in IEEE arithmetic), so outputs are bit-identical.
     ``exact=False`` fuses the cosine product into the sum (``addcmul``: one rounding fewer).
 
-    Eager, without autograd, the work is arranged to allocate only the output: the swapped pairs are
-    written into it and scaled in place, and the cosine products are made in token blocks of
-    ``_BLOCK_BYTES`` into one reused, cache-sized buffer and added in place (on CPU; one block on
-    other devices, where the caching allocator makes a temporary cheap and every block is a launch).
-    Under ``torch.compile`` or autograd the same operations are written out of place (inductor fuses them).
+    ``out`` (same shape, dtype and device as ``x``; ``x`` itself for a rotation in place) receives the
+    result; ``None`` allocates it in ``x``'s memory order. Eager, without autograd, the work runs in
+    token blocks of ``_BLOCK_BYTES`` (on CPU; one block on other devices, where the caching allocator
+    makes a temporary cheap and every block is a launch): the block's sine products go into one reused,
+    cache-sized buffer, its cosine products straight into ``out`` (element by element, so ``out`` may be
+    ``x``), and the buffer is added in place; nothing but ``out`` and that buffer is allocated and q / k
+    cross main memory once each way. Under ``torch.compile`` or autograd the same operations are written
+    out of place (inductor fuses them into one pass) and copied into ``out`` when it is given.
     """
     h = x.shape[1]
     heads = cos2.shape[1]
     if h % heads:
         raise ValueError(f"per-head rotary angles for {heads} heads cannot serve {h} heads")
     grouped = 1 < heads < h
+    target = out
     if grouped:  # (B, Ht, G, N, 2P): query heads grouped per key head (GQA), tables (B, Ht, 1, N, 2P)
         x, cos2, sin2 = x.unflatten(1, (heads, h // heads)), cos2.unsqueeze(2), sin2.unsqueeze(2)
+        target = None if out is None else out.unflatten(1, (heads, h // heads))
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or cos2.requires_grad or sin2.requires_grad)
     if torch.compiler.is_compiling() or needs_grad:
-        out = _swap_pairs(x, convention) * sin2
-        out = out + x * cos2 if exact else torch.addcmul(out, x, cos2)
-    else:
-        out = _swap_pairs(x, convention).mul_(sin2)  # the output: (-x2 s, x1 s) per pair, each product rounded
-        if exact:
-            _add_products_in_blocks(out, x, cos2)
-        else:
-            out.addcmul_(x, cos2)
-    return out.flatten(1, 2) if grouped else out
+        rotated = _swap_pairs(x, convention) * sin2
+        rotated = rotated + x * cos2 if exact else torch.addcmul(rotated, x, cos2)
+        if target is None:
+            return rotated.flatten(1, 2) if grouped else rotated
+        target.copy_(rotated)
+        return out
+    if target is None:
+        target = _empty_in_layout(x)
+    _rotate_in_blocks(target, x, cos2, sin2, convention, exact)
+    if out is not None:
+        return out
+    return target.flatten(1, 2) if grouped else target
 
 
-def _add_products_in_blocks(out: Tensor, x: Tensor, cos2: Tensor) -> None:
-    """``out += x * cos2`` with the product rounded first, over token blocks (dimension -2) through one buffer."""
+def _swapped_products(buf: Tensor, x: Tensor, sin2: Tensor, convention: str) -> None:
+    """``buf = swap(x) * sin2``, each product rounded, read from ``x``'s halves (no swapped copy of ``x``)."""
+    p = x.shape[-1] // 2
+    if convention == "half":  # (x2 * -s, x1 * s)
+        torch.mul(x[..., p:], sin2[..., :p], out=buf[..., :p])
+        torch.mul(x[..., :p], sin2[..., p:], out=buf[..., p:])
+    else:  # pairs (2i, 2i + 1): (x[2i + 1] * -s, x[2i] * s)
+        torch.mul(x[..., 1::2], sin2[..., 0::2], out=buf[..., 0::2])
+        torch.mul(x[..., 0::2], sin2[..., 1::2], out=buf[..., 1::2])
+
+
+def _rotate_in_blocks(out: Tensor, x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool) -> None:
+    """``out = x * cos2 + swap(x) * sin2`` over token blocks (dimension -2) through one buffer; ``out`` may be ``x``."""
     n = x.shape[-2]
     rows = n if x.device.type != "cpu" else max(1, min(n, _BLOCK_BYTES * n // max(1, x.numel() * x.element_size())))
     buf = _empty_in_layout(x[..., :rows, :])
     for i in range(0, n, rows):  # token blocks of fixed size: a cache tile, not a loop over tokens
-        block = buf[..., : min(rows, n - i), :]
-        torch.mul(x[..., i : i + rows, :], cos2[..., i : i + rows, :], out=block)  # x1 c, x2 c (rounded)
-        out[..., i : i + rows, :].add_(block)  # + (-x2 s, x1 s), rounded
+        j = min(i + rows, n)
+        block, xb, ob = buf[..., : j - i, :], x[..., i:j, :], out[..., i:j, :]
+        _swapped_products(block, xb, sin2[..., i:j, :], convention)  # (-x2 s, x1 s), rounded
+        if exact:
+            torch.mul(xb, cos2[..., i:j, :], out=ob)  # x1 c, x2 c, rounded (in place when out is x)
+            ob.add_(block)  # + (-x2 s, x1 s), rounded
+        else:
+            torch.addcmul(block, xb, cos2[..., i:j, :], out=ob)  # one rounding of x c + (-x2 s, x1 s)
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half", exact: bool = True) -> Tensor:
+def _check_out(out: Tensor, x: Tensor, name: str) -> None:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"{name} must match its input: shape {tuple(x.shape)}, {x.dtype} on {x.device}; "
+            f"got shape {tuple(out.shape)}, {out.dtype} on {out.device}"
+        )
+
+
+def apply_rotary(
+    x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half", exact: bool = True, out: Tensor | None = None
+) -> Tensor:
     """Rotate ``x`` ``(B, H, N, D)`` by angles whose ``cos``/``sin`` are ``(B, N, P)`` or ``(B, H', N, P)``.
 
     The first ``2P`` channels are rotated (pairs laid out per ``convention``); the rest
@@ -359,17 +395,36 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, convention: str = "half", 
     ``exact=True`` rounds as Hugging Face's ``apply_rotary_pos_emb`` does (bit-identical outputs);
     ``exact=False`` fuses a multiply into the add (``addcmul``): faster eagerly, and in bf16/fp16
     one rounding closer to the exact rotation.
+
+    ``out``: a tensor of ``x``'s shape, dtype and device to write the result into and return
+    (a KV-cache slot, a slice of a fused QKV buffer), or ``x`` itself to rotate in place; the
+    values are bit-identical to the out-of-place call. Other memory shared by ``out`` and ``x``
+    is an error of torch's ``out=`` checks.
     """
+    if out is not None:
+        _check_out(out, x, "out")
     cos2, sin2 = _pair_tables(cos, sin, convention)
-    return _rotate_channels(x, cos2.to(x.dtype), sin2.to(x.dtype), convention, exact)
+    return _rotate_channels(x, cos2.to(x.dtype), sin2.to(x.dtype), convention, exact, out)
 
 
-def _rotate_channels(x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool) -> Tensor:
-    """:func:`_rotate` on the first ``2P`` channels of ``x``; the rest are copied after them."""
+def _rotate_channels(
+    x: Tensor, cos2: Tensor, sin2: Tensor, convention: str, exact: bool, out: Tensor | None = None
+) -> Tensor:
+    """:func:`_rotate` on the first ``2P`` channels of ``x``; the rest are copied after them (or into ``out``)."""
     rotary = cos2.shape[-1]
     if rotary == x.shape[-1]:
-        return _rotate(x, cos2, sin2, convention, exact)
-    return torch.cat((_rotate(x[..., :rotary], cos2, sin2, convention, exact), x[..., rotary:]), dim=-1)
+        return _rotate(x, cos2, sin2, convention, exact, out)
+    if out is None:
+        return torch.cat((_rotate(x[..., :rotary], cos2, sin2, convention, exact), x[..., rotary:]), dim=-1)
+    _rotate(x[..., :rotary], cos2, sin2, convention, exact, out[..., :rotary])
+    if not _same_memory(out, x):
+        out[..., rotary:].copy_(x[..., rotary:])
+    return out
+
+
+def _same_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same view of the same memory (an in-place call)."""
+    return a.data_ptr() == b.data_ptr() and a.stride() == b.stride() and a.shape == b.shape
 
 
 def rotate_qk(q: Tensor, k: Tensor, angles: Tensor, convention: str = "half") -> tuple[Tensor, Tensor]:
@@ -402,8 +457,15 @@ class Rotation:
     head_dim: int
     exact: bool = True
 
-    def rotate(self, q: Tensor, k: Tensor, coords: Coords | None = None) -> tuple[Tensor, Tensor]:
-        """Rotate ``q`` ``(B, Hq, N, D)`` and ``k`` ``(B, Hk, N, D)``; ``coords`` is not read."""
+    def rotate(
+        self, q: Tensor, k: Tensor, coords: Coords | None = None, out: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate ``q`` ``(B, Hq, N, D)`` and ``k`` ``(B, Hk, N, D)``; ``coords`` is not read.
+
+        ``out``: ``(q_out, k_out)`` of the shapes, dtypes and devices of ``q`` and ``k`` to write into and
+        return (KV-cache slots, slices of a fused QKV buffer), bit-identical to the out-of-place call;
+        ``out=(q, k)`` rotates in place (:meth:`rotate_`). ``q_out`` must not share memory with ``k``.
+        """
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
         if self.cos.dim() == 4 and (k.shape[1] != self.cos.shape[1] or q.shape[1] % self.cos.shape[1]):
@@ -411,11 +473,23 @@ class Rotation:
                 f"per-head rotary angles for {self.cos.shape[1]} key heads: k must have {self.cos.shape[1]} heads and "
                 f"q a multiple of it, got q {q.shape[1]} and k {k.shape[1]} heads"
             )
+        q_out = k_out = None
+        if out is not None:
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise TypeError(f"out must be a pair (q_out, k_out) of tensors, got {type(out).__name__}")
+            q_out, k_out = out
+            _check_out(q_out, q, "out[0] (for q)")
+            _check_out(k_out, k, "out[1] (for k)")
         cos2, sin2 = _pair_tables(self.cos, self.sin, self.convention)  # once for q and k
         return (
-            _rotate_channels(q, cos2.to(q.dtype), sin2.to(q.dtype), self.convention, self.exact),
-            _rotate_channels(k, cos2.to(k.dtype), sin2.to(k.dtype), self.convention, self.exact),
+            _rotate_channels(q, cos2.to(q.dtype), sin2.to(q.dtype), self.convention, self.exact, q_out),
+            _rotate_channels(k, cos2.to(k.dtype), sin2.to(k.dtype), self.convention, self.exact, k_out),
         )
+
+    def rotate_(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate ``q`` and ``k`` in place (``rotate(q, k, out=(q, k))``) and return them; bit-identical
+        to :meth:`rotate`. Under autograd, ``q`` and ``k`` must not be leaves that require grad."""
+        return self.rotate(q, k, out=(q, k))
 
 
 def coords_angles(

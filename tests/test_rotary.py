@@ -255,3 +255,102 @@ def test_compiled_rotation_has_no_graph_break_and_matches_eager():
     angles = torch.randn(1, 9, 8)
     compiled = torch.compile(apply_rotary, backend="eager", fullgraph=True)
     assert torch.equal(compiled(q, angles.cos(), angles.sin()), apply_rotary(q, angles.cos(), angles.sin()))
+
+
+def _cache_slot(x: torch.Tensor, before: int = 3, after: int = 5) -> torch.Tensor:
+    """A slot of ``x``'s shape inside a larger ``(B, H, before + N + after, D)`` cache, filled with NaN."""
+    b, h, n, d = x.shape
+    return torch.full((b, h, before + n + after, d), float("nan"), dtype=x.dtype)[:, :, before : before + n]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("convention", ["half", "interleaved"])
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize(("angle_heads", "rotary_dim"), [(None, 16), (None, 12), (2, 16)])
+def test_rotation_into_given_storage_and_in_place_is_bit_exact(
+    monkeypatch, dtype, convention, exact, angle_heads, rotary_dim
+):
+    """``out=`` (a KV-cache slot) and in place give the out-of-place bits, in token blocks, for a transposed
+    projection, partial rotary and per-head angles serving grouped query heads; the slot's neighbours stay put."""
+    monkeypatch.setattr("mmpos.rotary._BLOCK_BYTES", 3 * 4 * 16 * 2)
+    torch.manual_seed(0)
+    q = torch.randn(2, 11, 4, 16, dtype=dtype).transpose(1, 2)  # (B, H, N, D) view of (B, N, H, D)
+    k = torch.randn(2, 11, 2, 16, dtype=dtype).transpose(1, 2)
+    shape = (2, 11, rotary_dim // 2) if angle_heads is None else (2, angle_heads, 11, rotary_dim // 2)
+    angles = torch.randn(shape) * 30
+    rotation = Rotation(angles.cos(), angles.sin(), convention, 16, exact)
+    ref_q, ref_k = rotation.rotate(q, k)
+    q_slot, k_slot = _cache_slot(q), _cache_slot(k)
+    got_q, got_k = rotation.rotate(q, k, out=(q_slot, k_slot))
+    assert got_q is q_slot and got_k is k_slot
+    assert torch.equal(q_slot, ref_q) and torch.equal(k_slot, ref_k)
+    assert q_slot._base[:, :, :3].isnan().all() and q_slot._base[:, :, 14:].isnan().all()  # neighbours untouched
+    x_slot = _cache_slot(q)
+    assert apply_rotary(q, angles.cos(), angles.sin(), convention, exact, out=x_slot) is x_slot
+    assert torch.equal(x_slot, apply_rotary(q, angles.cos(), angles.sin(), convention, exact))
+    q_in, k_in = q.clone(), k.clone()
+    assert rotation.rotate_(q_in, k_in)[0] is q_in
+    assert torch.equal(q_in, ref_q) and torch.equal(k_in, ref_k)
+
+
+def test_rotation_in_place_in_a_fused_qkv_buffer_equals_transformers():
+    """q and k rotated in place as views of one ``(B, N, 3, H, D)`` projection: transformers' bits, v untouched."""
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        qkv = torch.randn(1, 37, 3, 6, 32, dtype=dtype)
+        v_before = qkv[:, :, 2].clone()
+        q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, N, D) views
+        angles = torch.randn(1, 37, 16) * 100
+        cos, sin = angles.cos(), angles.sin()
+        ref = apply_rotary_pos_emb(q, k, torch.cat((cos, cos), -1).to(dtype), torch.cat((sin, sin), -1).to(dtype))
+        Rotation(cos, sin, "half", 32).rotate_(q, k)
+        assert torch.equal(q, ref[0]) and torch.equal(k, ref[1])
+        assert torch.equal(qkv[:, :, 2], v_before)
+
+
+def test_rotation_into_given_storage_under_autograd():
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 5, 8, requires_grad=True)
+    angles = torch.randn(1, 5, 4)
+    slot = torch.empty(1, 2, 5, 8)
+    out = apply_rotary(q, angles.cos(), angles.sin(), out=slot)
+    assert out is slot and torch.equal(out.detach(), apply_rotary(q.detach(), angles.cos(), angles.sin()))
+    out.square().sum().backward()
+    expected = torch.autograd.grad(apply_rotary(q, angles.cos(), angles.sin()).square().sum(), q)[0]
+    torch.testing.assert_close(q.grad, expected)
+
+
+def test_rotation_out_is_checked():
+    angles = torch.randn(1, 5, 4)
+    rotation = Rotation(angles.cos(), angles.sin(), "half", 8)
+    q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 1, 5, 8)
+    with pytest.raises(ValueError, match=r"out\[0\] \(for q\) must match its input: shape \(1, 2, 5, 8\)"):
+        rotation.rotate(q, k, out=(torch.empty(1, 2, 6, 8), torch.empty_like(k)))
+    with pytest.raises(ValueError, match=r"out\[1\] \(for k\) must match its input.*torch.float32.*got.*bfloat16"):
+        rotation.rotate(q, k, out=(torch.empty_like(q), torch.empty_like(k, dtype=torch.bfloat16)))
+    with pytest.raises(TypeError, match="out must be a pair"):
+        rotation.rotate(q, k, out=torch.empty_like(q))
+    with pytest.raises(TypeError, match="out must be a tensor"):
+        apply_rotary(q, angles.cos(), angles.sin(), out=[1.0])
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_rotation_into_given_storage_and_in_place_has_no_graph_break(backend):
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 9, 4, 16).transpose(1, 2), torch.randn(1, 9, 2, 16).transpose(1, 2)
+    angles = torch.randn(1, 9, 8)
+    rotation = Rotation(angles.cos(), angles.sin(), "half", 16)
+    ref_q, ref_k = rotation.rotate(q, k)
+
+    def into(q, k, q_out, k_out, cos, sin):
+        return Rotation(cos, sin, "half", 16).rotate(q, k, out=(q_out, k_out))
+
+    def in_place(q, k, cos, sin):
+        return Rotation(cos, sin, "half", 16).rotate_(q, k)
+
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    torch.compile(into, backend=backend, fullgraph=True)(q, k, q_out, k_out, angles.cos(), angles.sin())
+    assert torch.equal(q_out, ref_q) and torch.equal(k_out, ref_k)
+    q_in, k_in = q.clone(), k.clone()
+    torch.compile(in_place, backend=backend, fullgraph=True)(q_in, k_in, angles.cos(), angles.sin())
+    assert torch.equal(q_in, ref_q) and torch.equal(k_in, ref_k)
