@@ -1,30 +1,60 @@
-"""Eigenpairs of the magnetic Laplacian: dense batched ``eigh`` and sparse Lanczos.
+"""Eigenpairs of the magnetic Laplacian, per connected component: dense batched ``eigh`` and ARPACK.
 
 Geisler et al., ICML 2023 (google-deepmind/digraph_transformer ``utils.py``,
 ``eigv_magnetic_laplacian_numba``): the ``k`` smallest eigenpairs of ``L_q``, the first
-(trivial at ``q = 0``) kept, zero-padded when ``n < k``. Computed in float64/complex128.
+(trivial at ``q = 0``) kept, zero-padded when ``n < k``. The reference solves the whole
+dense matrix; here the graph is first split into its connected components (of the
+symmetrised graph, :func:`scipy.sparse.csgraph.connected_components`). ``L_q`` is block
+diagonal over them, so its spectrum is the union of the blocks' spectra:
 
-Solvers:
+1. every component is solved on its own: dense LAPACK ``eigh`` for the small ones
+   (components of one size are stacked into one batched call), ARPACK for the large ones;
+2. the ``min(k, n_c)`` smallest pairs of each component are merged and the ``k`` smallest
+   kept; each kept eigenvector is supported on its component (zero elsewhere).
 
-* ``"dense"``: LAPACK ``eigh`` on the dense ``(n, n)`` matrix; graphs of one size are
-  stacked and solved in one batched call (:func:`maglap_eigenpairs_many`).
-* ``"lanczos"``: ARPACK ``eigsh`` (implicitly restarted Lanczos) with the fixed start
-  vector ``ones``, on ``2I - L`` (largest algebraic eigenvalues converge fastest). A
-  complex Hermitian ``L = X + iY`` is solved as the real symmetric ``2n x 2n`` matrix
-  ``[[X, -Y], [Y, X]]``, whose spectrum is that of ``L`` with every eigenvalue twice;
-  the ``2k`` Ritz vectors ``[x; y]`` give complex vectors ``x + iy`` that span the
-  ``k``-dimensional eigenspace, from which a Rayleigh-Ritz step recovers ``L``'s pairs.
+Why: a graph with ``c`` components has ``c`` zero eigenvalues at ``q = 0`` (and repeated
+eigenvalues whenever two components share one); a Krylov solver started from one vector
+finds one vector per distinct eigenvalue, so on the whole matrix it silently returns
+higher eigenpairs in place of the missing copies. Per component that cannot happen.
+
+Solvers (``solver=``):
+
+* ``"dense"``: every component dense (float64/complex128).
+* ``"arpack"``: ARPACK on every component with more than ``max(2k + 1, 20)`` nodes (the
+  smaller ones dense): ``eigsh(L_c, which="SA")`` (implicitly restarted Lanczos) for a real
+  ``L_c``; for a complex Hermitian ``L_c`` scipy's ``eigsh`` runs ARPACK's complex Arnoldi
+  (``znaupd``) on the ``n_c``-dimensional complex problem directly (no real ``2n`` embedding).
+  The start vector is a fixed pseudo-random vector (seed 0), so runs repeat exactly and
+  no eigenvector is missed because the start vector is orthogonal to it (the vector
+  ``ones`` is, on every graph with a symmetry, to the antisymmetric eigenvectors).
+  ``dtype=torch.float32`` runs ARPACK in single precision (as torch-geometric's
+  ``AddLaplacianEigenvectorPE`` does) and then a float64 Rayleigh-Ritz step on the
+  computed subspace (eigenvalues from float64 Rayleigh quotients).
+* ``"auto"``: ARPACK for components larger than ``dense_max_nodes``, dense otherwise.
+
+Repeated eigenvalues. Across components the merge is deterministic: eigenvalues within
+``1e-8`` of each other count as tied and are ordered by component (the component holding
+the smallest node id first), then by the component's own order; when a tie straddles the
+``k``-th place, the vectors of the first components are kept. Inside one connected
+component (graph symmetries), ARPACK may return fewer copies of a repeated eigenvalue than
+its multiplicity. When the computed eigenvalues of a component hold a cluster (two within
+``1e-6``), the component is solved again on the deflated operator
+``L_c + s V V^H`` (found vectors moved above the spectrum) from another start vector, until
+no eigenvalue below the current ``k``-th is found (at most 4 rounds). A repeated eigenvalue
+inside a component has no canonical basis: the vectors are *some* orthonormal basis of the
+eigenspace, which differs between the dense and the ARPACK path (the eigenvalues, the
+spanned eigenspace and its projector ``V V^H`` agree).
 
 Phase normalisation (``normalize=True``; this package's convention, not the
 reference's ``sign_rotate``, which picks the rotation from the argmax of the imaginary
-part of the first eigenvector and so still depends on the phase the solver returned):
+part of the first eigenvector and so still depends on the phase the solver returned;
+``sign_rotate`` is available as :func:`sign_rotate` for the reference preset):
 each eigenvector ``v`` is multiplied by ``conj(v[a]) / |v[a]|`` where the anchor ``a``
 is the first node whose magnitude ``|v[a]|`` is within ``tol`` of ``max |v|``. Then
 ``v[a]`` is real and positive, and the result is the same for ``v`` and
 ``exp(i phi) v`` (for real vectors: the same for ``v`` and ``-v``). Ties: anchors whose
 magnitudes differ by less than ``tol`` are ordered by node index; magnitudes that
-differ by about ``tol`` can still flip the choice under rounding. A degenerate
-eigenvalue has no canonical basis: its vectors are whatever the solver returns.
+differ by about ``tol`` can still flip the choice under rounding.
 """
 
 from __future__ import annotations
@@ -36,13 +66,26 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
+from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
-from .laplacian import NORMALIZATIONS, _adjacency, _check_q, _edges, _maglap_scipy, relative_q
+from .laplacian import NORMALIZATIONS, binary_adjacency, check_q, edge_array, relative_q, scipy_magnetic_laplacian
 
-__all__ = ["SOLVERS", "MagLapEigen", "maglap_eigenpairs", "maglap_eigenpairs_many", "normalize_phase"]
+__all__ = [
+    "PHASE_RULES",
+    "SOLVERS",
+    "MagLapEigen",
+    "maglap_eigenpairs",
+    "maglap_eigenpairs_many",
+    "normalize_phase",
+    "sign_rotate",
+]
 
-SOLVERS = ("auto", "dense", "lanczos")
+SOLVERS = ("auto", "dense", "arpack")
+PHASE_RULES = ("anchor", "sign_rotate", None)
+_TIE = 1e-8  # eigenvalues closer than this are tied in the merge (ordered by component)
+_CLUSTER = 1e-6  # a component whose ARPACK eigenvalues are this close is checked for missing copies
+_ROUNDS = 4  # deflation rounds at most
 
 
 @dataclass(frozen=True)
@@ -75,10 +118,39 @@ def normalize_phase(vec: np.ndarray, tol: float = 1e-6) -> np.ndarray:
     return vec * np.conj(unit)
 
 
-def _check_k(k: int) -> int:
+def sign_rotate(vec: np.ndarray) -> np.ndarray:
+    """The reference's ``sign_rotate`` phase rule on the columns of ``vec`` ``(n, k)``.
+
+    google-deepmind/digraph_transformer ``utils.py`` (``eigv_magnetic_laplacian_numba``,
+    ``sign_rotate=True``, applied only at ``q != 0``): each column is multiplied by the sign
+    of its real part at the node of largest ``|Re|``; then, with ``u*`` the node of largest
+    imaginary part of the *first* column, every column ``j`` is multiplied by
+    ``exp(-i angle(v_j[u*]))``. Unlike :func:`normalize_phase` the result still depends on
+    the phase the solver returned (the first column's imaginary part does).
+    """
+    vec = np.asarray(vec)
+    if vec.ndim != 2:
+        raise ValueError(f"vec must have shape (n, k), got {vec.shape}")
+    if vec.shape[1] == 0:
+        return vec.copy()
+    cols = np.arange(vec.shape[1])
+    sign = np.sign(vec.real[np.abs(vec.real).argmax(0), cols])  # (k,)
+    out = vec * sign[None, :]
+    anchor = out[:, 0].imag.argmax()
+    return out * np.exp(-1j * np.angle(out[anchor]))[None, :]
+
+
+def check_k(k: int) -> int:
+    """A positive int ``k`` (``ValueError`` otherwise); package helper used by the transforms."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     return int(k)
+
+
+def _check_dtype(dtype: torch.dtype) -> torch.dtype:
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64 (ARPACK's working precision), got {dtype!r}")
+    return dtype
 
 
 def _solve_dense(lap: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,25 +161,120 @@ def _solve_dense(lap: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return val[..., :k].copy(), vec[..., :, :k].copy()  # copies: views would keep all n eigenvectors alive
 
 
-def _solve_lanczos(lap: sp.csr_matrix, k: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` smallest eigenpairs of a sparse Hermitian ``L`` (eigenvalues in ``[0, 2]``)."""
+def _start_vector(n: int, complex_: bool, round_: int) -> np.ndarray:
+    """Fixed pseudo-random start vector (seeded by the round), unit norm."""
+    rng = np.random.default_rng(round_)
+    v = rng.standard_normal(n)
+    if complex_:
+        v = v + 1j * rng.standard_normal(n)
+    return v / np.linalg.norm(v)
+
+
+def _rayleigh_ritz(lap: sp.csr_matrix, basis: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` smallest Ritz pairs of ``lap`` (float64) on the span of ``basis`` ``(n, m)``.
+
+    The basis is orthonormalised by an SVD that drops directions of relative size below
+    ``1e-8`` (a Krylov solver can return near-copies of one vector for a repeated eigenvalue).
+    """
+    u, s, _ = np.linalg.svd(basis, full_matrices=False)
+    u = u[:, s > 1e-8 * s[0]]
+    val, small = np.linalg.eigh(u.conj().T @ (lap @ u))
+    return val[:k], u @ small[:, :k]
+
+
+def _clustered(val: np.ndarray) -> bool:
+    return bool(val.size > 1 and (np.diff(val) < _CLUSTER * np.maximum(1.0, np.abs(val[1:]))).any())
+
+
+def _solve_arpack(lap: sp.csr_matrix, k: int, tol: float, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` smallest eigenpairs of a sparse Hermitian ``L`` of one connected component (``k < n - 1``)."""
     n = lap.shape[0]
-    if k >= n:
-        raise ValueError(f"solver='lanczos' needs num_nodes > k, got num_nodes={n}, k={k}; use solver='dense'")
-    if not np.iscomplexobj(lap.data) or not np.any(lap.data.imag):
-        shifted = (2.0 * sp.identity(n) - lap.real).tocsr()
-        val, vec = spla.eigsh(shifted, k=k, which="LA", v0=np.ones(n), tol=tol)
-        order = np.argsort(2.0 - val, kind="stable")
-        return (2.0 - val)[order], vec[:, order]
-    x, y = lap.real, lap.imag
-    real = sp.bmat([[x, -y], [y, x]], format="csr")
-    shifted = (2.0 * sp.identity(2 * n) - real).tocsr()
-    _, vec = spla.eigsh(shifted, k=2 * k, which="LA", v0=np.ones(2 * n), tol=tol)
-    cvec = vec[:n] + 1j * vec[n:]  # (n, 2k), spans the k-dim eigenspace of L twice
-    gram_val, gram_vec = np.linalg.eigh(cvec.conj().T @ cvec)
-    basis = cvec @ (gram_vec[:, -k:] / np.sqrt(gram_val[-k:]))  # (n, k) orthonormal
-    val, small = np.linalg.eigh(basis.conj().T @ (lap @ basis))  # Rayleigh-Ritz
-    return val, basis @ small
+    complex_ = np.iscomplexobj(lap.data) and bool(np.any(lap.data.imag))
+    lap = lap if complex_ else lap.real.tocsr()
+    single = dtype == torch.float32
+    work_dtype = (np.complex64 if single else np.complex128) if complex_ else (np.float32 if single else np.float64)
+    work = lap.astype(work_dtype)
+    v0 = _start_vector(n, complex_, 0).astype(work_dtype)
+    val, vec = spla.eigsh(work, k=k, which="SA", v0=v0, tol=tol)
+    order = np.argsort(val, kind="stable")
+    val, vec = val[order].astype(np.float64), vec[:, order].astype(np.complex128 if complex_ else np.float64)
+    if single or _clustered(val):
+        val, vec = _rayleigh_ritz(lap, vec, k)  # float64 values; an orthonormal basis of repeated eigenspaces
+    # several start vectors where multiplicities remain: deflate what was found and look again
+    bound = float(abs(lap).sum(axis=1).max()) + 1.0  # above the spectrum (Gershgorin)
+    for round_ in range(1, _ROUNDS + 1):
+        if not _clustered(val) and len(val) == k:
+            break
+        found = vec.astype(work_dtype)
+
+        def matvec(x, found=found):
+            x = np.asarray(x).reshape(n, -1)
+            return work @ x + bound * (found @ (found.conj().T @ x))
+
+        op = spla.LinearOperator((n, n), matvec=matvec, matmat=matvec, dtype=work_dtype)
+        extra = min(k, n - found.shape[1] - 2)
+        if extra < 1:
+            break
+        v0 = _start_vector(n, complex_, round_).astype(work_dtype)
+        more_val, more_vec = spla.eigsh(op, k=extra, which="SA", v0=v0, tol=tol)
+        if len(val) == k and more_val.min() >= val[-1] - _TIE * max(1.0, abs(val[-1])):
+            break  # nothing below the current k-th: the eigenspaces were complete
+        val, vec = _rayleigh_ritz(lap, np.concatenate([vec, more_vec.astype(vec.dtype)], axis=1), k)
+    return val, vec
+
+
+@dataclass(frozen=True)
+class _Components:
+    """Connected components of the symmetrised graph, ranked by their smallest node id."""
+
+    labels: np.ndarray  # (n,) component rank of each node
+    sizes: np.ndarray  # (c,)
+    local: np.ndarray  # (n,) position of each node within its component (node ids ascending)
+    nodes: list[np.ndarray]  # per component: its node ids, ascending
+
+
+def _components(a: sp.csr_matrix) -> _Components:
+    n = a.shape[0]
+    num, labels = connected_components(a, directed=True, connection="weak")
+    order = np.argsort(labels, kind="stable")  # nodes grouped by label, ascending ids within
+    sizes = np.bincount(labels, minlength=num)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    first = order[starts]  # smallest node id of each label
+    rank = np.empty(num, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(num)
+    labels = rank[labels]
+    order = np.argsort(labels, kind="stable")
+    sizes = np.bincount(labels, minlength=num)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    local = np.empty(n, dtype=np.int64)
+    local[order] = np.arange(n) - np.repeat(bounds[:-1], sizes)
+    return _Components(labels, sizes, local, [order[bounds[c] : bounds[c + 1]] for c in range(num)])
+
+
+def _solve_components(
+    lap: sp.csr_matrix, comps: _Components, k: int, dense_limit: int, tol: float, dtype: torch.dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``min(k, n)`` smallest eigenpairs of block-diagonal ``lap``, merged from its components."""
+    n = lap.shape[0]
+    iterative_min = max(2 * k + 1, 20)
+    parts: list[tuple[np.ndarray, np.ndarray]] = [None] * len(comps.sizes)  # per component: (m_c,), (n_c, m_c)
+    coo = lap.tocoo()
+    row_comp = comps.labels[coo.row]
+    dense_sizes = comps.sizes <= max(dense_limit, iterative_min)
+    for size in np.unique(comps.sizes[dense_sizes]):
+        members = np.flatnonzero(comps.sizes == size)  # components of this size, by rank
+        slot = np.full(len(comps.sizes), -1, dtype=np.int64)
+        slot[members] = np.arange(len(members))
+        pick = slot[row_comp] >= 0
+        blocks = np.zeros((len(members), size, size), dtype=lap.dtype)  # (g, s, s)
+        blocks[slot[row_comp[pick]], comps.local[coo.row[pick]], comps.local[coo.col[pick]]] = coo.data[pick]
+        val, vec = _solve_dense(blocks, k)  # (g, m), (g, s, m)
+        for b, c in enumerate(members):
+            parts[c] = (val[b], vec[b])
+    for c in np.flatnonzero(~dense_sizes):
+        idx = comps.nodes[c]
+        parts[c] = _solve_arpack(lap[idx][:, idx].tocsr(), k, tol, dtype)
+    return _merge(parts, comps, n, k)
 
 
 def _effective_qs(a: sp.csr_matrix, n: int, qs: tuple[float, ...], q_relative: bool) -> list[float]:
@@ -118,13 +285,26 @@ def _effective_qs(a: sp.csr_matrix, n: int, qs: tuple[float, ...], q_relative: b
     return [relative_q(q, one_way, n) if q_relative else q for q in qs]
 
 
-def _pack(vals: list[np.ndarray], vecs: list[np.ndarray], n: int, k: int, qs: list[float], normalize: bool, tol: float):
+def _pack(
+    vals: list[np.ndarray],
+    vecs: list[np.ndarray],
+    n: int,
+    k: int,
+    qs: list[float],
+    phase: str | None,
+    tol: float,
+) -> MagLapEigen:
     m = min(k, n)
     eigval = np.zeros((len(qs), k))
     eigvec = np.zeros((n, len(qs), k), dtype=np.complex128)
     for i, (val, vec) in enumerate(zip(vals, vecs)):
         eigval[i, :m] = val[:m]
-        eigvec[:, i, :m] = normalize_phase(vec[:, :m], tol) if normalize else vec[:, :m]
+        vec = vec[:, :m]
+        if phase == "anchor":
+            vec = normalize_phase(vec, tol)
+        elif phase == "sign_rotate" and qs[i] != 0:  # the reference applies it at q != 0 only
+            vec = sign_rotate(vec)
+        eigvec[:, i, :m] = vec
     mask = np.arange(k) < n
     return MagLapEigen(
         torch.from_numpy(eigval),
@@ -134,6 +314,14 @@ def _pack(vals: list[np.ndarray], vecs: list[np.ndarray], n: int, k: int, qs: li
     )
 
 
+def _phase_rule(normalize: bool | str | None) -> str | None:
+    """``normalize``: ``True`` / ``"anchor"`` (:func:`normalize_phase`), ``"sign_rotate"``, ``False`` / ``None``."""
+    rule = "anchor" if normalize is True else None if normalize is False else normalize
+    if rule not in PHASE_RULES:
+        raise ValueError(f"normalize must be True, False or one of {PHASE_RULES}, got {normalize!r}")
+    return rule
+
+
 def maglap_eigenpairs(
     edge_index: Tensor,
     num_nodes: int,
@@ -141,50 +329,67 @@ def maglap_eigenpairs(
     q: float | Sequence[float] = 0.25,
     q_relative: bool = True,
     normalization: str | None = "sym",
-    normalize: bool = True,
+    normalize: bool | str | None = True,
     solver: str = "auto",
     dense_max_nodes: int = 512,
     tol: float = 0.0,
     phase_tol: float = 1e-6,
+    dtype: torch.dtype = torch.float64,
 ) -> MagLapEigen:
     """The ``k`` smallest eigenpairs of ``L_q`` for each ``q`` (stacked), of one graph.
+
+    Solved per connected component and merged (see the module docstring), so a
+    disconnected graph gets all its zero eigenvalues at ``q = 0``.
 
     Args:
         edge_index: ``(2, m)`` integer tensor; num_nodes: ``n >= 1``.
         k: eigenpairs per ``q`` (``n < k`` pads with zeros and ``mask = False``).
         q: one potential or a sequence (stacked along ``Q``); relative when ``q_relative``.
         normalization: see :func:`mmpos.graph.magnetic_laplacian`.
-        normalize: apply :func:`normalize_phase` (off: the solver's phases).
-        solver: ``"dense"``, ``"lanczos"`` or ``"auto"`` (dense up to ``dense_max_nodes`` nodes).
-        tol: ARPACK tolerance (0 = machine precision). phase_tol: see :func:`normalize_phase`.
+        normalize: phase rule: ``True`` or ``"anchor"`` (:func:`normalize_phase`, default),
+            ``"sign_rotate"`` (the reference's, :func:`sign_rotate`), ``False`` / ``None``
+            (the solver's phases).
+        solver: ``"dense"``, ``"arpack"`` or ``"auto"`` (ARPACK for components larger than
+            ``dense_max_nodes``).
+        tol: ARPACK tolerance (0 = machine precision of ``dtype``). phase_tol: see :func:`normalize_phase`.
+        dtype: ARPACK's working precision, ``torch.float64`` (default) or ``torch.float32``
+            (as torch-geometric; followed by a float64 Rayleigh-Ritz step). Dense blocks are
+            always solved in float64.
+
+    Returns:
+        :class:`MagLapEigen` (float64 / complex128).
     """
-    k = _check_k(k)
-    qs = _check_q(q)
+    k = check_k(k)
+    qs = check_q(q)
+    phase = _phase_rule(normalize)
+    _check_dtype(dtype)
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-    if normalization is None and solver != "dense" and num_nodes > dense_max_nodes:
-        raise ValueError("the Lanczos solver needs normalization='sym' (eigenvalues in [0, 2]); use solver='dense'")
-    ei = _edges(edge_index, num_nodes)
-    use_dense = solver == "dense" or (solver == "auto" and num_nodes <= dense_max_nodes)
-    vals, vecs = [], []
-    if use_dense and normalization == "sym":  # small graphs: build densely (no sparse-matrix overhead)
-        dense = _dense_adjacency(ei, num_nodes)
-        eff = _effective_qs_dense(dense, qs, q_relative)
-        for lap in _dense_maglaps(dense, eff):
-            val, vec = _solve_dense(lap, k)
-            vals.append(val)
-            vecs.append(vec)
-        return _pack(vals, vecs, num_nodes, k, eff, normalize, phase_tol)
-    a = _adjacency(ei, num_nodes)
+    if isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 1:
+        raise ValueError(f"dense_max_nodes must be a positive int, got {dense_max_nodes!r}")
+    ei = edge_array(edge_index, num_nodes)
+    if solver == "auto" and num_nodes <= dense_max_nodes and normalization == "sym":
+        return _dense_graph(ei, num_nodes, k, qs, q_relative, phase, phase_tol)  # small graphs: no sparse overhead
+    dense_limit = {"dense": num_nodes, "arpack": 0, "auto": dense_max_nodes}[solver]
+    a = binary_adjacency(ei, num_nodes)
     eff = _effective_qs(a, num_nodes, qs, q_relative)
+    comps = _components(a)
+    vals, vecs = [], []
     for qq in eff:
-        lap = _maglap_scipy(a, qq, normalization)
-        val, vec = _solve_dense(lap.toarray(), k) if use_dense else _solve_lanczos(lap, k, tol)
+        lap = scipy_magnetic_laplacian(a, qq, normalization)
+        val, vec = _solve_components(lap, comps, k, dense_limit, tol, dtype)
         vals.append(val)
         vecs.append(vec)
-    return _pack(vals, vecs, num_nodes, k, eff, normalize, phase_tol)
+    return _pack(vals, vecs, num_nodes, k, eff, phase, phase_tol)
+
+
+def _dense_graph(
+    ei: np.ndarray, n: int, k: int, qs: tuple[float, ...], q_relative: bool, phase: str | None, phase_tol: float
+) -> MagLapEigen:
+    """One small graph: dense ``L_q``, split into components (as :func:`maglap_eigenpairs_many`)."""
+    return maglap_eigenpairs_many([(ei, n)], k, qs, q_relative, phase, phase_tol)[0]
 
 
 def _dense_adjacency(ei: np.ndarray, n: int) -> np.ndarray:
@@ -220,31 +425,63 @@ def maglap_eigenpairs_many(
     k: int,
     q: float | Sequence[float] = 0.25,
     q_relative: bool = True,
-    normalize: bool = True,
+    normalize: bool | str | None = True,
     phase_tol: float = 1e-6,
 ) -> list[MagLapEigen]:
     """:func:`maglap_eigenpairs` (dense, ``normalization="sym"``) for many small graphs.
 
-    ``graphs`` holds ``(edge_index, num_nodes)`` pairs. Graphs of the same size are
-    stacked and solved by one batched ``eigh`` call (no padding, so the result equals
-    the one-graph path's); real problems (effective ``q = 0`` or no one-way edge) use
-    the real solver.
+    ``graphs`` holds ``(edge_index, num_nodes)`` pairs. Each graph is split into its
+    connected components; components of the same size (over all graphs and potentials)
+    are stacked and solved by one batched ``eigh`` call (no padding, so the result equals
+    the one-graph path's); real problems (effective ``q = 0`` or no one-way edge) use the
+    real solver.
     """
-    k = _check_k(k)
-    qs = _check_q(q)
+    k = check_k(k)
+    qs = check_q(q)
+    phase = _phase_rule(normalize)
     prepared = []
     for edge_index, n in graphs:
-        a = _dense_adjacency(_edges(edge_index, n), n)
-        prepared.append((a, n, _effective_qs_dense(a, qs, q_relative)))
-    by_size: dict[tuple[int, bool], list[tuple[int, int]]] = {}
-    for g, (ei, n, eff) in enumerate(prepared):
+        ei = edge_array(edge_index, n)
+        a = _dense_adjacency(ei, n)
+        comps = _components(sp.csr_matrix(a))
+        prepared.append((a, n, _effective_qs_dense(a, qs, q_relative), comps))
+    # blocks (graph, potential, component) grouped by (size, real)
+    by_size: dict[tuple[int, bool], list[tuple[int, int, int]]] = {}
+    for g, (_, _, eff, comps) in enumerate(prepared):
         for j, qq in enumerate(eff):
-            by_size.setdefault((n, qq == 0), []).append((g, j))
-    vals: list[list] = [[None] * len(qs) for _ in graphs]
-    vecs: list[list] = [[None] * len(qs) for _ in graphs]
-    for (n, real), members in by_size.items():
-        laps = np.stack([_dense_maglaps(prepared[g][0], [prepared[g][2][j]])[0] for g, j in members])
-        val, vec = _solve_dense(laps.real if real else laps, k)
-        for (g, j), v, w in zip(members, val, vec):
-            vals[g][j], vecs[g][j] = v, w
-    return [_pack(vals[g], vecs[g], n, k, eff, normalize, phase_tol) for g, (_, n, eff) in enumerate(prepared)]
+            for c, size in enumerate(comps.sizes):
+                by_size.setdefault((int(size), qq == 0), []).append((g, j, c))
+    laps = [_dense_maglaps(a, eff) for a, _, eff, _ in prepared]  # (Q, n, n) per graph
+    solved: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+    for (_, real), members in by_size.items():
+        blocks = np.stack([laps[g][j][np.ix_(prepared[g][3].nodes[c], prepared[g][3].nodes[c])] for g, j, c in members])
+        val, vec = _solve_dense(blocks.real if real else blocks, k)
+        for key, v, w in zip(members, val, vec):
+            solved[key] = (v, w)
+    out = []
+    for g, (_, n, eff, comps) in enumerate(prepared):
+        vals, vecs = [], []
+        for j in range(len(eff)):
+            val, vec = _merge([solved[(g, j, c)] for c in range(len(comps.sizes))], comps, n, k)
+            vals.append(val)
+            vecs.append(vec)
+        out.append(_pack(vals, vecs, n, k, eff, phase, phase_tol))
+    return out
+
+
+def _merge(
+    parts: list[tuple[np.ndarray, np.ndarray]], comps: _Components, n: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``min(k, n)`` smallest of per-component pairs ``[(val (m_c,), vec (n_c, m_c))]`` (ranked components)."""
+    val = np.concatenate([p[0] for p in parts])
+    comp = np.concatenate([np.full(len(p[0]), c) for c, p in enumerate(parts)])
+    j = np.concatenate([np.arange(len(p[0])) for p in parts])
+    order = np.lexsort((j, comp, val))
+    val, comp, j = val[order], comp[order], j[order]
+    tie_group = np.concatenate([[0], np.cumsum(np.diff(val) > _TIE * np.maximum(1.0, np.abs(val[1:])))])
+    order = np.lexsort((j, comp, tie_group))[: min(k, n)]
+    complex_ = any(np.iscomplexobj(p[1]) for p in parts)
+    out = np.zeros((n, len(order)), dtype=np.complex128 if complex_ else np.float64)
+    for col, (c, jj) in enumerate(zip(comp[order], j[order])):
+        out[comps.nodes[c], col] = parts[c][1][:, jj]
+    return val[order], out

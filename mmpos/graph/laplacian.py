@@ -5,8 +5,10 @@ reference implementation google-deepmind/digraph_transformer, ``utils.py``
 (``eigv_magnetic_laplacian_numba``), read for the formulas. With ``A`` the binarised
 adjacency (``A[s, r] = 1`` for an edge ``s -> r``; multi-edges collapse to one):
 
-* ``A_s = 1[A + A^T > 0]`` (the symmetrised graph), ``d = A_s 1`` clipped at 1
-  (isolated nodes get degree 1, so their diagonal entry is 1);
+* ``A_s = 1[A + A^T > 0]`` (the symmetrised graph), ``d = A_s 1``;
+* with ``"sym"``, ``d`` is clipped at 1 inside ``D^-1/2`` (an isolated node's diagonal entry
+  is then 1, as in the reference); with ``None`` it is not (an isolated node's row is 0,
+  eigenvalue 0, as the reference's ``use_symmetric_norm=False`` branch);
 * ``Theta = 2 pi q (A - A^T)``;
 * ``L_q = I - (D^-1/2 A_s D^-1/2) * exp(i Theta)`` (``normalization="sym"``) or
   ``L_q = D - A_s * exp(i Theta)`` (``normalization=None``).
@@ -32,10 +34,13 @@ from torch import Tensor
 
 __all__ = ["NORMALIZATIONS", "magnetic_laplacian", "num_one_way_edges", "relative_q"]
 
+# Package helpers (used by eigen.py, random_walk.py and the transforms; not re-exported):
+# edge_array, binary_adjacency, check_q, scipy_magnetic_laplacian.
+
 NORMALIZATIONS = ("sym", None)
 
 
-def _edges(edge_index: Tensor | np.ndarray, num_nodes: int) -> np.ndarray:
+def edge_array(edge_index: Tensor | np.ndarray, num_nodes: int) -> np.ndarray:
     """Validated ``(2, m)`` int64 numpy copy of ``edge_index``."""
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 1:
         raise ValueError(f"num_nodes must be a positive int, got {num_nodes!r}")
@@ -57,7 +62,7 @@ def _edges(edge_index: Tensor | np.ndarray, num_nodes: int) -> np.ndarray:
     return ei
 
 
-def _adjacency(ei: np.ndarray, n: int) -> sp.csr_matrix:
+def binary_adjacency(ei: np.ndarray, n: int) -> sp.csr_matrix:
     """Binarised directed adjacency ``A`` ``(n, n)`` float64 (multi-edges collapse)."""
     a = sp.csr_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(n, n))
     a.data[:] = 1.0  # duplicates were summed by the constructor
@@ -66,7 +71,7 @@ def _adjacency(ei: np.ndarray, n: int) -> sp.csr_matrix:
 
 def num_one_way_edges(edge_index: Tensor | np.ndarray, num_nodes: int) -> int:
     """Number of edges ``u -> v`` without the reverse edge ``v -> u`` (multi-edges count once)."""
-    a = _adjacency(_edges(edge_index, num_nodes), num_nodes)
+    a = binary_adjacency(edge_array(edge_index, num_nodes), num_nodes)
     return int((a - a.T).maximum(0).nnz)
 
 
@@ -75,24 +80,27 @@ def relative_q(q: float, num_one_way: int, num_nodes: int) -> float:
     return q / max(min(num_one_way, num_nodes), 1)
 
 
-def _check_q(q: float | Sequence[float]) -> tuple[float, ...]:
+def check_q(q: float | Sequence[float]) -> tuple[float, ...]:
+    """One potential or a non-empty sequence of them, as a tuple of floats (``ValueError`` otherwise)."""
+    if isinstance(q, (str, bytes)) or not (isinstance(q, (int, float)) or hasattr(q, "__iter__")):
+        raise ValueError(f"q must be a finite float or a non-empty sequence of floats, got {q!r}")
     qs = (q,) if isinstance(q, (int, float)) and not isinstance(q, bool) else tuple(q)
     if not qs or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) for x in qs):
         raise ValueError(f"q must be a finite float or a non-empty sequence of floats, got {q!r}")
     return tuple(float(x) for x in qs)
 
 
-def _maglap_scipy(a: sp.csr_matrix, q: float, normalization: str | None) -> sp.csr_matrix:
+def scipy_magnetic_laplacian(a: sp.csr_matrix, q: float, normalization: str | None) -> sp.csr_matrix:
     """``L_q`` as a scipy CSR matrix (complex128, or float64 when ``q == 0``)."""
     n = a.shape[0]
     a_s = ((a + a.T) > 0).astype(np.float64).tocsr()
-    deg = np.maximum(np.asarray(a_s.sum(axis=1)).ravel(), 1.0)
+    deg = np.asarray(a_s.sum(axis=1)).ravel()
     if normalization == "sym":
-        dinv = sp.diags(deg**-0.5)
+        dinv = sp.diags(np.maximum(deg, 1.0) ** -0.5)  # the reference's clip: isolated nodes get L[u, u] = 1
         w = (dinv @ a_s @ dinv).tocsr()
         eye = sp.identity(n, format="csr")
     else:
-        w, eye = a_s, sp.diags(deg).tocsr()
+        w, eye = a_s, sp.diags(deg).tocsr()  # no clip (reference): an isolated node's row is 0
     if q == 0:
         return (eye - w).tocsr()
     # exp(i Theta) - 1 is non-zero only on one-way pairs (Theta = +-2 pi q there, 0 elsewhere)
@@ -126,11 +134,11 @@ def magnetic_laplacian(
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q):
         raise ValueError(f"q must be a finite float, got {q!r}")
-    ei = _edges(edge_index, num_nodes)
-    a = _adjacency(ei, num_nodes)
+    ei = edge_array(edge_index, num_nodes)
+    a = binary_adjacency(ei, num_nodes)
     if q_relative:
         q = relative_q(q, int((a - a.T).maximum(0).nnz), num_nodes)
-    lap = _maglap_scipy(a, q, normalization).tocoo()
+    lap = scipy_magnetic_laplacian(a, q, normalization).tocoo()
     idx = torch.from_numpy(np.vstack([lap.row, lap.col]).astype(np.int64))
     return torch.sparse_coo_tensor(
         idx, torch.from_numpy(lap.data), (num_nodes, num_nodes), check_invariants=False

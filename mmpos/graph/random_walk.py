@@ -27,12 +27,12 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
-from .laplacian import _adjacency, _edges
+from .laplacian import binary_adjacency, edge_array
 
 __all__ = ["directional_random_walk_node_pe", "directional_random_walks", "transition_matrix"]
 
 
-def _check(walk_length: int, ppr_alpha: float | None) -> None:
+def check_walk(walk_length: int, ppr_alpha: float | None) -> None:
     if isinstance(walk_length, bool) or not isinstance(walk_length, int) or walk_length < 1:
         raise ValueError(f"walk_length must be a positive int, got {walk_length!r}")
     if ppr_alpha is not None and not (isinstance(ppr_alpha, (int, float)) and 0 < ppr_alpha <= 1):
@@ -48,7 +48,7 @@ def _transition(a: sp.csr_matrix) -> sp.csr_matrix:
 
 def transition_matrix(edge_index: Tensor, num_nodes: int, reverse: bool = False) -> Tensor:
     """Dense ``(n, n)`` float64 ``T = D_out^-1 A`` (of ``A^T`` when ``reverse``), sinks self-looped."""
-    a = _adjacency(_edges(edge_index, num_nodes), num_nodes)
+    a = binary_adjacency(edge_array(edge_index, num_nodes), num_nodes)
     return torch.from_numpy(_transition(a.T.tocsr() if reverse else a).toarray())
 
 
@@ -56,13 +56,13 @@ def directional_random_walks(
     edge_index: Tensor, num_nodes: int, walk_length: int = 3, ppr_alpha: float | None = 0.1, max_nodes: int = 4096
 ) -> Tensor:
     """Relative form ``(n, n, F)`` float64 (see the module docstring); dense, so ``n <= max_nodes``."""
-    _check(walk_length, ppr_alpha)
+    check_walk(walk_length, ppr_alpha)
     if num_nodes > max_nodes:
         raise ValueError(
             f"the relative random-walk form is dense (n, n, F); num_nodes={num_nodes} exceeds max_nodes={max_nodes} "
             "(use directional_random_walk_node_pe for large graphs)"
         )
-    a = _adjacency(_edges(edge_index, num_nodes), num_nodes)
+    a = binary_adjacency(edge_array(edge_index, num_nodes), num_nodes)
     mats = []
     for adj in (a, a.T.tocsr()):
         t = _transition(adj).toarray()
@@ -84,8 +84,8 @@ def directional_random_walk_node_pe(
     PPR column sums solve ``p = alpha 1 + (1 - alpha) T^T p`` by fixed-point iteration
     (contraction factor ``1 - alpha``) until the update is below ``tol * n``.
     """
-    _check(walk_length, ppr_alpha)
-    a = _adjacency(_edges(edge_index, num_nodes), num_nodes)
+    check_walk(walk_length, ppr_alpha)
+    a = binary_adjacency(edge_array(edge_index, num_nodes), num_nodes)
     cols = []
     for adj in (a, a.T.tocsr()):
         tt = _transition(adj).T.tocsr()

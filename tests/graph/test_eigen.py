@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from mmpos.graph import maglap_eigenpairs, maglap_eigenpairs_many, magnetic_laplacian, normalize_phase
@@ -48,10 +49,10 @@ def test_reversed_graph_gives_conjugate_eigenvectors():
 
 
 @pytest.mark.parametrize("q", [0.0, 0.25])
-def test_dense_and_lanczos_agree(q):
+def test_dense_and_arpack_agree(q):
     ei = _random_digraph(300, 1500, 3)
     dense = maglap_eigenpairs(ei, 300, 8, q, solver="dense")
-    lanczos = maglap_eigenpairs(ei, 300, 8, q, solver="lanczos")
+    lanczos = maglap_eigenpairs(ei, 300, 8, q, solver="arpack")
     assert (dense.eigval[0, 1:] - dense.eigval[0, :-1]).min() > 1e-4  # simple spectrum: vectors are defined
     torch.testing.assert_close(lanczos.eigval, dense.eigval, atol=1e-10, rtol=0)
     torch.testing.assert_close(lanczos.eigvec, dense.eigvec, atol=1e-8, rtol=0)
@@ -108,8 +109,150 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="k must be"):
         maglap_eigenpairs(ei, 2, 0)
     with pytest.raises(ValueError, match="solver"):
-        maglap_eigenpairs(ei, 2, 1, solver="arpack")
-    with pytest.raises(ValueError, match="num_nodes > k"):
-        maglap_eigenpairs(ei, 2, 2, solver="lanczos")
+        maglap_eigenpairs(ei, 2, 1, solver="lanczos")
+    with pytest.raises(ValueError, match="dtype"):
+        maglap_eigenpairs(ei, 2, 1, dtype=torch.float16)
+    with pytest.raises(ValueError, match="normalize"):
+        maglap_eigenpairs(ei, 2, 1, normalize="sign")
     with pytest.raises(ValueError, match="q must be"):
         maglap_eigenpairs(ei, 2, 1, q=[])
+
+
+def _pieces_graph(sizes, num_isolated, seed, dup=0):
+    """Disjoint union of connected random digraphs (a directed spanning path plus 2n random edges each),
+    ``num_isolated`` isolated nodes and ``dup`` repeated edges, under a random node numbering.
+
+    Returns ``edge_index``, ``n`` and the node sets of the pieces (from the construction, not from a solver).
+    """
+    rng = np.random.default_rng(seed)
+    n = sum(sizes) + num_isolated
+    perm = rng.permutation(n)
+    edges, pieces, start = [], [], 0
+    for s in sizes:
+        nodes = perm[start : start + s]
+        start += s
+        src, dst = rng.integers(0, s, 2 * s), rng.integers(0, s, 2 * s)
+        path = np.stack([np.arange(s - 1), np.arange(1, s)])
+        e = np.concatenate([path, np.stack([src, dst])[:, src != dst]], axis=1)
+        edges.append(nodes[e])
+        pieces.append(np.sort(nodes))
+    ei = np.concatenate(edges, axis=1)
+    if dup:
+        ei = np.concatenate([ei, ei[:, rng.integers(0, ei.shape[1], dup)]], axis=1)
+    return torch.from_numpy(ei), n, pieces
+
+
+def _reference_spectrum(ei, n, q, pieces, normalization="sym"):
+    """Sorted union of the pieces' dense spectra, plus the isolated nodes (1 with "sym", 0 without)."""
+    coo = magnetic_laplacian(ei, n, q, normalization)
+    lap = sp.csr_matrix((coo.values().numpy(), tuple(coo.indices().numpy())), shape=(n, n))
+    vals = [np.linalg.eigvalsh(lap[p][:, p].toarray()) for p in pieces]
+    covered = sum(len(p) for p in pieces)
+    vals.append(np.full(n - covered, 1.0 if normalization == "sym" else 0.0))
+    return np.sort(np.concatenate(vals))
+
+
+def _check_pairs(eig, ei, n, k, pieces):
+    for j, qq in enumerate(eig.q.tolist()):
+        lap = magnetic_laplacian(ei, n, qq).to_dense().to(torch.complex128)
+        vec, val = eig.eigvec[:, j], eig.eigval[j]
+        assert (lap @ vec - vec * val).abs().max() < 1e-8
+        torch.testing.assert_close(vec.conj().T @ vec, torch.eye(k, dtype=torch.complex128), atol=1e-8, rtol=0)
+        owner = np.full(n, -1)
+        for i, p in enumerate(pieces):
+            owner[p] = i
+        for col in range(k):  # each vector lives on one component (or one isolated node)
+            support = np.flatnonzero(vec[:, col].abs().numpy() > 1e-12)
+            assert len(set(owner[support])) == 1 and (owner[support[0]] >= 0 or len(support) == 1)
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack", "auto"])
+@pytest.mark.parametrize("q", [0.0, 0.25])
+def test_k_smallest_on_many_components(solver, q):
+    # 10 components of 2+ nodes (two larger than dense_max_nodes), 11 isolated nodes, repeated edges
+    sizes = [150, 90, 40, 40, 25, 12, 7, 3, 2, 2, 1, 1]
+    ei, n, pieces = _pieces_graph(sizes, 9, seed=1, dup=30)
+    k = 16
+    eig = maglap_eigenpairs(ei, n, k, q, q_relative=False, solver=solver, dense_max_nodes=60)
+    full = np.linalg.eigvalsh(magnetic_laplacian(ei, n, q).to_dense().numpy())[:k]  # independent: whole matrix
+    np.testing.assert_allclose(eig.eigval[0].numpy(), full, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(full, _reference_spectrum(ei, n, q, pieces)[:k], atol=1e-10, rtol=0)
+    if q == 0:
+        assert (eig.eigval[0].abs() < 1e-10).sum() == 10  # one zero per component of 2+ nodes
+    _check_pairs(eig, ei, n, k, pieces)
+
+
+@pytest.mark.parametrize("q", [0.0, 0.25])
+def test_ten_thousand_nodes_twenty_components(q):
+    sizes = [700] * 4 + [150] * 16  # 20 components (5200 nodes) plus 4800 isolated nodes
+    ei, n, pieces = _pieces_graph(sizes, 4800, seed=2)
+    k = 24  # more than the 20 zero eigenvalues at q = 0
+    eig = maglap_eigenpairs(ei, n, k, q, q_relative=False, dense_max_nodes=200)  # ARPACK on the 700-node ones
+    ref = _reference_spectrum(ei, n, q, pieces)[:k]
+    np.testing.assert_allclose(eig.eigval[0].numpy(), ref, atol=1e-10, rtol=0)
+    vec, val = eig.eigvec[:, 0], eig.eigval[0]
+    lap = magnetic_laplacian(ei, n, q).to(torch.complex128)
+    assert (torch.sparse.mm(lap, vec) - vec * val).abs().max() < 1e-8
+
+
+def test_dense_and_arpack_vectors_agree_on_many_components():
+    ei, n, _ = _pieces_graph([120, 100, 80, 30, 5], 4, seed=3)
+    for q in (0.0, 0.25):
+        dense = maglap_eigenpairs(ei, n, 12, q, q_relative=False, solver="dense")
+        arpack = maglap_eigenpairs(ei, n, 12, q, q_relative=False, solver="arpack")
+        torch.testing.assert_close(arpack.eigval, dense.eigval, atol=1e-10, rtol=0)
+        torch.testing.assert_close(arpack.eigvec, dense.eigvec, atol=1e-8, rtol=0)
+
+
+def test_repeated_eigenvalues_inside_one_component():
+    # three identical paths hanging off node 0 of a random graph: every antisymmetric mode is a double eigenvalue
+    rng = np.random.default_rng(4)
+    n0, length = 300, 120
+    src, dst = rng.integers(0, n0, 4 * n0), rng.integers(0, n0, 4 * n0)
+    parts = [np.stack([np.r_[np.arange(n0 - 1), src], np.r_[np.arange(1, n0), dst]])]
+    for b in range(3):
+        path = n0 + b * length + np.arange(length)
+        parts.append(np.stack([np.r_[0, path[:-1]], path]))
+    ei = np.concatenate(parts, axis=1)
+    ei = torch.from_numpy(ei[:, ei[0] != ei[1]])
+    n = n0 + 3 * length
+    for q in (0.0, 0.1):
+        ref = np.linalg.eigvalsh(magnetic_laplacian(ei, n, q).to_dense().numpy())[:12]
+        assert np.diff(ref).min() < 1e-10  # the spectrum really is degenerate
+        eig = maglap_eigenpairs(ei, n, 12, q, q_relative=False, solver="arpack")
+        np.testing.assert_allclose(eig.eigval[0].numpy(), ref, atol=1e-10, rtol=0)
+        vec = eig.eigvec[:, 0]
+        torch.testing.assert_close(vec.conj().T @ vec, torch.eye(12, dtype=torch.complex128), atol=1e-8, rtol=0)
+
+
+def test_float32_arpack_matches_float64():
+    ei, n, _ = _pieces_graph([400, 300], 3, seed=5)
+    for q in (0.0, 0.25):
+        ref = maglap_eigenpairs(ei, n, 8, q, q_relative=False, solver="arpack")
+        got = maglap_eigenpairs(ei, n, 8, q, q_relative=False, solver="arpack", dtype=torch.float32)
+        torch.testing.assert_close(got.eigval, ref.eigval, atol=1e-9, rtol=0)
+        torch.testing.assert_close(got.eigvec, ref.eigvec, atol=1e-4, rtol=0)
+
+
+def test_unnormalized_isolated_node_and_arpack():
+    ei, n, pieces = _pieces_graph([80, 40], 2, seed=6)
+    for solver in ("dense", "arpack"):
+        eig = maglap_eigenpairs(ei, n, 6, 0.25, q_relative=False, normalization=None, solver=solver)
+        ref = _reference_spectrum(ei, n, 0.25, pieces, normalization=None)[:6]
+        np.testing.assert_allclose(eig.eigval[0].numpy(), ref, atol=1e-9, rtol=0)
+        assert (eig.eigval[0].abs() < 1e-9).sum() == 2  # the isolated nodes: degree 0, eigenvalue 0
+
+
+def test_sign_rotate_rule_follows_the_reference():
+    ei = _path_plus(9)
+    raw = maglap_eigenpairs(ei, 9, 4, 0.25, normalize=False)
+    got = maglap_eigenpairs(ei, 9, 4, 0.25, normalize="sign_rotate").eigvec[:, 0].numpy()
+    vec = raw.eigvec[:, 0].numpy()
+    # the reference's steps, written out
+    for i in range(4):
+        vec[:, i] *= np.sign(vec[np.abs(vec[:, i].real).argmax(), i].real)
+    u = vec[:, 0].imag.argmax()
+    np.testing.assert_allclose(got, vec * np.exp(-1j * np.angle(vec[u : u + 1])), atol=1e-12)
+    assert abs(got[u, 0].imag) < 1e-12  # the first vector is real at u*
+    q0 = maglap_eigenpairs(ei, 9, 4, 0.0, normalize="sign_rotate")  # the reference skips it at q = 0
+    torch.testing.assert_close(q0.eigvec, maglap_eigenpairs(ei, 9, 4, 0.0, normalize=False).eigvec)

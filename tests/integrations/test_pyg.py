@@ -67,10 +67,30 @@ def test_repr_and_bad_arguments():
     assert repr(AddMagneticLaplacianPE(8)) == "AddMagneticLaplacianPE(k=8, q=0.25, q_relative=True)"
     assert repr(AddDirectionalRandomWalkPE()) == "AddDirectionalRandomWalkPE(walk_length=3, ppr_alpha=0.1, mode='both')"
     with pytest.raises(ValueError, match="attr_name"):
-        AddMagneticLaplacianPE(4, attr_name=None)
+        AddMagneticLaplacianPE(4, attr_name="")
+    with pytest.raises(ValueError, match="solver"):
+        AddMagneticLaplacianPE(4, solver="lanczos")
+    with pytest.raises(ValueError, match="dtype"):
+        AddMagneticLaplacianPE(4, dtype=torch.float16)
     with pytest.raises(ValueError, match="k must be"):
         AddMagneticLaplacianPE(0)
     with pytest.raises(ValueError, match="mode"):
         AddDirectionalRandomWalkPE(mode="pairs")
     with pytest.raises(ValueError, match="edge_index"):
         AddMagneticLaplacianPE(4)(Data(num_nodes=3))
+
+
+def test_attr_name_none_concatenates_onto_x_as_pyg():
+    data = _graph(9, 2)
+    data.x = torch.randn(9, 3)
+    ref = AddMagneticLaplacianPE(k=4, q=[0.0, 0.25])(data.clone())
+    out = AddMagneticLaplacianPE(k=4, q=[0.0, 0.25], attr_name=None)(data.clone())
+    vec = ref.maglap_pe  # (9, 2, 4)
+    want = torch.cat([data.x, vec.real.flatten(1), vec.imag.flatten(1)], dim=1)
+    torch.testing.assert_close(out.x, want)
+    assert "maglap_pe" not in out and "maglap_pe_eigval" not in out
+    bare = _graph(9, 2)  # no x: x becomes the PE, as PyG's add_node_attr
+    assert AddMagneticLaplacianPE(k=4, attr_name=None)(bare).x.shape == (9, 8)
+    # PyG's own transform follows the same rule
+    pyg = T.AddLaplacianEigenvectorPE(k=2, attr_name=None)(data.clone())
+    assert pyg.x.shape == (9, 5) and torch.equal(pyg.x[:, :3], data.x)

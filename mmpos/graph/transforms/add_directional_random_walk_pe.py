@@ -6,7 +6,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from ..random_walk import _check, directional_random_walk_node_pe, directional_random_walks
+from ..random_walk import check_walk, directional_random_walk_node_pe, directional_random_walks
 
 __all__ = ["AddDirectionalRandomWalkPE"]
 
@@ -53,7 +53,7 @@ class AddDirectionalRandomWalkPE(BaseTransform):
         mode: str = "both",
         max_nodes: int = 4096,
     ) -> None:
-        _check(walk_length, ppr_alpha)
+        check_walk(walk_length, ppr_alpha)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not isinstance(attr_name, str) or not attr_name:

@@ -8,8 +8,8 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from ..eigen import SOLVERS, MagLapEigen, _check_k, maglap_eigenpairs, maglap_eigenpairs_many
-from ..laplacian import _check_q
+from ..eigen import PHASE_RULES, SOLVERS, MagLapEigen, check_k, maglap_eigenpairs, maglap_eigenpairs_many
+from ..laplacian import check_q
 
 __all__ = ["AddMagneticLaplacianPE"]
 
@@ -34,7 +34,17 @@ class AddMagneticLaplacianPE(BaseTransform):
       when ``n < k``.
 
     The per-graph entries have a leading 1, so a :class:`~torch_geometric.data.Batch`
-    stacks them to ``(B, ...)``. Computed in float64/complex128.
+    stacks them to ``(B, ...)``. :class:`mmpos.integrations.pyg.MagLapGPSInput` turns a
+    batch of them into what :class:`torch_geometric.nn.GPSConv` takes.
+
+    With ``attr_name=None`` (as PyG's positional-encoding transforms), the real and
+    imaginary parts of the eigenvectors are concatenated onto ``data.x`` (created when it
+    is ``None``) as ``(n, 2 Q k)`` features in ``x``'s dtype, ordered ``[Re v (Q, k) flattened,
+    Im v (Q, k) flattened]``; eigenvalues and mask are then not stored (PyG stores only
+    the vectors too).
+
+    Graphs are solved per connected component (see :mod:`mmpos.graph.eigen`), so every
+    zero eigenvalue of a disconnected graph is found.
 
     Args:
         k (int): eigenpairs per potential.
@@ -44,11 +54,15 @@ class AddMagneticLaplacianPE(BaseTransform):
             :math:`m_{dir}` the number of one-way edges, as the reference does.
             (default: :obj:`True`)
         attr_name (str): attribute name prefix. (default: :obj:`"maglap_pe"`)
-        normalize (bool): deterministic phase per eigenvector
-            (:func:`mmpos.graph.normalize_phase`). (default: :obj:`True`)
-        solver (str): :obj:`"auto"`, :obj:`"dense"` or :obj:`"lanczos"`.
-            (default: :obj:`"auto"`, dense up to :obj:`dense_max_nodes` nodes)
+        normalize (bool or str): phase rule: :obj:`True` (deterministic phase,
+            :func:`mmpos.graph.normalize_phase`), :obj:`"sign_rotate"` (the reference's),
+            or :obj:`False`. (default: :obj:`True`)
+        solver (str): :obj:`"auto"`, :obj:`"dense"` or :obj:`"arpack"`.
+            (default: :obj:`"auto"`, ARPACK for components above :obj:`dense_max_nodes` nodes)
         dense_max_nodes (int): see :obj:`solver`. (default: :obj:`512`)
+        dtype (torch.dtype): ARPACK's working precision, :obj:`torch.float64` or
+            :obj:`torch.float32` (PyG's; followed by a float64 Rayleigh-Ritz step).
+            (default: :obj:`torch.float64`)
     """
 
     def __init__(
@@ -56,26 +70,42 @@ class AddMagneticLaplacianPE(BaseTransform):
         k: int,
         q: float | Sequence[float] = 0.25,
         q_relative: bool = True,
-        attr_name: str = "maglap_pe",
-        normalize: bool = True,
+        attr_name: str | None = "maglap_pe",
+        normalize: bool | str = True,
         solver: str = "auto",
         dense_max_nodes: int = 512,
+        dtype: torch.dtype = torch.float64,
     ) -> None:
-        self.k = _check_k(k)
+        self.k = check_k(k)
+        check_q(q)
         self.q = q if isinstance(q, (int, float)) else tuple(q)
-        _check_q(self.q)
-        if not isinstance(attr_name, str) or not attr_name:
-            raise ValueError(f"attr_name must be a non-empty str (a complex PE cannot join data.x), got {attr_name!r}")
+        if attr_name is not None and (not isinstance(attr_name, str) or not attr_name):
+            raise ValueError(f"attr_name must be a non-empty str or None (concatenate onto data.x), got {attr_name!r}")
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        if normalize not in (True, False, *PHASE_RULES):
+            raise ValueError(f"normalize must be True, False or one of {PHASE_RULES}, got {normalize!r}")
+        if isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 1:
+            raise ValueError(f"dense_max_nodes must be a positive int, got {dense_max_nodes!r}")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
         self.q_relative = bool(q_relative)
         self.attr_name = attr_name
-        self.normalize = bool(normalize)
+        self.normalize = normalize
         self.solver = solver
         self.dense_max_nodes = dense_max_nodes
+        self.dtype = dtype
 
     def _store(self, data: Data, eig: MagLapEigen) -> Data:
         vec, val = eig.eigvec.to(torch.complex64), eig.eigval.to(torch.float32)
+        if self.attr_name is None:  # PyG's convention: onto data.x
+            feat = torch.cat([vec.real.flatten(1), vec.imag.flatten(1)], dim=1)  # (n, 2 Q k)
+            if data.x is None:
+                data.x = feat
+            else:
+                x = data.x.view(-1, 1) if data.x.dim() == 1 else data.x
+                data.x = torch.cat([x, feat.to(x.device, x.dtype)], dim=-1)
+            return data
         if isinstance(self.q, (int, float)):
             vec, val = vec[:, 0], val[0]
         data[self.attr_name] = vec
@@ -94,7 +124,16 @@ class AddMagneticLaplacianPE(BaseTransform):
     def forward(self, data: Data) -> Data:
         edge_index, n = self._graph(data)
         eig = maglap_eigenpairs(
-            edge_index, n, self.k, self.q, self.q_relative, "sym", self.normalize, self.solver, self.dense_max_nodes
+            edge_index,
+            n,
+            self.k,
+            self.q,
+            self.q_relative,
+            "sym",
+            self.normalize,
+            self.solver,
+            self.dense_max_nodes,
+            dtype=self.dtype,
         )
         return self._store(data, eig)
 
