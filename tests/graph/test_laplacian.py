@@ -114,3 +114,11 @@ def test_unnormalized_is_degree_minus_weighted_adjacency():
     ei = torch.tensor([[0, 1], [1, 2]])
     lap = _dense(ei, 3, 0.25, normalization=None)
     assert lap[1, 1] == 2 and lap[0, 1] == pytest.approx(-1j) and lap[1, 0] == pytest.approx(1j)
+
+
+def test_unnormalized_isolated_node_has_degree_zero_as_the_reference():
+    # reference (use_symmetric_norm=False): deg = symmetric_adj.sum(-2), no clip; "sym" clips inside D^-1/2
+    ei = torch.tensor([[0], [1]])
+    lap = _dense(ei, 3, 0.25, normalization=None)
+    assert lap[2].abs().max() == 0 and lap[0, 0] == 1
+    assert _dense(ei, 3, 0.25)[2, 2] == 1
