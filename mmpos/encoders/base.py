@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from .._validate import check_int
 from ..coords import Coords
 from ..rotary import FrequencyPlan, Rotation, coords_angles
+from ..scaling import RopeScaling, as_scaling, build_scaling, rescaled_weight
 
 __all__ = [
     "AdditiveEncoder",
@@ -71,8 +72,14 @@ class RotaryEncoder(PositionEncoder):
     #: the faster fused rotation (:func:`mmpos.rotary.apply_rotary`, ``exact=False``)
     exact: bool = True
 
-    def __init__(self, plan: FrequencyPlan, learnable: bool = False) -> None:
+    #: which pairs form one spectrum for the scaling rules (:mod:`mmpos.scaling`): ``"axis"`` or ``"shared"``
+    scaling_spectrum: str = "axis"
+
+    def __init__(self, plan: FrequencyPlan, learnable: bool = False, scaling: RopeScaling | dict | None = None) -> None:
         super().__init__()
+        # a static rule is folded into the plan; a dynamic one (or one on a learned plan) acts in forward
+        plan, self.attention_factor, self.rescale = build_scaling(plan, scaling, self.scaling_spectrum, learnable)
+        self.scaling = as_scaling(scaling)
         self.axes = plan.axes
         self.head_dim = plan.head_dim
         self.convention = plan.convention
@@ -102,12 +109,16 @@ class RotaryEncoder(PositionEncoder):
 
     def angles(self, coords: Coords) -> Tensor:
         """``(B, N, P)`` (shared plan) or ``(B, H, N, P)`` (per-head plan), float32/64."""
-        return coords_angles(self.weight, self.axes, self.positions(coords))
+        coords = self.positions(coords)
+        return coords_angles(rescaled_weight(self.weight, self.rescale, coords, self.axes), self.axes, coords)
 
     def rotation(self, coords: Coords) -> Rotation:
         """cos / sin at ``coords``: compute once per forward, apply in every layer (:class:`~mmpos.rotary.Rotation`)."""
         angles = self.angles(coords)
-        return Rotation(angles.cos(), angles.sin(), self.convention, self.head_dim, self.exact)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:  # YaRN / LongRoPE: cos and sin scaled, as Hugging Face does
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return Rotation(cos, sin, self.convention, self.head_dim, self.exact)
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:

@@ -1,0 +1,777 @@
+"""Length and resolution scaling of rotary frequency plans: PI, NTK, YaRN and their kin, per axis.
+
+Every rule is a transform of a :class:`~mmpos.rotary.FrequencyPlan`, so one implementation serves
+1-D RoPE, axial and mixed 2-D/3-D RoPE and every M-RoPE scheme. A factor (and an original size)
+is given per axis of the plan; a scalar applies to every axis. Pair ``p`` reading axis ``a`` at
+frequency ``f`` is rescaled with the numbers of axis ``a``.
+
+==============  ==================================================================  ==================
+rule            pair frequency ``f`` becomes (``s`` the axis factor)                 source
+==============  ==================================================================  ==================
+linear          ``f / s`` (positions divided by ``s``)                              Chen et al. 2023, PI
+ntk             ``f * s ** (-k / (n - 1))``: base ``theta * s ** (n / (n - 1))``    bloc97 2023, NTK-aware
+theta           ``f * s ** (-k / n)``: base ``theta * s``                           CineScale / Wan ``ntk_alpha``
+dynamic         ``ntk`` with ``s' = s L / L0 - (s - 1)`` once the length ``L > L0``  emozilla 2023, HF ``dynamic``
+ntk-by-parts    ``f / s`` below ``beta_slow`` turns per ``L0``, ``f`` above           Peng et al. 2023, YaRN sec. 3.2
+                ``beta_fast``, a linear ramp over the pair index between
+yarn            ``ntk-by-parts`` and the attention factor ``0.1 ln s + 1``            Peng et al. 2023, YaRN
+llama3          ``f / s`` for wavelengths above ``L0 / low_freq_factor``, ``f``       Meta Llama 3.1
+                below ``L0 / high_freq_factor``, smooth in between
+longrope        ``f / short_factor[p]`` (``L <= L0``) or ``f / long_factor[p]``      Ding et al. 2024, LongRoPE
+                (``L > L0``); attention factor ``sqrt(1 + ln s / ln L0)``
+ref-shape       ``f * L0 / L``: the current extent ``L`` is mapped onto ``L0``       timm ``ref_feat_shape`` (EVA-02)
+==============  ==================================================================  ==================
+
+``k`` is the index of the pair in its *spectrum* of ``n`` pairs (``f = theta ** (-k / n)``) and
+``L0`` the original size of the axis (HF ``original_max_position_embeddings``, or a grid side).
+The spectrum is ``"axis"`` (the pairs reading one axis are that axis's own spectrum: 1-D RoPE,
+axial 2-D/3-D RoPE, the per-axis rules of image and video generation models) or ``"shared"``
+(all pairs of the plan are one spectrum, sectioned over the axes: M-RoPE, MRoPE-I, MHRoPE, VRoPE,
+HoPE, as vLLM and Hugging Face apply YaRN to the full 1-D ``inv_freq`` and then section it).
+
+On 1-D text the rules equal Hugging Face transformers' ``ROPE_INIT_FUNCTIONS``
+(``modeling_rope_utils.py``: ``linear``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; inverse
+frequencies to float32 rounding and attention factors exactly); the tests compare on 4.57 and 5.x.
+The ramp of ``ntk-by-parts`` / ``yarn`` is linear in the pair index with the correction range
+rounded outwards (``truncate=True``), as the reference implementation (jquesnelle/yarn,
+``scaled_rope/LlamaYaRNScaledRotaryEmbedding.py``) and Hugging Face compute it; the paper writes
+the same ramp as a function of ``r = L0 / wavelength``.
+
+Per-axis attention factor: YaRN and LongRoPE define one temperature for the whole attention; with
+per-axis factors it is computed from the largest factor (equal to the 1-D rule when one scalar
+applies to every axis, e.g. text through M-RoPE). Pass ``attention_factor`` to choose another.
+
+Dynamic rules (``dynamic``, ``longrope``, ``ref-shape``) read the current length of each axis,
+``L = max(pos) + 1`` over the batch (Hugging Face's ``torch.max(position_ids) + 1``), as a device
+tensor inside ``forward``: the rescaled frequencies are a few elementwise operations on the
+``(A, P)`` plan, with no host synchronisation and no data-dependent branch, so
+``torch.compile(fullgraph=True)`` and ``torch.export`` trace them. Below the threshold the
+result equals the unscaled plan bit for bit (``s' = 1``). Unlike Hugging Face, whose ``dynamic``
+keeps the frequencies of the longest length seen until the length drops below ``L0``, the rule is
+a function of the current call's length only (the same for a growing length, as in generation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ._validate import check_choice, check_float
+from .coords import Coords
+from .rotary import FrequencyPlan
+
+__all__ = [
+    "DYNAMIC_RULES",
+    "RULES",
+    "SPECTRA",
+    "PlanRescale",
+    "RopeScaling",
+    "build_scaling",
+    "cinescale_ntk",
+    "dynamic_ntk",
+    "llama3",
+    "longrope",
+    "ntk_aware",
+    "ntk_by_parts",
+    "position_interpolation",
+    "reference_shape",
+    "resolution_interpolation",
+    "scale_plan",
+    "theta_scaling",
+    "timm_ref_feat_shape",
+    "yarn",
+    "yarn_attention_factor",
+]
+
+RULES = ("linear", "ntk", "theta", "dynamic", "ntk-by-parts", "yarn", "llama3", "longrope", "ref-shape")
+#: rules whose frequencies depend on the current length of each axis (computed in ``forward``)
+DYNAMIC_RULES = ("dynamic", "longrope", "ref-shape")
+#: rules that only rescale positions: defined on any plan, dense learned ones (RoPE-Mixed) included
+POSITION_RULES = ("linear", "ref-shape")
+SPECTRA = ("axis", "shared")
+_NEEDS_ORIGINAL = ("dynamic", "ntk-by-parts", "yarn", "llama3", "longrope", "ref-shape")
+_SPECTRAL = ("ntk", "theta", "dynamic", "ntk-by-parts", "yarn")  # need k, n (and theta) of each pair
+
+
+def _per_axis(value: Any, name: str, allow_int: bool = False) -> float | tuple[float, ...]:
+    """A positive finite number or a non-empty tuple of them (one per axis)."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"{name} must be a positive number or one per axis, got {value!r}")
+        return tuple(check_float(v, f"{name}[{i}]") for i, v in enumerate(value))
+    return check_float(value, name)
+
+
+def _floats(value: Any, name: str) -> tuple[float, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise ValueError(
+            f"{name} must be a non-empty sequence of positive numbers (one per rotary pair), got {value!r}"
+        )
+    return tuple(check_float(v, f"{name}[{i}]") for i, v in enumerate(value))
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """One scaling rule and its numbers; validated here, applied by :func:`scale_plan`.
+
+    Args:
+        rule: one of :data:`RULES` (see the module table).
+        factor: the scale ``s`` (target / original length), a number or one per axis of the plan.
+            Required for every rule but ``ref-shape``, which reads the scale off the coordinates.
+        original_size: ``L0``, the training length (text) or grid side (images) per axis; required
+            for ``dynamic``, ``ntk-by-parts``, ``yarn``, ``llama3``, ``longrope``, ``ref-shape``.
+        beta_fast, beta_slow: YaRN's rotation bounds (32, 1); ``ntk-by-parts`` and ``yarn`` only.
+        truncate: round YaRN's correction range outwards to whole pairs (Hugging Face's default).
+        mscale, mscale_all_dim: DeepSeek's YaRN attention factor
+            ``(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)``; ``yarn`` only.
+        attention_factor: the factor ``cos`` / ``sin`` are multiplied by, overriding the rule's
+            default; ``yarn`` and ``longrope`` only.
+        low_freq_factor, high_freq_factor: Llama 3.1's wavelength bounds (1, 4); ``llama3`` only.
+        short_factor, long_factor: LongRoPE's per-pair divisors, one per rotary pair of the plan
+            in pair order; ``longrope`` only (both required).
+    """
+
+    rule: str
+    factor: float | tuple[float, ...] | None = None
+    original_size: float | tuple[float, ...] | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        rule = check_choice(self.rule, "rule", RULES)
+        put = object.__setattr__
+        if rule == "ref-shape":
+            if self.factor is not None:
+                raise ValueError(
+                    "factor must be None for rule 'ref-shape' (the scale is the current extent / original_size)"
+                )
+        elif self.factor is None:
+            raise ValueError(f"factor is required for rule {rule!r} (the scale, target / original length, per axis)")
+        else:
+            put(self, "factor", _per_axis(self.factor, "factor"))
+        if self.original_size is None:
+            if rule in _NEEDS_ORIGINAL:
+                raise ValueError(
+                    f"original_size is required for rule {rule!r} (the training length or grid side per axis)"
+                )
+        else:
+            put(self, "original_size", _per_axis(self.original_size, "original_size"))
+        beta_fast, beta_slow = check_float(self.beta_fast, "beta_fast"), check_float(self.beta_slow, "beta_slow")
+        if beta_fast <= beta_slow:
+            raise ValueError(f"beta_fast must exceed beta_slow, got beta_fast={beta_fast} and beta_slow={beta_slow}")
+        put(self, "beta_fast", beta_fast)
+        put(self, "beta_slow", beta_slow)
+        if not isinstance(self.truncate, bool):
+            raise TypeError(f"truncate must be a bool, got {self.truncate!r}")
+        low, high = (
+            check_float(self.low_freq_factor, "low_freq_factor"),
+            check_float(self.high_freq_factor, "high_freq_factor"),
+        )
+        if high <= low:
+            raise ValueError(f"high_freq_factor must exceed low_freq_factor, got {high} and {low}")
+        put(self, "low_freq_factor", low)
+        put(self, "high_freq_factor", high)
+        only = {"mscale": ("yarn",), "mscale_all_dim": ("yarn",), "attention_factor": ("yarn", "longrope")}
+        for name, rules in only.items():
+            value = getattr(self, name)
+            if value is not None:
+                if rule not in rules:
+                    raise ValueError(f"{name} applies to rule {' / '.join(rules)} only, got it with rule {rule!r}")
+                put(self, name, check_float(value, name, strict=name != "attention_factor"))
+        for name in ("short_factor", "long_factor"):
+            value = getattr(self, name)
+            if rule == "longrope":
+                put(self, name, _floats(value, name))
+            elif value is not None:
+                raise ValueError(f"{name} applies to rule 'longrope' only, got it with rule {rule!r}")
+        if rule == "longrope" and len(self.short_factor) != len(self.long_factor):
+            raise ValueError(
+                f"short_factor and long_factor must have one entry per rotary pair each, got "
+                f"{len(self.short_factor)} and {len(self.long_factor)}"
+            )
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def dynamic(self) -> bool:
+        """``True`` when the frequencies depend on the current length (:data:`DYNAMIC_RULES`)."""
+        return self.rule in DYNAMIC_RULES
+
+    def per_axis(self, name: str, axes: Sequence[str]) -> tuple[float, ...]:
+        """``factor`` or ``original_size`` with one entry per axis of ``axes`` (a scalar is repeated)."""
+        value = getattr(self, name)
+        if value is None:
+            return (1.0,) * len(axes)
+        if isinstance(value, tuple):
+            if len(value) != len(axes):
+                raise ValueError(f"{name} must hold one value per plan axis {tuple(axes)}, got {list(value)}")
+            return value
+        return (value,) * len(axes)
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> RopeScaling:
+        """From a mapping of the constructor's arguments (a YAML config); unknown keys are an error."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise ValueError(f"scaling has unknown keys {unknown}; RopeScaling takes {sorted(names)}")
+        return cls(**dict(value))
+
+    @classmethod
+    def from_hf(cls, rope_scaling: Mapping[str, Any], max_position_embeddings: int | None = None) -> RopeScaling | None:
+        """From a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict (``None`` for ``default``).
+
+        ``max_position_embeddings`` is the config's: ``dynamic`` scales against it (as transformers
+        does), ``yarn`` / ``longrope`` derive ``factor`` from it when the dict has none.
+        """
+        params = dict(rope_scaling)
+        rule = params.pop("rope_type", None) or params.pop("type", None) or "default"
+        params.pop("type", None)
+        for key in ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"):
+            params.pop(key, None)  # plan settings, not scaling
+        if rule in ("default", "mrope"):
+            return None
+        original = params.pop("original_max_position_embeddings", None)
+        if rule == "dynamic":
+            original = max_position_embeddings
+        if rule in ("yarn", "longrope") and original is None:
+            original = max_position_embeddings
+        if rule in ("yarn", "longrope") and params.get("factor") is None and max_position_embeddings and original:
+            params["factor"] = max_position_embeddings / original
+        for key in ("beta_fast", "beta_slow"):
+            if key in params and params[key] is None:
+                del params[key]
+        return cls.from_dict({"rule": rule, "original_size": original, **params})
+
+
+# ---------------------------------------------------------------------- spectrum of a plan
+def _one_hot(weight: Tensor, rule: str) -> Tensor:
+    """``(..., A, P)`` bool: where the plan is non-zero; each pair may read one axis only."""
+    nonzero = weight != 0
+    if (nonzero.sum(-2) > 1).any():
+        raise ValueError(
+            f"rule {rule!r} rescales each pair by the numbers of the one axis it reads, but this plan mixes axes "
+            f"in a pair (RoPE-Mixed's learned plan); only rules {POSITION_RULES} (position rescaling) apply to it"
+        )
+    return nonzero
+
+
+def _spectrum(weight: Tensor, spectrum: str, rule: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Per entry of ``weight`` ``(..., A, P)``: the pair's index ``k`` in its spectrum, the spectrum's size ``n``
+    and ``ln theta`` (float64, same shape; zero where the plan is zero).
+
+    Checks that every spectrum is a RoPE spectrum ``f_k = theta ** (-k / n)`` (``ln theta`` fitted by least
+    squares over its pairs); a plan already rescaled, or learned, is refused by the spectral rules.
+    """
+    nonzero = _one_hot(weight, rule)
+    rows = weight.double().reshape(-1, *weight.shape[-2:])  # (R, A, P)
+    mask = nonzero.reshape(rows.shape)
+    k, n, log_theta = (torch.zeros_like(rows) for _ in range(3))
+    pairs = rows.shape[-1]
+    for r in range(rows.shape[0]):
+        groups = [mask[r, a] for a in range(rows.shape[1])]  # "axis": the pairs reading axis a
+        if spectrum == "shared":
+            groups = [mask[r].any(0)]
+        for group in groups:
+            if spectrum == "shared":
+                idx, count = torch.arange(pairs, dtype=torch.float64), float(pairs)
+            else:
+                idx, count = group.cumsum(0).double() - 1, float(group.sum())
+            if not group.any():
+                continue
+            freq = rows[r].sum(0)[group]
+            kk = idx[group]
+            if kk.max() == 0:
+                raise ValueError(
+                    f"rule {rule!r} needs at least 2 pairs per spectrum to know its base; a {spectrum!r} spectrum of "
+                    f"this plan has 1"
+                )
+            if (freq <= 0).any():
+                raise ValueError(f"rule {rule!r} needs positive pair frequencies, got {freq.min().item()}")
+            lt = float(-count * (kk * freq.log()).sum() / (kk * kk).sum())  # least squares: ln f = -k ln theta / n
+            err = (freq.log() + kk * lt / count).abs().max().item()
+            if not lt > 0 or err > 1e-4:
+                raise ValueError(
+                    f"rule {rule!r} needs each {spectrum!r} spectrum of the plan to be a RoPE spectrum "
+                    f"theta ** (-k / n) (a plan already rescaled or learned is not); the pair frequencies are off "
+                    f"by {err:.2g} in log"
+                )
+            for a in range(rows.shape[1]):
+                sel = group & mask[r, a]
+                k[r, a, sel], n[r, a, sel], log_theta[r, a, sel] = idx[sel], count, lt
+    return k.reshape(weight.shape), n.reshape(weight.shape), log_theta.reshape(weight.shape)
+
+
+def _axis_column(values: Sequence[float], weight: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """``(A, 1)`` per-axis numbers that broadcast against ``(..., A, P)``."""
+    return torch.tensor(values, dtype=dtype, device=weight.device).view(-1, 1)
+
+
+def _rebuilt(plan: FrequencyPlan, weight: Tensor) -> FrequencyPlan:
+    return FrequencyPlan(weight.to(plan.weight.dtype), plan.axes, plan.head_dim, plan.convention)
+
+
+# ---------------------------------------------------------------------- the rules (pure functions of a plan)
+def position_interpolation(plan: FrequencyPlan, factor: float | Sequence[float]) -> FrequencyPlan:
+    """PI (Chen et al. 2023, https://arxiv.org/abs/2306.15595): positions on axis ``a`` divided by ``factor[a]``.
+
+    Any plan, dense ones included: ``weight[..., a, :] / factor[a]`` (Hugging Face ``linear``: ``inv_freq /= factor``).
+    """
+    s = RopeScaling("linear", factor).per_axis("factor", plan.axes)
+    w = plan.weight.clone()
+    for a, sa in enumerate(s):
+        w[..., a, :] = plan.weight[..., a, :] / sa
+    return _rebuilt(plan, w)
+
+
+def _exponent_scaled(plan: FrequencyPlan, s: Sequence[float], spectrum: str, rule: str, minus_one: bool) -> Tensor:
+    k, n, _ = _spectrum(plan.weight, spectrum, rule)
+    denom = (n - 1) if minus_one else n
+    exponent = torch.where(denom > 0, k / denom.clamp_min(1), torch.zeros_like(k))
+    return plan.weight.double() * _axis_column(s, plan.weight) ** (-exponent)
+
+
+def ntk_aware(plan: FrequencyPlan, factor: float | Sequence[float], spectrum: str = "axis") -> FrequencyPlan:
+    """NTK-aware scaling (bloc97, 2023): base ``theta * s ** (n / (n - 1))`` per spectrum of ``n`` pairs.
+
+    Pair ``k`` is divided by ``s ** (k / (n - 1))``: the first (fastest) pair is kept, the last one is
+    interpolated by ``s``. Hugging Face's ``dynamic`` at one length is this rule at ``s' = s L / L0 - (s - 1)``.
+    """
+    s = RopeScaling("ntk", factor).per_axis("factor", plan.axes)
+    return _rebuilt(plan, _exponent_scaled(plan, s, check_choice(spectrum, "spectrum", SPECTRA), "ntk", True))
+
+
+def theta_scaling(plan: FrequencyPlan, factor: float | Sequence[float], spectrum: str = "axis") -> FrequencyPlan:
+    """Base ``theta * factor`` per axis (``f * factor ** (-k / n)``): CineScale's and Wan's ``ntk_alpha``.
+
+    Reference: Eyeline-Labs/CineScale ``diffsynth/models/wan_video_dit.py`` (``precompute_freqs_cis_ntk``:
+    ``theta = theta * ntk_factor``; ``set_ntk([1, 20, 20])`` for ``(t, h, w)``).
+    """
+    s = RopeScaling("theta", factor).per_axis("factor", plan.axes)
+    return _rebuilt(plan, _exponent_scaled(plan, s, check_choice(spectrum, "spectrum", SPECTRA), "theta", False))
+
+
+def dynamic_ntk(
+    plan: FrequencyPlan,
+    factor: float | Sequence[float],
+    original_size: float | Sequence[float],
+    length: float | Sequence[float],
+    spectrum: str = "axis",
+) -> FrequencyPlan:
+    """Dynamic NTK (emozilla, 2023; Hugging Face ``dynamic``) at the current ``length`` per axis.
+
+    ``s' = s * max(L, L0) / L0 - (s - 1)`` and then :func:`ntk_aware` with ``s'``: the plan is unchanged up to
+    ``L0``. Encoders evaluate the same formula on the device at every call (:class:`PlanRescale`).
+    """
+    scaling = RopeScaling("dynamic", factor, original_size)
+    table = _dynamic_table(plan, scaling, check_choice(spectrum, "spectrum", SPECTRA))
+    return _rebuilt(plan, _dynamic_weight(plan.weight, table, _lengths(length, plan.axes, plan.weight), "dynamic"))
+
+
+def _ramp(
+    k: Tensor,
+    n: Tensor,
+    log_theta: Tensor,
+    s: Tensor,
+    original: Tensor,
+    beta_fast: float,
+    beta_slow: float,
+    truncate: bool,
+) -> Tensor:
+    """YaRN's ``1 - ramp``: 1 where a pair is extrapolated (kept), 0 where interpolated, per entry."""
+    out = torch.ones_like(k)
+    for key in {
+        (float(a), float(b), float(c))
+        for a, b, c in zip(n.flatten(), log_theta.flatten(), original.expand_as(n).flatten())
+        if a > 0
+    }:
+        count, lt, l0 = key
+        low = count * math.log(l0 / (beta_fast * 2 * math.pi)) / lt  # Hugging Face's find_correction_dim, dim = 2 n
+        high = count * math.log(l0 / (beta_slow * 2 * math.pi)) / lt
+        if truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, 2 * count - 1)
+        if low == high:
+            high += 0.001  # as the reference: no zero-width ramp
+        sel = (n == count) & (log_theta == lt) & (original.expand_as(n) == l0)
+        ramp = ((k[sel].float() - low) / (high - low)).clamp(0, 1)  # float32, as Hugging Face
+        out[sel] = (1 - ramp).double()
+    return out
+
+
+def ntk_by_parts(
+    plan: FrequencyPlan,
+    factor: float | Sequence[float],
+    original_size: float | Sequence[float],
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+    spectrum: str = "axis",
+) -> FrequencyPlan:
+    """NTK-by-parts (Peng et al. 2023, YaRN, https://arxiv.org/abs/2309.00071, sec. 3.2), per axis.
+
+    Pairs that turn fewer than ``beta_slow`` times over ``L0`` are interpolated (``f / s``), pairs that turn
+    more than ``beta_fast`` times are kept, with a linear ramp over the pair index between. YaRN without
+    its attention factor.
+    """
+    scaling = RopeScaling("ntk-by-parts", factor, original_size, beta_fast, beta_slow, truncate)
+    return _rebuilt(plan, _by_parts_weight(plan, scaling, check_choice(spectrum, "spectrum", SPECTRA)))
+
+
+def _by_parts_weight(plan: FrequencyPlan, scaling: RopeScaling, spectrum: str) -> Tensor:
+    k, n, log_theta = _spectrum(plan.weight, spectrum, scaling.rule)
+    s = _axis_column(scaling.per_axis("factor", plan.axes), plan.weight)
+    l0 = _axis_column(scaling.per_axis("original_size", plan.axes), plan.weight)
+    keep = _ramp(k, n, log_theta, s, l0, scaling.beta_fast, scaling.beta_slow, scaling.truncate).float()
+    f = plan.weight.float()
+    return (f / s.float()) * (1 - keep) + f * keep  # Hugging Face's order of operations
+
+
+def yarn_attention_factor(scaling: RopeScaling, axes: Sequence[str]) -> float:
+    """YaRN's ``cos`` / ``sin`` factor ``0.1 ln s + 1`` (``sqrt(1 / t)`` of the paper, eq. 22), from the largest
+    per-axis factor; DeepSeek's ``mscale`` / ``mscale_all_dim`` ratio when both are set."""
+    if scaling.attention_factor is not None:
+        return scaling.attention_factor
+    s = max(scaling.per_axis("factor", axes))
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if scaling.mscale and scaling.mscale_all_dim:
+        return float(mscale(s, scaling.mscale) / mscale(s, scaling.mscale_all_dim))
+    return mscale(s)
+
+
+def yarn(
+    plan: FrequencyPlan,
+    factor: float | Sequence[float],
+    original_size: float | Sequence[float],
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+    mscale: float | None = None,
+    mscale_all_dim: float | None = None,
+    attention_factor: float | None = None,
+    spectrum: str = "axis",
+) -> tuple[FrequencyPlan, float]:
+    """YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071): :func:`ntk_by_parts` and the attention factor.
+
+    Returns the plan and the factor ``cos`` / ``sin`` are multiplied by (:func:`yarn_attention_factor`).
+    """
+    scaling = RopeScaling(
+        "yarn", factor, original_size, beta_fast, beta_slow, truncate, mscale, mscale_all_dim, attention_factor
+    )
+    weight = _by_parts_weight(plan, scaling, check_choice(spectrum, "spectrum", SPECTRA))
+    return _rebuilt(plan, weight), yarn_attention_factor(scaling, plan.axes)
+
+
+def llama3(
+    plan: FrequencyPlan,
+    factor: float | Sequence[float],
+    original_size: float | Sequence[float],
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+) -> FrequencyPlan:
+    """Llama 3.1 scaling (Meta, ``meta-llama/llama-models`` ``apply_scaling``; Hugging Face ``llama3``), per axis.
+
+    Wavelengths ``2 pi / f`` above ``L0 / low_freq_factor`` are interpolated by ``s``, those below
+    ``L0 / high_freq_factor`` kept, and between them ``f`` is blended with ``(L0 / wavelength - low) / (high - low)``.
+    Needs no spectrum: each pair is read by its own wavelength.
+    """
+    scaling = RopeScaling(
+        "llama3", factor, original_size, low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor
+    )
+    _one_hot(plan.weight, "llama3")
+    w = plan.weight.clone()
+    for a, (s, l0) in enumerate(
+        zip(scaling.per_axis("factor", plan.axes), scaling.per_axis("original_size", plan.axes))
+    ):
+        f = plan.weight[..., a, :]
+        low_wavelen, high_wavelen = l0 / low_freq_factor, l0 / high_freq_factor
+        wavelen = 2 * math.pi / f
+        scaled = torch.where(wavelen > low_wavelen, f / s, f)
+        smooth = (l0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed = (1 - smooth) * scaled / s + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        w[..., a, :] = torch.where(medium, smoothed, scaled)
+    return _rebuilt(plan, w)
+
+
+def _longrope_attention(scaling: RopeScaling, axes: Sequence[str]) -> float:
+    if scaling.attention_factor is not None:
+        return scaling.attention_factor
+    factors = scaling.per_axis("factor", axes)
+    a = max(range(len(axes)), key=lambda i: factors[i])
+    s, l0 = factors[a], scaling.per_axis("original_size", axes)[a]
+    return 1.0 if s <= 1.0 else math.sqrt(1 + math.log(s) / math.log(l0))
+
+
+def longrope(
+    plan: FrequencyPlan,
+    short_factor: Sequence[float],
+    long_factor: Sequence[float],
+    original_size: float | Sequence[float],
+    factor: float | Sequence[float],
+    length: float | Sequence[float] | None = None,
+    attention_factor: float | None = None,
+) -> tuple[FrequencyPlan, float]:
+    """LongRoPE (Ding et al. 2024, https://arxiv.org/abs/2402.13753; Hugging Face ``longrope``, Phi-3).
+
+    Pair ``p`` is divided by ``short_factor[p]`` while the length of its axis is at most ``L0`` and by
+    ``long_factor[p]`` beyond (``length=None``: the short factors). The attention factor is
+    ``sqrt(1 + ln s / ln L0)`` (1 for ``s <= 1``).
+    """
+    scaling = RopeScaling(
+        "longrope",
+        factor,
+        original_size,
+        attention_factor=attention_factor,
+        short_factor=short_factor,
+        long_factor=long_factor,
+    )
+    table = _dynamic_table(plan, scaling, "axis")
+    lengths = _axis_column(scaling.per_axis("original_size", plan.axes), plan.weight, torch.float32).view(-1)
+    if length is not None:
+        lengths = _lengths(length, plan.axes, plan.weight)
+    weight = _dynamic_weight(plan.weight, table, lengths, "longrope")
+    return _rebuilt(plan, weight), _longrope_attention(scaling, plan.axes)
+
+
+def reference_shape(
+    plan: FrequencyPlan, original_size: float | Sequence[float], size: float | Sequence[float]
+) -> FrequencyPlan:
+    """timm's ``ref_feat_shape`` (EVA-02): positions ``x * ref / size`` per axis, so a grid of ``size`` spans the
+    reference (pretraining) grid ``original_size``. Reference: timm ``layers/pos_embed_sincos.py``
+    (``_build_grid``: ``t = [x / f * r for x, f, r in zip(t, feat_shape, ref_feat_shape)]``)."""
+    scaling = RopeScaling("ref-shape", original_size=original_size)
+    table = _dynamic_table(plan, scaling, "axis")
+    return _rebuilt(plan, _dynamic_weight(plan.weight, table, _lengths(size, plan.axes, plan.weight), "ref-shape"))
+
+
+# ---------------------------------------------------------------------- dynamic rules: tables and the in-graph formula
+def _lengths(length: float | Sequence[float], axes: Sequence[str], weight: Tensor) -> Tensor:
+    """``(A,)`` float32 current lengths: a positive number per axis (a scalar is repeated)."""
+    values = _per_axis(tuple(length) if isinstance(length, Sequence) else length, "length")
+    values = values if isinstance(values, tuple) else (values,) * len(axes)
+    if len(values) != len(axes):
+        raise ValueError(f"length must hold one value per plan axis {tuple(axes)}, got {list(values)}")
+    return torch.tensor(values, dtype=torch.float32, device=weight.device)
+
+
+def _dynamic_table(plan: FrequencyPlan, scaling: RopeScaling, spectrum: str) -> Tensor:
+    """``(3, ..., A, P)`` float32: row 0 ``s`` and row 1 ``L0`` per axis (broadcast over the pairs), row 2 the
+    rule's per-pair numbers (``dynamic``: the NTK exponent ``k / (n - 1)``; ``longrope``: short and long factors
+    in rows 2 and 3)."""
+    w = plan.weight
+    s = _axis_column(scaling.per_axis("factor", plan.axes), w, torch.float32).expand(w.shape)
+    l0 = _axis_column(scaling.per_axis("original_size", plan.axes), w, torch.float32).expand(w.shape)
+    if scaling.rule == "dynamic":
+        k, n, _ = _spectrum(w, spectrum, "dynamic")
+        extra = [torch.where(n > 1, k / (n - 1).clamp_min(1), torch.zeros_like(k)).float()]
+    elif scaling.rule == "longrope":
+        _one_hot(w, "longrope")
+        if len(scaling.short_factor) != plan.pairs:
+            raise ValueError(
+                f"short_factor and long_factor must hold one divisor per rotary pair ({plan.pairs}), got "
+                f"{len(scaling.short_factor)}"
+            )
+        extra = [
+            torch.tensor(f, dtype=torch.float32, device=w.device).expand(w.shape)
+            for f in (scaling.short_factor, scaling.long_factor)
+        ]
+    elif scaling.rule == "ref-shape":
+        extra = []
+    else:
+        raise ValueError(f"rule {scaling.rule!r} is not dynamic")
+    return torch.stack([s, l0, *extra]).contiguous()
+
+
+def _dynamic_weight(weight: Tensor, table: Tensor, lengths: Tensor, rule: str) -> Tensor:
+    """The rescaled ``weight`` ``(..., A, P)`` at the current ``lengths`` ``(A,)``: tensor operations only."""
+    length = lengths.to(table.dtype).view(-1, 1)  # (A, 1)
+    s, l0 = table[0], table[1]
+    if rule == "dynamic":
+        grown = torch.where(length > l0, s * length / l0 - (s - 1), torch.ones_like(s))  # exactly 1 up to L0
+        return weight * grown ** (-table[2])
+    if rule == "longrope":
+        return weight / torch.where(length > l0, table[3], table[2])
+    return weight * (l0 / length)  # ref-shape
+
+
+class PlanRescale(nn.Module):
+    """What an encoder keeps of a scaling rule that must act in ``forward``: ``forward(weight, pos) -> weight``.
+
+    For a dynamic rule (:data:`DYNAMIC_RULES`) the per-axis and per-pair numbers are one float32 buffer
+    ``table`` and the rescaled weight is computed from the current lengths ``max(pos) + 1`` on the device; for a
+    position rule on a learned plan (RoPE-Mixed) ``table`` is the ``(A, 1)`` divisor of every axis row, applied
+    to the parameter in ``forward`` so that gradients reach it. Built by :func:`build_scaling`.
+    """
+
+    def __init__(self, rule: str, table: Tensor) -> None:
+        super().__init__()
+        self.rule = rule
+        self.register_buffer("table", table, persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        # keep the table in float32 under ``model.to(torch.bfloat16)``: it only moves
+        table = self._buffers["table"]
+        super()._apply(fn, recurse)
+        if self._buffers["table"].dtype != table.dtype:
+            self._buffers["table"] = table.to(self._buffers["table"].device)
+        return self
+
+    def forward(self, weight: Tensor, pos: Tensor) -> Tensor:
+        """``weight`` ``(..., A, P)``, ``pos`` ``(B, N, A)`` the positions the plan reads."""
+        if self.rule not in DYNAMIC_RULES:  # a position rule on a learned plan
+            return weight / self.table
+        lengths = pos.detach().to(self.table.dtype).amax(dim=(0, 1)) + 1  # (A,) on the device: no host sync
+        return _dynamic_weight(weight, self.table, lengths, self.rule)
+
+    def extra_repr(self) -> str:
+        return f"rule={self.rule!r}"
+
+
+# ---------------------------------------------------------------------- one entry point
+def scale_plan(
+    plan: FrequencyPlan,
+    scaling: RopeScaling,
+    spectrum: str = "axis",
+    length: float | Sequence[float] | None = None,
+) -> tuple[FrequencyPlan, float]:
+    """Apply ``scaling`` to ``plan``; returns the new plan and its attention factor (1 for most rules).
+
+    ``spectrum``: ``"axis"`` or ``"shared"`` (module docstring). ``length``: the current length per axis for
+    a dynamic rule (default ``original_size``: ``dynamic`` gives the plan unchanged, ``longrope`` the short
+    factors); ``ref-shape`` needs it. Static rules take no ``length``.
+    """
+    if not isinstance(scaling, RopeScaling):
+        raise TypeError(f"scaling must be a RopeScaling, got {type(scaling).__name__}")
+    spectrum = check_choice(spectrum, "spectrum", SPECTRA)
+    rule = scaling.rule
+    if length is not None and rule not in DYNAMIC_RULES:
+        raise ValueError(f"length applies to the dynamic rules {DYNAMIC_RULES} only, got it with rule {rule!r}")
+    if rule == "linear":
+        return position_interpolation(plan, scaling.factor), 1.0
+    if rule == "ntk":
+        return ntk_aware(plan, scaling.factor, spectrum), 1.0
+    if rule == "theta":
+        return theta_scaling(plan, scaling.factor, spectrum), 1.0
+    if rule == "ntk-by-parts":
+        return _rebuilt(plan, _by_parts_weight(plan, scaling, spectrum)), 1.0
+    if rule == "yarn":
+        return _rebuilt(plan, _by_parts_weight(plan, scaling, spectrum)), yarn_attention_factor(scaling, plan.axes)
+    if rule == "llama3":
+        return (
+            llama3(plan, scaling.factor, scaling.original_size, scaling.low_freq_factor, scaling.high_freq_factor),
+            1.0,
+        )
+    if rule == "ref-shape" and length is None:
+        raise ValueError("rule 'ref-shape' needs the current size (length=) to give a plan")
+    table = _dynamic_table(plan, scaling, spectrum)
+    lengths = _lengths(
+        scaling.per_axis("original_size", plan.axes) if length is None else length, plan.axes, plan.weight
+    )
+    weight = _dynamic_weight(plan.weight, table, lengths, rule)
+    factor = _longrope_attention(scaling, plan.axes) if rule == "longrope" else 1.0
+    return _rebuilt(plan, weight), factor
+
+
+def as_scaling(value: RopeScaling | Mapping[str, Any] | None) -> RopeScaling | None:
+    """A :class:`RopeScaling` from itself, a mapping of its arguments (YAML), or ``None``."""
+    if value is None or isinstance(value, RopeScaling):
+        return value
+    if isinstance(value, Mapping):
+        return RopeScaling.from_dict(value)
+    raise TypeError(f"scaling must be a RopeScaling, a mapping of its arguments or None, got {type(value).__name__}")
+
+
+def build_scaling(
+    plan: FrequencyPlan,
+    scaling: RopeScaling | Mapping[str, Any] | None,
+    spectrum: str = "axis",
+    learnable: bool = False,
+) -> tuple[FrequencyPlan, float, PlanRescale | None]:
+    """What a rotary encoder stores: ``(plan, attention_factor, rescale)``.
+
+    A static rule on a fixed plan is folded into the returned plan (``rescale`` is ``None``: nothing happens in
+    ``forward``). A dynamic rule returns the unscaled plan and a :class:`PlanRescale` evaluated in ``forward``.
+    On a learned plan (``learnable``, RoPE-Mixed) only position rules are defined (``linear``, ``ref-shape``):
+    the learned frequencies are no RoPE spectrum for the spectral rules to act on.
+    """
+    scaling = as_scaling(scaling)
+    if scaling is None:
+        return plan, 1.0, None
+    spectrum = check_choice(spectrum, "spectrum", SPECTRA)
+    if learnable and scaling.rule not in POSITION_RULES:
+        raise ValueError(
+            f"rule {scaling.rule!r} rescales a RoPE spectrum, but this encoder learns its frequencies (RoPE-Mixed); "
+            f"only the position rules {POSITION_RULES} are defined for a learned plan"
+        )
+    if scaling.dynamic:
+        _, factor = scale_plan(plan, scaling, spectrum, scaling.per_axis("original_size", plan.axes))
+        return plan, factor, PlanRescale(scaling.rule, _dynamic_table(plan, scaling, spectrum))
+    if learnable:  # linear on a learned plan: divide in forward, keep the parameter as it is
+        divisor = _axis_column(scaling.per_axis("factor", plan.axes), plan.weight, torch.float32)
+        return plan, 1.0, PlanRescale("linear", divisor)
+    new, factor = scale_plan(plan, scaling, spectrum)
+    return new, factor, None
+
+
+def rescaled_weight(weight: Tensor, rescale: PlanRescale | None, coords: Coords, axes: tuple[str, ...]) -> Tensor:
+    """``weight`` after ``rescale`` at ``coords`` (the positions of ``axes``); ``weight`` itself without one."""
+    if rescale is None:
+        return weight
+    pos = coords.pos if coords.axes == axes else coords.select(*axes).pos
+    return rescale(weight, pos)
+
+
+# ---------------------------------------------------------------------- the published 2-D rules, as presets
+def resolution_interpolation(train_grid: Sequence[int], test_grid: Sequence[int]) -> RopeScaling:
+    """Position interpolation per axis from the training to the test grid (``factor = test / train``).
+
+    The resolution interpolation that RoPE-ViT (Heo et al. 2024, https://arxiv.org/abs/2403.13298) contrasts
+    with plain extrapolation (``scaling=None``, its default for multi-resolution inference): the test grid's
+    positions are squeezed onto the training extent, as PI does for text (Chen et al. 2023).
+    """
+    train, test = _grid(train_grid, "train_grid"), _grid(test_grid, "test_grid")
+    if len(train) != len(test):
+        raise ValueError(f"train_grid and test_grid must have the same axes, got {list(train)} and {list(test)}")
+    return RopeScaling("linear", tuple(t / r for t, r in zip(test, train)), train)
+
+
+def timm_ref_feat_shape(ref_feat_shape: Sequence[int]) -> RopeScaling:
+    """timm's ``ref_feat_shape`` rescaling (EVA-02; timm ``layers/pos_embed_sincos.py``, ``_build_grid``).
+
+    Every grid is mapped onto the reference (pretraining) grid, larger and smaller ones alike: positions
+    ``x * ref / size``, with ``size`` read off the coordinates at every call (rule ``ref-shape``).
+    """
+    return RopeScaling("ref-shape", original_size=_grid(ref_feat_shape, "ref_feat_shape"))
+
+
+def cinescale_ntk(ntk_alpha: Sequence[float] = (1.0, 20.0, 20.0)) -> RopeScaling:
+    """Per-axis NTK of CineScale (Qiu et al. 2025) on Wan video models: base ``theta * alpha`` per ``(t, h, w)``.
+
+    Reference: Eyeline-Labs/CineScale ``diffsynth/models/wan_video_dit.py`` (``set_ntk([1.0, 20.0, 20.0])``,
+    ``precompute_freqs_cis_ntk``); rule ``theta``. The authors report that tuning-free generation at higher
+    resolution works better with this large spatial alpha than with the theoretical NTK value
+    (CineScale issue #7).
+    """
+    return RopeScaling("theta", _per_axis(tuple(ntk_alpha), "ntk_alpha"))
+
+
+def _grid(value: Any, name: str) -> tuple[float, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise ValueError(f"{name} must be a sequence of positive grid sides, got {value!r}")
+    return tuple(check_float(v, f"{name}[{i}]") for i, v in enumerate(value))
