@@ -48,6 +48,7 @@ from .._validate import check_ints
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
+from ..scaling import RopeScaling
 from ..schemes import _FieldView
 from .base import RotaryEncoder, resolve_head_dim
 
@@ -188,6 +189,9 @@ def hope_plan(
 class _MultimodalRotary(RotaryEncoder):
     """Reads a 1-D ``("seq",)`` coordinate set as text (the same position on every axis)."""
 
+    #: scaling rules treat all pairs as one spectrum, sectioned over the axes (as transformers and vLLM scale M-RoPE)
+    scaling_spectrum = "shared"
+
     def positions(self, coords: Coords) -> Coords:
         if coords.axes == ("seq",) and self.axes != ("seq",):
             b, n, _ = coords.pos.shape
@@ -218,6 +222,9 @@ class MRoPE(_MultimodalRotary):
             default :func:`default_mrope_section` (``[16, 24, 24]`` for ``head_dim=128``).
         theta: base of the spectrum (Qwen2-VL checkpoints use ``1e6``).
         convention: ``"half"`` (HF) or ``"interleaved"``.
+        scaling: a length / resolution scaling rule per axis (:class:`~mmpos.scaling.RopeScaling` or a
+            dict of its arguments); the pairs form one spectrum shared by the axes. Every encoder of this
+            module takes it.
     """
 
     interleaved = False
@@ -230,9 +237,10 @@ class MRoPE(_MultimodalRotary):
         mrope_section: Sequence[int] | None = None,
         theta: float = 10000.0,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
-        super().__init__(mrope_plan(head_dim, mrope_section, self.interleaved, theta, convention))
+        super().__init__(mrope_plan(head_dim, mrope_section, self.interleaved, theta, convention), scaling=scaling)
 
 
 @register_encoder("mrope-i", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
@@ -282,6 +290,7 @@ class MHRoPE(_MultimodalRotary):
         head_sections: Sequence[int] | None = None,
         theta: float = 10000.0,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
         kv = num_kv_heads if num_kv_heads is not None else num_heads
@@ -289,7 +298,7 @@ class MHRoPE(_MultimodalRotary):
             raise ValueError("pass num_kv_heads (or num_heads) to mhrope")
         if num_heads is not None and (not isinstance(kv, int) or kv <= 0 or num_heads % kv):
             raise ValueError(f"num_kv_heads must be a positive divisor of num_heads={num_heads}, got {kv!r}")
-        super().__init__(mhrope_plan(head_dim, kv, head_sections, theta, convention))
+        super().__init__(mhrope_plan(head_dim, kv, head_sections, theta, convention), scaling=scaling)
         self.num_kv_heads = kv
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
@@ -324,8 +333,9 @@ class VRoPE(_MultimodalRotary):
         head_dim: int | None = None,
         theta: float = 10000.0,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
-        super().__init__(vrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention))
+        super().__init__(vrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention), scaling=scaling)
 
 
 @register_encoder("hope", kind="rotary", paper="Li et al. 2025, HoPE (arXiv:2505.20444)")
@@ -356,8 +366,10 @@ class HoPE(_MultimodalRotary):
         mrope_section: Sequence[int] | None = None,
         theta: float = 10000.0,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
-        super().__init__(hope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention))
+        plan = hope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention)
+        super().__init__(plan, scaling=scaling)
 
 
 @register_encoder("v2pe", kind="rotary", paper="Ge et al. 2024, V2PE (arXiv:2412.09616)")
@@ -383,8 +395,10 @@ class V2PE(RotaryEncoder):
         head_dim: int | None = None,
         theta: float = 10000.0,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
-        super().__init__(FrequencyPlan.rope(resolve_head_dim(dim, num_heads, head_dim), theta, None, "seq", convention))
+        plan = FrequencyPlan.rope(resolve_head_dim(dim, num_heads, head_dim), theta, None, "seq", convention)
+        super().__init__(plan, scaling=scaling)
 
     def positions(self, coords: Coords) -> Coords:
         if coords.axes != ("seq",):

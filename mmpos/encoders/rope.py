@@ -15,6 +15,7 @@ from .._validate import check_float
 from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan
+from ..scaling import RopeScaling
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = ["RoPE1d"]
@@ -31,6 +32,7 @@ class RoPE1d(RotaryEncoder):
         theta: base of the spectrum.
         rotary_dim: rotate only the first ``rotary_dim`` channels of a head (partial rotary).
         convention: ``"half"`` (Llama/HF) or ``"interleaved"`` (GPT-J).
+        scaling: a length-scaling rule (:class:`~mmpos.scaling.RopeScaling` or a dict of its arguments).
     """
 
     def __init__(
@@ -41,9 +43,11 @@ class RoPE1d(RotaryEncoder):
         theta: float = 10000.0,
         rotary_dim: int | None = None,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
-        super().__init__(FrequencyPlan.rope(head_dim, check_float(theta, "theta"), rotary_dim, "seq", convention))
+        plan = FrequencyPlan.rope(head_dim, check_float(theta, "theta"), rotary_dim, "seq", convention)
+        super().__init__(plan, scaling=scaling)
 
     def positions(self, coords: Coords) -> Coords:
         if "seq" in coords.axes:

@@ -35,6 +35,7 @@ from .._deprecate import module_aliases
 from .._validate import check_axes, check_float, check_ints
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan
+from ..scaling import RopeScaling
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = ["AxialRoPE", "MixedRoPE", "mixed_frequencies"]
@@ -102,6 +103,8 @@ class AxialRoPE(RotaryEncoder):
         sections: rotary pairs per axis (default: equal, ``rotary_dim / 2`` must then divide).
         rotary_dim: rotate only the first ``rotary_dim`` channels of a head.
         convention: ``"half"`` (rotate_half) or ``"interleaved"`` (rope-vit's complex pairs).
+        scaling: a resolution-scaling rule per axis (:class:`~mmpos.scaling.RopeScaling` or a dict of
+            its arguments); each axis's section is its own spectrum.
     """
 
     def __init__(
@@ -114,11 +117,13 @@ class AxialRoPE(RotaryEncoder):
         sections: Sequence[int] | None = None,
         rotary_dim: int | None = None,
         convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
         axes, theta = check_axes(axes), check_float(theta, "theta")
         sections = None if sections is None else check_ints(sections, "sections", low=0, length=len(axes))
-        super().__init__(FrequencyPlan.axial(head_dim, axes, sections, theta, rotary_dim, convention))
+        plan = FrequencyPlan.axial(head_dim, axes, sections, theta, rotary_dim, convention)
+        super().__init__(plan, scaling=scaling)
 
 
 @register_encoder("rope-mixed", kind="rotary", paper="Heo et al. 2024, RoPE-ViT mixed (arXiv:2403.13298)")
@@ -138,6 +143,9 @@ class MixedRoPE(RotaryEncoder):
         rotate: random per-head frame (rope-vit's default); ``False`` starts from axial.
         convention: ``"half"`` or ``"interleaved"``.
         generator: random source for the initial frames (default: the global one).
+        scaling: only the position rules ``linear`` and ``ref-shape`` (:mod:`mmpos.scaling`): the learned
+            weight is divided per axis in ``forward`` (positions rescaled); the spectral rules (NTK, YaRN, ...)
+            are refused, as learned frequencies are no RoPE spectrum.
     """
 
     def __init__(
@@ -152,6 +160,7 @@ class MixedRoPE(RotaryEncoder):
         rotate: bool = True,
         convention: str = "half",
         generator: torch.Generator | None = None,
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
         axes, theta = check_axes(axes, min_len=2), check_float(theta, "theta")
@@ -163,4 +172,4 @@ class MixedRoPE(RotaryEncoder):
                 f"got {heads!r}"
             )
         weight = mixed_frequencies(head_dim, heads, axes, sections, theta, rotate, generator)
-        super().__init__(FrequencyPlan(weight, tuple(axes), head_dim, convention), learnable=True)
+        super().__init__(FrequencyPlan(weight, tuple(axes), head_dim, convention), learnable=True, scaling=scaling)
