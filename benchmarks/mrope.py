@@ -24,24 +24,26 @@ compiled kernel rounds once instead of after every operation, so in bf16 it is a
 closer to float64, not bit-equal to transformers). Time: median
 of ``--repeats`` calls, variants interleaved call by call so a shared machine's load hits
 them alike; process CPU time on CPU (with one thread, the call's compute), wall time on CUDA.
-Peak memory: the extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of
-``VmHWM`` with glibc mapping blocks of 64 KiB or more, see ``benchmarks/_memory.py``).
+Allocator: the timings are taken with the allocator as the process found it (glibc's default:
+what users get); afterwards glibc is made to map every block of 64 KiB or more for the peak
+memory (the extra MiB one call adds: the rise of ``VmHWM``, see ``benchmarks/_memory.py``; CUDA
+``max_memory_allocated``) and, with ``--mapped``, the timings are taken again under that setting
+as a second, labelled table.
 
-    python benchmarks/mrope.py [--device cpu|cuda] [--repeats 15] [--threads N] [--no-compile]
+    python benchmarks/mrope.py [--device cpu|cuda] [--repeats 15] [--threads 1] [--no-compile] [--mapped]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import statistics
 import sys
 import time
 
 import torch
 import transformers
+from _env import header
 from _memory import map_large_blocks, peak_mib
 from transformers.models.qwen2_vl import modeling_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
@@ -135,7 +137,8 @@ def sync(device: str) -> None:
 
 
 @torch.no_grad()
-def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compile_mmpos: bool) -> dict[str, float]:
+def prepare(length: int, dtype: torch.dtype, device: str, compile_mmpos: bool) -> tuple:
+    """Inputs and variants for one configuration, every output checked against a float64 rotation."""
     q, k, ids, coords = inputs(length, dtype, device)
     fns = variants(device, compile_mmpos)
     ref = fns["hf"](q, k, ids, coords)
@@ -150,30 +153,40 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compile_
             print(f"  {name}: max |error| vs float64 {errors[name]:.2e}{note}", file=sys.stderr)
     if max(errors.values()) > 2 * errors["hf"] + 1e-6:
         raise AssertionError(f"mmpos is less accurate than transformers at L={length} {dtype}: {errors}")
-    samples: dict[str, list[float]] = {name: [] for name in fns}
     for fn in fns.values():
         fn(q, k, ids, coords)  # warm-up
+    return fns, (q, k, ids, coords)
+
+
+@torch.no_grad()
+def timings(fns: dict, args: tuple, device: str, repeats: int) -> dict[str, float]:
+    """Median ms per call, variants interleaved call by call."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     clock = time.perf_counter if device == "cuda" else time.process_time
     for _ in range(repeats):
         for name, fn in fns.items():
             sync(device)
             start = clock()
-            fn(q, k, ids, coords)
+            fn(*args)
             sync(device)
             samples[name].append(clock() - start)
-    mib = {name: peak_mib(lambda fn=fn: fn(q, k, ids, coords), device) for name, fn in fns.items()}
-    return {name: statistics.median(v) * 1e3 for name, v in samples.items()}, mib
+    return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
 
 
-def table(rows: list[dict]) -> str:
-    names = [n for n in ("hf", "mmpos", "mmpos-compiled", "hf-compiled", "copy") if n in rows[0]["ms"]]
+@torch.no_grad()
+def memory(fns: dict, args: tuple, device: str) -> dict[str, float]:
+    return {name: peak_mib(lambda fn=fn: fn(*args), device) for name, fn in fns.items()}
+
+
+def table(rows: list[dict], key: str = "ms") -> str:
+    names = [n for n in ("hf", "mmpos", "mmpos-compiled", "hf-compiled", "copy") if n in rows[0][key]]
     head = "| L | dtype | " + " | ".join(f"{n} ms" for n in names) + " | hf / mmpos | mmpos / copy |"
     if "mmpos-compiled" in names:
         head += " hf / compiled | compiled / copy |"
     head += " peak MiB " + " / ".join(names) + " |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        ms = r["ms"]
+        ms = r[key]
         cells = [str(r["length"]), r["dtype"]] + [f"{ms[n]:.2f}" for n in names]
         cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['mmpos'] / ms['copy']:.2f}x"]
         if "mmpos-compiled" in names:
@@ -187,31 +200,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--mapped", action="store_true", help="CPU: a second table timed with blocks >= 64 KiB mapped")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
-        map_large_blocks()
+    torch.set_num_threads(args.threads)
     rows = []
     for length in args.lengths:
         for dname in args.dtypes:
             print(f"L={length} {dname}", file=sys.stderr)
-            ms, mib = measure(length, DTYPES[dname], args.device, args.repeats, not args.no_compile)
-            rows.append({"length": length, "dtype": dname, "ms": ms, "mib": mib})
-    device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
-    print(
-        f"<!-- {datetime.date.today()} torch {torch.__version__}, {args.device} ({device}), "
-        f"{torch.get_num_threads()} threads, transformers {transformers.__version__}, median of {args.repeats} -->"
-    )
+            fns, inp = prepare(length, DTYPES[dname], args.device, not args.no_compile)
+            rows.append({"length": length, "dtype": dname, "fns": fns, "inputs": inp})
+    for r in rows:  # the allocator as found (glibc's default): what users get
+        r["ms"] = timings(r["fns"], r["inputs"], args.device, args.repeats)
+    headline = header(args.device, transformers, note=f"median of {args.repeats}")
+    if args.device == "cpu":
+        map_large_blocks()  # from here on RSS follows live memory (and every large block is fresh)
+    for r in rows:
+        r["mib"] = memory(r["fns"], r["inputs"], args.device)
+        if args.mapped and args.device == "cpu":
+            r["ms_mapped"] = timings(r["fns"], r["inputs"], args.device, args.repeats)
+    print(headline + "\n<!-- peak MiB measured afterwards with blocks >= 64 KiB mapped -->")
     print(table(rows))
+    if args.mapped and args.device == "cpu":
+        print("\n" + header(args.device, transformers, note=f"median of {args.repeats}"))
+        print(table(rows, "ms_mapped"))
     if args.json:
+        keep = ("length", "dtype", "ms", "mib", "ms_mapped")
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump([{k: r[k] for k in keep if k in r} for r in rows], f, indent=1)
 
 
 if __name__ == "__main__":

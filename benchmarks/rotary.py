@@ -1,4 +1,4 @@
-"""M-RoPE rotation of q and k: mmpos against the installed transformers' eager functions.
+"""M-RoPE rotation of q and k: mmpos against the installed transformers' eager functions and the copy floor.
 
 One attention layer's rotary work at Qwen2-VL-7B sizes (28 query heads, 4 KV heads,
 head_dim 128, ``mrope_section`` [16, 24, 24], theta 1e6), B = 1, L = 2048 and 8192, fp32 and
@@ -12,8 +12,13 @@ q and k with them, so the two parts are timed apart:
   rotary embedding selects them once); ``mmpos`` is :meth:`mmpos.rotary.Rotation.rotate`
   (bit-exact to transformers), ``mmpos-fast`` the same with ``exact=False`` (fused
   multiply-add), ``mmpos-compiled`` :func:`mmpos.rotary.apply_rotary` on q and k under
-  ``torch.compile``, and ``copy`` is ``q.clone(), k.clone()``: reading and writing q and k
-  once, the floor of any rotation that returns new tensors;
+  ``torch.compile``; ``clone`` is ``q.clone(), k.clone()``, the floor of any rotation that
+  returns new tensors (reading q and k and writing fresh memory);
+* **into existing storage** (a KV-cache slot, a fused QKV buffer): ``mmpos-into`` is
+  ``Rotation.rotate(q, k, out=(q_out, k_out))``, ``mmpos-in-place`` ``Rotation.rotate_`` on
+  copies of q and k, ``compiled-into`` the compiled rotation writing into given buffers, and
+  ``copy-into`` is ``q_out.copy_(q), k_out.copy_(k)``: the same bytes read and written into memory
+  that exists, the **physical floor** (its GB/s, read + write, is this machine's copy bandwidth);
 * **tables** (once per forward): transformers' ``Qwen2VLRotaryEmbedding(x, position_ids)``
   against mmpos's ``create("mrope").rotation(coords)``.
 
@@ -24,29 +29,32 @@ timing, each output is compared with transformers' (``bit-exact`` or the max dif
 
 Time: median of ``--repeats`` calls, variants interleaved call by call (a shared machine's
 load hits them alike); process CPU time on CPU (with one thread, the call's compute), wall
-time on CUDA. Peak memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the
-rise of ``VmHWM`` with glibc mapping blocks of 64 KiB or more, as in ``benchmarks/irpe.py``).
+time on CUDA. **Allocator**: the timings are taken first with the allocator as the process
+found it (glibc's default unless ``MALLOC_*`` variables or ``LD_PRELOAD`` say otherwise: what
+users get); then glibc is made to map every block of 64 KiB or more (``_memory.map_large_blocks``)
+for the peak memory (extra MiB one call adds: the rise of ``VmHWM``, which then follows live
+memory; CUDA ``max_memory_allocated``) and, unless ``--no-mapped``, the timings are taken again
+under that setting as a second, labelled table (every large temporary then pays fresh page faults).
 
 ``--stack`` instead times a whole ``mmpos.nn.Transformer`` forward (DeiT-S: dim 384, 12 blocks,
 6 heads, ``rope-axial``; N = 197 batch 8 and N = 1025 batch 2) with the angles computed once per
 forward (the shared encoder) against every block computing them again (the same encoder handed
 to each block's attention, as before the placement module).
 
-    python benchmarks/rotary.py [--device cpu|cuda] [--repeats 15] [--threads 1] [--no-compile] [--stack]
+    python benchmarks/rotary.py [--device cpu|cuda] [--repeats 15] [--threads 1] [--no-compile] [--no-mapped] [--stack]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import datetime
-import platform
 import statistics
 import sys
 import time
 
 import torch
 import transformers
+from _env import header
 from _memory import map_large_blocks, peak_mib
 from transformers.models.qwen2_vl import modeling_qwen2_vl as hf_qwen2_vl
 from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
@@ -57,7 +65,9 @@ from mmpos.rotary import apply_rotary
 
 HEADS, KV_HEADS, HEAD_DIM, SECTION, THETA = 28, 4, 128, [16, 24, 24], 1e6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-ROTATIONS = ("hf", "mmpos", "mmpos-fast", "mmpos-compiled", "copy")
+ROTATIONS = ("hf", "mmpos", "mmpos-fast", "mmpos-compiled", "clone")  # each returns new tensors
+INTO = ("mmpos-into", "mmpos-in-place", "compiled-into", "copy-into")  # each writes into existing tensors
+FLOOR = "copy-into"
 
 
 def positions(length: int) -> torch.Tensor:
@@ -99,6 +109,10 @@ def _rotate(q, k, cos, sin):
     return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
 
+def _rotate_into(q, k, q_out, k_out, cos, sin):
+    return apply_rotary(q, cos, sin, out=q_out), apply_rotary(k, cos, sin, out=k_out)
+
+
 def warm_peak_mib(fn, device: str) -> float:
     """Extra peak memory (MiB) of one call, after a warm-up call."""
     fn()
@@ -111,11 +125,13 @@ def _describe(got, ref) -> str:
     return f"max diff {max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref, strict=True)):.1e}"
 
 
-@torch.no_grad()
-def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compiled: bool) -> dict:
+def setup(length: int, dtype: torch.dtype, device: str, compiled: bool) -> dict:
+    """The variants (name -> call) on one set of inputs, and their outputs checked against transformers'."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, length, HEADS, HEAD_DIM, generator=g).to(device, dtype).transpose(1, 2)
     k = torch.randn(1, length, KV_HEADS, HEAD_DIM, generator=g).to(device, dtype).transpose(1, 2)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)  # existing storage (a cache slot), q's layout
+    q_in, k_in = q.clone(), k.clone()  # rotated in place again and again (a rotation keeps the scale)
     ids = positions(length).to(device)
     coords = Coords(ids[:, 0].T.unsqueeze(0).float(), ("t", "h", "w"))  # (1, L, 3)
     emb, hf_rotate, hf_name = hf_path(device)
@@ -123,20 +139,35 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compiled
     hf_cos, hf_sin = emb(q, ids)
     exact = enc.rotation(coords)
     fast = type(exact)(exact.cos, exact.sin, exact.convention, exact.head_dim, exact=False)
-    rotate_compiled = torch.compile(_rotate, dynamic=False) if compiled else None
     fns = {
         "hf": lambda: hf_rotate(q, k, hf_cos, hf_sin),
         "mmpos": lambda: exact.rotate(q, k),
         "mmpos-fast": lambda: fast.rotate(q, k),
-        "mmpos-compiled": lambda: rotate_compiled(q, k, exact.cos, exact.sin),
-        "copy": lambda: (q.clone(), k.clone()),
+        "clone": lambda: (q.clone(), k.clone()),
+        "mmpos-into": lambda: exact.rotate(q, k, out=(q_out, k_out)),
+        "mmpos-in-place": lambda: exact.rotate_(q_in, k_in),
+        "copy-into": lambda: (q_out.copy_(q), k_out.copy_(k)),
         "hf-tables": lambda: emb(q, ids),
         "mmpos-tables": lambda: enc.rotation(coords),
     }
-    if not compiled:
-        del fns["mmpos-compiled"]
+    if compiled:
+        rotate_compiled = torch.compile(_rotate, dynamic=False)
+        into_compiled = torch.compile(_rotate_into, dynamic=False)
+        fns["mmpos-compiled"] = lambda: rotate_compiled(q, k, exact.cos, exact.sin)
+        fns["compiled-into"] = lambda: into_compiled(q, k, q_out, k_out, exact.cos, exact.sin)
     ref = fns["hf"]()
-    notes = {n: _describe(fns[n](), ref) for n in ("mmpos", "mmpos-fast", "mmpos-compiled") if n in fns}
+    notes = {}
+    for name in ("mmpos", "mmpos-fast", "mmpos-compiled", "mmpos-into", "compiled-into"):
+        if name in fns:
+            notes[name] = _describe(fns[name](), ref)
+    q_in.copy_(q), k_in.copy_(k)
+    notes["mmpos-in-place"] = _describe(fns["mmpos-in-place"](), ref)
+    nbytes = 2 * (q.numel() * q.element_size() + k.numel() * k.element_size())  # read + write q and k
+    return {"fns": fns, "notes": notes, "hf_function": hf_name, "bytes": nbytes}
+
+
+def interleaved(fns: dict, device: str, repeats: int) -> dict[str, float]:
+    """Median ms per call, the variants taking turns call by call (the first round warms up)."""
     clock = time.perf_counter if device == "cuda" else time.process_time
     samples: dict[str, list[float]] = {n: [] for n in fns}
     for i in range(repeats + 1):
@@ -147,11 +178,54 @@ def measure(length: int, dtype: torch.dtype, device: str, repeats: int, compiled
             fn()
             if device == "cuda":
                 torch.cuda.synchronize()
-            if i:  # the first round warms up
+            if i:
                 samples[name].append(clock() - start)
-    ms = {n: 1e3 * statistics.median(v) for n, v in samples.items()}
-    mib = {n: warm_peak_mib(fn, device) for n, fn in fns.items()}
-    return {"ms": ms, "mib": mib, "notes": notes, "hf_function": hf_name}
+    return {n: 1e3 * statistics.median(v) for n, v in samples.items()}
+
+
+def rotation_table(rows: list, key: str) -> str:
+    """Out-of-place rotation against transformers (``key``: which timings, ``ms`` or ``ms_mapped``)."""
+    names = [n for n in ROTATIONS if n in rows[0][2][key]]
+    lines = [
+        "| L | dtype | "
+        + " | ".join(f"{n} ms" for n in names)
+        + " | hf / mmpos | hf / fast | compiled / clone | hf tables ms | mmpos tables ms | mmpos vs hf |",
+        "|---" * (len(names) + 8) + "|",
+    ]
+    for length, dname, r in rows:
+        ms = r[key]
+        compiled = f"{ms['mmpos-compiled'] / ms['clone']:.2f}x" if "mmpos-compiled" in ms else "-"
+        cells = [str(length), dname, *(f"{ms[n]:.1f}" for n in names)]
+        cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['hf'] / ms['mmpos-fast']:.2f}x", compiled]
+        cells += [f"{ms['hf-tables']:.2f}", f"{ms['mmpos-tables']:.2f}"]
+        cells += [
+            "; ".join(f"{n}: {r['notes'][n]}" for n in ("mmpos", "mmpos-fast", "mmpos-compiled") if n in r["notes"])
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def floor_table(rows: list, key: str) -> str:
+    """Every variant as a multiple of the copy into existing storage (the floor), with GB/s (read + write)."""
+    names = [n for n in (*INTO[:-1], *ROTATIONS) if n in rows[0][2][key]]
+    lines = [
+        "| L | dtype | MiB read + written | floor: copy-into ms | floor GB/s | "
+        + " | ".join(f"{n} x floor (GB/s)" for n in names)
+        + " | into / in place vs hf |",
+        "|---" * (len(names) + 6) + "|",
+    ]
+    for length, dname, r in rows:
+        ms, nbytes = r[key], r["bytes"]
+        floor = ms[FLOOR]
+        cells = [str(length), dname, f"{nbytes / 2**20:.0f}", f"{floor:.1f}", f"{nbytes / floor / 1e6:.1f}"]
+        cells += [f"{ms[n] / floor:.2f}x ({nbytes / ms[n] / 1e6:.1f})" for n in names]
+        cells += [
+            "; ".join(
+                f"{n}: {r['notes'][n]}" for n in ("mmpos-into", "mmpos-in-place", "compiled-into") if n in r["notes"]
+            )
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 @torch.no_grad()
@@ -189,50 +263,49 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     parser.add_argument("--stack", action="store_true", help="time a 12-block stack instead (angles once vs per block)")
     parser.add_argument(
-        "--default-malloc",
+        "--no-mapped",
         action="store_true",
-        help="CPU: keep glibc's own mmap threshold (freed blocks up to 32 MiB are reused, so fewer page faults; "
-        "peak memory is then not measured reliably)",
+        help="CPU: skip the second timing table with glibc mapping every block >= 64 KiB (peak memory is still measured)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.stack:
-        print(
-            f"<!-- {datetime.date.today()}, {args.device}, {args.threads} thread(s), torch {torch.__version__}, "
-            f"median of {args.repeats} -->"
-        )
+        print(header(args.device, note=f"median of {args.repeats}"))
         print(stack(args.device, args.repeats))
         return
-    if args.device == "cpu" and not args.default_malloc:  # blocks >= 64 KiB are mapped and unmapped: RSS follows them
-        map_large_blocks()
-    rows = []
+    rows, setups = [], []
     for length in args.lengths:
         for dname in args.dtypes:
             print(f"L={length} {dname}", file=sys.stderr)
-            rows.append((length, dname, measure(length, DTYPES[dname], args.device, args.repeats, not args.no_compile)))
-    machine = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
-    print(
-        f"<!-- {datetime.date.today()}, {args.device} ({machine}), {args.threads} thread(s), torch {torch.__version__}, "
-        f"transformers {transformers.__version__} ({rows[0][2]['hf_function']}), median of {args.repeats} -->"
-    )
-    names = [n for n in ROTATIONS if n in rows[0][2]["ms"]]
-    print(
-        "| L | dtype | " + " | ".join(f"{n} ms" for n in names) + " | hf / mmpos | hf / fast | compiled / copy "
-        "| hf tables ms | mmpos tables ms | peak MiB hf / mmpos / fast / copy | mmpos vs hf |"
-    )
-    print("|---" * (len(names) + 9) + "|")
+            r = setup(length, DTYPES[dname], args.device, not args.no_compile)
+            setups.append(r)
+            rows.append((length, dname, r))
+    for _, _, r in rows:  # default allocator: interleaved timings, one configuration at a time
+        r["ms"] = interleaved(r["fns"], args.device, args.repeats)
+    headline = header(args.device, transformers, note=f"{rows[0][2]['hf_function']}, median of {args.repeats}")
+    if args.device == "cpu":
+        map_large_blocks()  # from here on every block >= 64 KiB is mapped afresh: RSS follows live memory
+    for _, _, r in rows:
+        names = [n for n in (*ROTATIONS, *INTO) if n in r["fns"]]
+        r["mib"] = {n: warm_peak_mib(r["fns"][n], args.device) for n in names}
+        if args.device == "cpu" and not args.no_mapped:
+            r["ms_mapped"] = interleaved(r["fns"], args.device, args.repeats)
+    mapped = header(args.device, transformers, note=f"median of {args.repeats}")
+    print(f"### Allocator as found (the headline)\n\n{headline}\n")
+    print(rotation_table(rows, "ms") + "\n")
+    print(floor_table(rows, "ms") + "\n")
+    print(f"### Peak memory (extra MiB one call adds)\n\n{mapped}\n")
+    names = [n for n in (*ROTATIONS, *INTO) if n in rows[0][2]["mib"]]
+    print("| L | dtype | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 2) + "|")
     for length, dname, r in rows:
-        ms, mib = r["ms"], r["mib"]
-        compiled = f"{ms['mmpos-compiled'] / ms['copy']:.2f}x" if "mmpos-compiled" in ms else "-"
-        cells = [str(length), dname, *(f"{ms[n]:.1f}" for n in names)]
-        cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['hf'] / ms['mmpos-fast']:.2f}x", compiled]
-        cells += [f"{ms['hf-tables']:.2f}", f"{ms['mmpos-tables']:.2f}"]
-        cells += [" / ".join(f"{mib[n]:.0f}" for n in ("hf", "mmpos", "mmpos-fast", "copy"))]
-        cells += ["; ".join(f"{n}: {v}" for n, v in r["notes"].items())]
-        print("| " + " | ".join(cells) + " |")
+        print(f"| {length} | {dname} | " + " | ".join(f"{r['mib'][n]:.0f}" for n in names) + " |")
+    if "ms_mapped" in rows[0][2]:
+        print(f"\n### Second column: glibc mapping every block >= 64 KiB\n\n{mapped}\n")
+        print(rotation_table(rows, "ms_mapped") + "\n")
+        print(floor_table(rows, "ms_mapped"))
 
 
 if __name__ == "__main__":
