@@ -57,7 +57,7 @@ DIM, HEADS = 384, 6
 SIZES = {197: ((14, 14), 8), 1025: ((32, 32), 2)}  # N -> (grid, batch)
 GRID_KINDS = ("additive", "conv", "rotary", "bias")
 # registered names that do not take a 2-D image grid (video / multimodal layouts)
-NOT_VISION = {"peg3d", "mrope", "mrope-i", "mrope-interleaved", "mhrope", "vrope", "v2pe", "hope"}
+NOT_VISION = {"peg3d", "mrope", "mrope-i", "mhrope", "vrope", "v2pe", "hope"}
 
 
 def vision_encoders() -> list[str]:

@@ -6,8 +6,7 @@ A :class:`Coords` describes, for a batch of token sequences, where each token is
 * ``axes``     names of the ``A`` axes, e.g. ``("h", "w")`` or ``("t", "h", "w")``
 * ``mask``     bool ``(B, N)`` -- ``True`` for real tokens, ``False`` for padding
 * ``num_prefix_tokens`` number of leading class/register tokens (timm's name); they carry no
-  position (their ``pos`` rows are zero, so rotary encoders leave them unrotated). ``prefix`` is
-  its deprecated name (keyword and attribute)
+  position (their ``pos`` rows are zero, so rotary encoders leave them unrotated)
 * ``grid_shape`` the token grid after the prefix tokens, e.g. ``(14, 14)``; ``None`` when
   the tokens do not form one regular grid
 * ``modality`` long ``(B, N)`` -- a :class:`Modality` code per token
@@ -26,8 +25,6 @@ from dataclasses import InitVar, dataclass, replace
 
 import torch
 from torch import Tensor
-
-from ._deprecate import renamed_arguments
 
 __all__ = ["Coords", "Modality"]
 
@@ -134,7 +131,6 @@ class Coords:
         return cls(pos, ("seq",), modality=modality, _trusted=True)
 
     @classmethod
-    @renamed_arguments(prefix="num_prefix_tokens")
     def grid(
         cls,
         *sizes: int,
@@ -237,12 +233,6 @@ class Coords:
         )
 
     # ------------------------------------------------------------------ views
-    @property
-    def prefix(self) -> int:
-        """Deprecated name of :attr:`num_prefix_tokens`."""
-        warnings.warn("Coords.prefix is deprecated; use Coords.num_prefix_tokens", DeprecationWarning, stacklevel=2)
-        return self.num_prefix_tokens
-
     @property
     def batch_size(self) -> int:
         return self.pos.shape[0]
@@ -379,7 +369,3 @@ class Coords:
                 f"pass num_prefix_tokens={p} (Coords.grid({grid}, num_prefix_tokens={p}))"
             )
         return ""
-
-
-# ``Coords(..., prefix=1)``: the deprecated name of ``num_prefix_tokens`` (the dataclass writes ``__init__``)
-Coords.__init__ = renamed_arguments(prefix="num_prefix_tokens")(Coords.__init__)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 
@@ -60,27 +60,9 @@ import torch
 from torch import Tensor
 
 from .coords import Coords, Modality
-from .schemes import (
-    HOPE_SCALES,
-    RULES,
-    SCHEMES,
-    V2PE_DELTAS,
-    BlockGeometry,
-    Rule,
-    Scheme,
-    SchemeOptions,
-    _FieldView,
-    get_rule,
-    get_scheme,
-    resolve_options,
-)
+from .schemes import BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
 
 __all__ = [
-    "HOPE_SCALES",
-    "RULES",
-    "SCHEMES",
-    "SCHEME_AXES",
-    "V2PE_DELTAS",
     "Image",
     "Layout",
     "Text",
@@ -92,10 +74,6 @@ __all__ = [
     "pack",
     "register_segment",
 ]
-
-
-#: the coordinate axes each scheme produces (a view of :data:`mmpos.schemes.SCHEMES`)
-SCHEME_AXES: Mapping[str, tuple[str, ...]] = _FieldView("axes")
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:
@@ -222,15 +200,17 @@ class Layout:
         rule: the :class:`~mmpos.schemes.Rule` it was built with (a :data:`mmpos.schemes.RULES`
             entry, or a name of one).
         coords: the same positions as a :class:`~mmpos.coords.Coords` (``pos`` ``(B, L, A)``,
-            axes :data:`SCHEME_AXES` ``[scheme]``, ``mask`` = real tokens); built from
+            axes ``SCHEMES[scheme].axes``, ``mask`` = real tokens); built from
             ``position_ids`` (or the packer's float64 positions, for fractional schemes) when
             first read, then cached.
+        num_vision_tokens: how many tokens of the batch are vision tokens (of any block).
     """
 
     position_ids: Tensor
     rope_deltas: Tensor
     scheme: str
     rule: Rule | str = "original"
+    num_vision_tokens: int = 0
     #: internal: the packer's host ``real`` ``(B, L)`` bool and a function making the ``(B, L)`` modality codes
     _masks: tuple[np.ndarray, Callable[[], np.ndarray]] | None = field(default=None, repr=False)
     #: internal: the packer's float64 positions ``(text (B, L), vision (A, Nv), is_vision (B, L))``
@@ -334,66 +314,117 @@ def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_n
 # --------------------------------------------------------------------------- the packer
 @dataclass(frozen=True, eq=False)
 class VisionBlocks:
-    """The vision blocks of a batch (an image, a video, or a Qwen3-VL video frame) and their tokens.
+    """The vision blocks of a padded ``(B, L)`` batch (an image, a video, or a Qwen3-VL video
+    frame each): what :func:`pack` needs to know about them.
 
     Attributes:
         grid: ``(K, 3)`` int64 ``(t, h, w)`` in tokens, i.e. *after* the spatial merge.
-        seconds: ``(K,)`` float32 seconds per temporal patch (0 for images).
-        is_image: ``(K,)`` bool, ``True`` for still images.
-        token_index: ``(Nv,)`` int64 flat index ``b * L + l`` into the padded ``(B, L)`` batch
-            of every vision token: block after block, each block's ``t * h * w`` tokens in
-            raster order (t, h, w).
+        first: ``(K,)`` int64 flat index ``b * L + l`` of each block's first token; a block's
+            ``t * h * w`` tokens are consecutive tokens of one sample, in raster order (t, h, w).
+            Blocks may be listed in any order; they must not overlap.
+        seconds: ``(K,)`` float32 seconds per temporal patch (0 for images; default all 0).
+        is_image: ``(K,)`` bool, ``True`` for still images (default all ``False``).
+
+    Tensors or NumPy arrays; checked (shapes, sizes, overlaps) by :func:`pack`, which knows ``L``.
     """
 
-    grid: Tensor
-    seconds: Tensor
-    is_image: Tensor
-    token_index: Tensor
-
-    def __post_init__(self) -> None:
-        k = self.grid.shape[0]
-        for name in ("seconds", "is_image"):
-            if tuple(getattr(self, name).shape) != (k,):
-                raise ValueError(f"{name} must have shape ({k},), one value per block")
-        total = int(self.grid.prod(-1).sum())
-        if tuple(self.token_index.shape) != (total,):
-            raise ValueError(
-                f"token_index must list the {total} vision tokens of the blocks, got {tuple(self.token_index.shape)}"
-            )
+    grid: Tensor | np.ndarray
+    first: Tensor | np.ndarray
+    seconds: Tensor | np.ndarray | None = None
+    is_image: Tensor | np.ndarray | None = None
 
 
-def _host(t: Tensor) -> np.ndarray:
-    """A NumPy view of ``t`` on the host (no copy for a CPU tensor; one transfer otherwise)."""
-    return t.detach().cpu().numpy()
+def _host(t: Tensor | np.ndarray) -> np.ndarray:
+    """A NumPy view of ``t`` on the host (no copy for a CPU tensor or an array; one transfer otherwise)."""
+    return t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
 
 
-def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, rank: np.ndarray, generator):
-    """``(K,)`` float64: a random choice per block while training (drawn in reading order, so
-    both front ends draw alike whatever their block order), else ``value`` (default 1)."""
-    k = rank.shape[0]
+def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, k: int, generator):
+    """``(K,)`` float64: a random choice per block while training (blocks in reading order, so
+    both front ends draw alike), else ``value`` (default 1)."""
     if options.training and name in sch.draws:
         choices = torch.tensor(sch.draws[name], dtype=torch.float64)
-        return choices[torch.randint(len(choices), (k,), generator=generator)][torch.from_numpy(rank)]
+        return choices[torch.randint(len(choices), (k,), generator=generator)]
     return torch.full((k,), 1.0 if value is None else float(value), dtype=torch.float64)
 
 
+def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Host ``grid (K, 3)``, ``first (K,)``, ``seconds (K,)`` float32 and ``is_image (K,)`` of
+    ``blocks``, in reading order (sorted by ``first``), and ``is_vision`` ``(B, L)``; checked."""
+    if not isinstance(blocks, VisionBlocks):
+        raise TypeError(f"blocks must be a VisionBlocks, got {type(blocks).__name__}")
+    grid, first = _host(blocks.grid), _host(blocks.first)
+    if grid.ndim != 2 or grid.shape[1] != 3 or grid.dtype.kind not in "iu":
+        raise ValueError(f"blocks.grid must be an integer (K, 3) tensor, got {grid.dtype} {grid.shape}")
+    k = grid.shape[0]
+    if first.shape != (k,) or (k and first.dtype.kind not in "iu"):
+        raise ValueError(
+            f"blocks.first must be an integer ({k},) tensor, one per block, got {first.dtype} {first.shape}"
+        )
+    grid, first = grid.astype(np.int64, copy=False), first.astype(np.int64, copy=False)
+    seconds = np.zeros(k, dtype=np.float32) if blocks.seconds is None else _host(blocks.seconds)
+    is_image = np.zeros(k, dtype=bool) if blocks.is_image is None else _host(blocks.is_image)
+    for name, v in (("seconds", seconds), ("is_image", is_image)):
+        if v.shape != (k,):
+            raise ValueError(f"blocks.{name} must have shape ({k},), one value per block, got {v.shape}")
+    if is_image.dtype != bool:
+        raise ValueError(f"blocks.is_image must be bool, got {is_image.dtype}")
+    if (grid < 1).any():
+        raise ValueError("blocks.grid must hold sizes >= 1")
+    if k > 1 and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
+        order = np.argsort(first, kind="stable")
+        grid, first, seconds, is_image = grid[order], first[order], seconds[order], is_image[order]
+    b, length = real.shape
+    counts = grid.prod(-1)
+    last = first + counts - 1
+    if k and (first[0] < 0 or last[-1] >= b * length):
+        raise ValueError(f"blocks.first: the blocks' tokens must lie in the (B, L) = {(b, length)} batch")
+    if k and ((first // length != last // length).any() or (first[1:] <= last[:-1]).any()):
+        raise ValueError(
+            "blocks: every block's tokens must be consecutive tokens of one sample, and blocks must not overlap"
+        )
+    marks = np.zeros(b * length + 1, dtype=np.int8)  # +1 at each block's first token, -1 after its last
+    marks[first] = 1
+    marks[last + 1] -= 1  # a block right after another: 1 - 1 = 0 there
+    is_vision = np.cumsum(marks[:-1], dtype=np.int8).view(bool).reshape(b, length)
+    if k and (is_vision & ~real).any():
+        raise ValueError("blocks: every vision token must be a real token (real is True there)")
+    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision
+
+
+def _block_codes(is_vision: np.ndarray, first: np.ndarray, counts: np.ndarray, is_image: np.ndarray) -> np.ndarray:
+    """``(B, L)`` modality codes from the blocks: 1 image, 2 video, 0 text and padding."""
+    codes = np.zeros(is_vision.size, dtype=np.int64)
+    codes[is_vision.reshape(-1)] = np.repeat(np.where(is_image, int(Modality.IMAGE), int(Modality.VIDEO)), counts)
+    return codes.reshape(is_vision.shape)
+
+
 def pack(
-    real: Tensor,
-    modality: Tensor,
+    real: Tensor | np.ndarray,
     blocks: VisionBlocks,
-    scheme: str,
+    scheme: str | Scheme,
     options: SchemeOptions,
+    *,
+    modality: Tensor | np.ndarray | Callable[[], np.ndarray] | None = None,
     generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
 ) -> Layout:
     """Positions of every token of a padded batch under ``scheme``, vectorised over the batch.
 
+    The one packer: :func:`build` (segments) and
+    :func:`mmpos.integrations.hf_rope_index.token_layout` (token ids) describe their batch as
+    ``real`` + :class:`VisionBlocks` and call it.
+
     Args:
         real: ``(B, L)`` bool, ``False`` on padding.
-        modality: ``(B, L)`` int64 :class:`~mmpos.coords.Modality` codes.
-        blocks: the vision blocks and their tokens; every other real token is text.
-        scheme: a name of :data:`mmpos.schemes.SCHEMES`.
+        blocks: the vision blocks; every other real token is text.
+        scheme: a :data:`mmpos.schemes.SCHEMES` entry or its name.
         options: from :func:`mmpos.schemes.resolve_options`.
-        generator: random source of the per-block training draws (V2PE, HoPE).
+        modality: ``(B, L)`` int :class:`~mmpos.coords.Modality` codes, or a function making
+            them when :attr:`Layout.modality` is first read; default from the blocks (image 1,
+            video 2, text and padding 0).
+        generator: random source of the per-block training draws (V2PE, HoPE), drawn in reading order.
+        device: where the layout's tensors go (default: ``real``'s device).
 
     A text token advances the position by 1 and a vision block by its *extent*; a unit
     starts at the running sum of what came before it (one ``cumsum`` along ``L``, summed in
@@ -405,29 +436,26 @@ def pack(
     and ``coords`` are built only when read. Inputs on an accelerator make one round trip:
     read to the host once, ``position_ids`` and ``rope_deltas`` moved back once.
     """
-    sch = get_scheme(scheme)
-    token_index = _host(blocks.token_index)
-    is_vision = np.zeros(real.numel(), dtype=bool)
-    is_vision[token_index] = True
-    if int(is_vision.sum()) != token_index.shape[0]:
-        raise ValueError("blocks.token_index must list distinct tokens")
-    grid = _host(blocks.grid)
-    counts = grid.prod(-1)
-    in_order = token_index.shape[0] < 2 or bool((token_index[1:] > token_index[:-1]).all())
-    return _pack(
-        _host(real),
-        is_vision.reshape(real.shape),
-        partial(_host, modality),
-        grid,
-        blocks.seconds.detach().cpu(),
-        blocks.is_image.detach().cpu(),
-        token_index[np.cumsum(counts) - counts],
-        None if in_order else np.argsort(token_index, kind="stable"),
-        sch,
-        options,
-        generator,
-        real.device,
-    )
+    sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
+    if not isinstance(options, SchemeOptions):
+        raise TypeError(
+            f"options must be a SchemeOptions (mmpos.schemes.resolve_options), got {type(options).__name__}"
+        )
+    if device is None:
+        device = real.device if isinstance(real, Tensor) else torch.device("cpu")
+    real = _host(real)
+    if real.ndim != 2 or real.dtype != bool:
+        raise ValueError(f"real must be a (B, L) bool tensor, got {real.dtype} {real.shape}")
+    grid, block_first, seconds, is_image, is_vision = _check_blocks(blocks, real)
+    if modality is None:
+        codes = partial(_block_codes, is_vision, block_first, grid.prod(-1), is_image)
+    elif callable(modality):
+        codes = modality
+    else:
+        codes = partial(_host, modality)
+        if codes().shape != real.shape:
+            raise ValueError(f"modality must have the shape of real {real.shape}, got {codes().shape}")
+    return _pack(real, is_vision, codes, grid, seconds, is_image, block_first, sch, options, generator, device)
 
 
 def _pack(
@@ -435,31 +463,23 @@ def _pack(
     is_vision: np.ndarray,
     codes: Callable[[], np.ndarray],
     grid: np.ndarray,
-    seconds: Tensor,
-    is_image: Tensor,
+    seconds: np.ndarray,
+    is_image: np.ndarray,
     block_first: np.ndarray,
-    order: np.ndarray | None,
     sch: Scheme,
     options: SchemeOptions,
     generator: torch.Generator | None,
-    device: torch.device,
+    device: torch.device | str,
 ) -> Layout:
-    """:func:`pack` on host arrays.
-
-    ``real`` and ``is_vision`` ``(B, L)`` bool; ``codes`` makes the ``(B, L)`` modality codes
-    (called when ``Layout.modality`` is first read); ``grid`` ``(K, 3)`` int64; ``block_first``
-    ``(K,)`` the flat index of each block's first token. The blocks' tokens, block after block
-    in raster order, are the ``is_vision`` tokens in flat order, or (``order`` ``(Nv,)``) their
-    values taken at ``order`` are.
-    """
+    """:func:`pack` on checked host arrays, blocks in reading order (their tokens are the
+    ``is_vision`` tokens in flat order)."""
     b, length = real.shape
     counts = grid.prod(-1)  # (K,) tokens per block
     first = np.cumsum(counts) - counts  # (K,) each block's first token among the vision tokens
-    rank = np.empty_like(block_first)
-    rank[np.argsort(block_first, kind="stable")] = np.arange(block_first.shape[0])  # reading order
-    delta = _per_block(sch, "delta", options.delta, options, rank, generator)
-    scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, rank, generator)
-    geometry = BlockGeometry.of(grid, seconds, is_image, delta, scale)
+    k = block_first.shape[0]
+    delta = _per_block(sch, "delta", options.delta, options, k, generator)
+    scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator)
+    geometry = BlockGeometry.of(grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale)
     offset, extent, use_start = sch.block(geometry, options)
     # a new contiguous float64 tensor (not a view of the geometry) is the rule's own: the values are summed into it
     fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()
@@ -510,8 +530,6 @@ def _pack(
             if values.size:
                 np.maximum(block_top, np.maximum.reduceat(values, first), out=block_top)
                 low = np.minimum(low, values.min())  # NaN stays NaN
-            if order is not None:
-                values = values[order]  # flat order
             row = ids_np[axis] if axes > 1 or exact else run
             row[flat] = values  # a masked write: sequential, about 5x faster than a scatter by index
             if not exact:
@@ -536,7 +554,8 @@ def _pack(
         deltas = nxt - length
     deltas = torch.from_numpy(deltas.reshape(b, 1)).to(sch.delta_dtype)
     ids = ids.view(rows, b, length)
-    return Layout(ids.to(device), deltas.to(device), sch.name, rule, (real, codes), parts)
+    nv = int(counts.sum())
+    return Layout(ids.to(device), deltas.to(device), sch.name, rule, nv, (real, codes), parts)
 
 
 # --------------------------------------------------------------------------- build
@@ -571,17 +590,17 @@ def build(
         samples: ``B`` samples, each a non-empty list of :class:`Text`, :class:`Image`,
             :class:`Video` segments (or a kind added by :func:`register_segment`); a vision
             segment holds ``t * (h / m) * (w / m)`` tokens (``m = spatial_merge_size``).
-        scheme: one of :data:`SCHEMES` (rules in ``docs/layouts.md``).
+        scheme: one of :data:`mmpos.schemes.SCHEMES` (rules in ``docs/layouts.md``).
         spatial_merge_size: patches merged per token along h and w (2 in Qwen-VL).
         padding_side: ``"right"`` or ``"left"``.
         tokens_per_second: ``qwen2.5-vl`` temporal resolution (2 in the released checkpoints).
         delta: ``v2pe`` visual step in ``(0, 1]`` at evaluation (``stride / 256``).
         temporal_scale: ``hope`` temporal scale ``s`` at evaluation (required), or the
             ``mrope-i`` temporal stride (int, default 1).
-        training: ``v2pe`` draws ``delta`` per block from :data:`V2PE_DELTAS`, ``hope`` draws
-            ``s`` per block from :data:`HOPE_SCALES`; other schemes ignore it.
+        training: ``v2pe`` draws ``delta`` per block from :data:`mmpos.schemes.V2PE_DELTAS`, ``hope``
+            draws ``s`` per block from :data:`mmpos.schemes.HOPE_SCALES`; other schemes ignore it.
         generator: random source for ``training``.
-        rule: a Qwen-family rule of :data:`RULES` (``"original"``, ``"hf-4.57"``, ``"hf-5.3"``).
+        rule: a Qwen-family rule of :data:`mmpos.schemes.RULES` (``"original"``, ``"hf-4.57"``, ``"hf-5.3"``).
         device: where the tensors are put (they are computed on the host and moved once).
 
     Under ``qwen3-vl`` a :class:`Video` becomes ``t`` consecutive one-frame blocks; for the
@@ -657,22 +676,22 @@ def build(
     run_block, run_real = np.zeros(len(run_len), dtype=bool), np.zeros(len(run_len), dtype=bool)
     run_block[unit_run], run_real[unit_run] = is_block, True
     real = np.repeat(run_real, run_len).reshape(batch, length)
-    is_vision = np.repeat(run_block, run_len).reshape(batch, length)  # the blocks' tokens, in reading order
     block_seconds = np.zeros(len(unit), dtype=np.float32)
     if seconds:
         with np.errstate(over="ignore"):  # beyond float32: inf, refused by the packer's check
             block_seconds[list(seconds)] = list(seconds.values())
-    return _pack(
-        real,
-        is_vision,
-        partial(np.repeat, run_kind, run_len),  # the modality codes, made if read
+    blocks = VisionBlocks(
         grid[is_block],
-        torch.from_numpy(block_seconds[is_block]),
-        torch.from_numpy(kind[is_block] == int(Modality.IMAGE)),
-        (np.cumsum(run_len) - run_len)[run_block],  # each block's first token
-        None,
+        (np.cumsum(run_len) - run_len)[run_block],  # each block's first token, in reading order
+        block_seconds[is_block],
+        kind[is_block] == int(Modality.IMAGE),
+    )
+    return pack(
+        real,
+        blocks,
         sch,
         options,
-        generator,
-        torch.device("cpu") if device is None else torch.device(device),
+        modality=partial(np.repeat, run_kind, run_len),  # the modality codes, made if read
+        generator=generator,
+        device=torch.device("cpu") if device is None else torch.device(device),
     )

@@ -187,7 +187,7 @@ class FrequencyPlan:
         return cls.from_assignment(index, freq, axes, head_dim, convention)
 
     @classmethod
-    def interleaved_axes(
+    def cyclic_axes(
         cls,
         head_dim: int,
         sections: Sequence[int],

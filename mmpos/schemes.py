@@ -15,8 +15,11 @@ Every fact about a scheme lives in its :class:`Scheme` entry of :data:`SCHEMES`:
   and coordinates;
 * ``hf_rows`` -- how its axes pack into the three Hugging Face position rows, and
   ``rows_to_axes``, how the rotary embedding reads them back;
-* ``encoder`` -- the :mod:`mmpos.encoders` rotary encoder that reads its coordinates;
-* ``frames`` -- whether a video is one block per frame (Qwen3-VL, timestamps between frames).
+* ``encoder`` -- the :mod:`mmpos.encoders` rotary encoder that reads its coordinates (the one
+  scheme -> encoder map: read ``SCHEMES[name].encoder``);
+* ``frames`` -- whether a video is one block per frame (Qwen3-VL, timestamps between frames);
+* ``model_types`` -- the Hugging Face ``config.model_type`` values whose own ``get_rope_index``
+  this scheme reproduces (:func:`scheme_for_model_type`).
 
 Adding a scheme is one :func:`register_scheme` call (``docs/adding-a-scheme.md``).
 
@@ -46,7 +49,7 @@ images through the same ``get_vision_position_ids``). Rules only change the sche
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -64,9 +67,12 @@ __all__ = [
     "Rule",
     "Scheme",
     "SchemeOptions",
+    "get_rule",
     "get_scheme",
+    "model_types",
     "register_scheme",
     "resolve_options",
+    "scheme_for_model_type",
 ]
 
 #: HoPE's training choices of the temporal scale ``s`` (hrlics/HoPE ``modeling_hope.py``)
@@ -234,6 +240,7 @@ class Scheme:
     coord_dtype: torch.dtype = torch.float32
     frames: bool = False
     paper: str = ""
+    model_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         a = len(self.axes)
@@ -241,28 +248,13 @@ class Scheme:
             raise ValueError(f"scheme {self.name!r}: hf_rows must be 3 rows of {a} weights")
         if len(self.rows_to_axes) != a or any(len(r) != 3 for r in self.rows_to_axes):
             raise ValueError(f"scheme {self.name!r}: rows_to_axes must be {a} rows of 3 weights")
+        if isinstance(self.model_types, str) or not all(isinstance(m, str) for m in self.model_types):
+            raise TypeError(f"scheme {self.name!r}: model_types must be a tuple of str, got {self.model_types!r}")
+        object.__setattr__(self, "model_types", tuple(self.model_types))
 
 
 #: every scheme by name (``register_scheme`` adds to it)
 SCHEMES: dict[str, Scheme] = {}
-
-
-class _FieldView(Mapping):
-    """``scheme name -> getattr(scheme, field)``, a live view of :data:`SCHEMES`."""
-
-    def __init__(self, field: str) -> None:
-        self._field = field
-
-    def __getitem__(self, name: str):
-        if name not in SCHEMES:
-            raise KeyError(name)
-        return getattr(SCHEMES[name], self._field)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(SCHEMES)
-
-    def __len__(self) -> int:
-        return len(SCHEMES)
 
 
 def register_scheme(scheme: Scheme) -> Scheme:
@@ -271,8 +263,25 @@ def register_scheme(scheme: Scheme) -> Scheme:
         raise TypeError(f"scheme must be a Scheme, got {type(scheme).__name__}")
     if scheme.name in SCHEMES and SCHEMES[scheme.name] is not scheme:
         raise ValueError(f"scheme {scheme.name!r} is already registered")
+    taken = {m: s.name for s in SCHEMES.values() if s is not scheme for m in s.model_types}
+    clash = [m for m in scheme.model_types if m in taken]
+    if clash:
+        raise ValueError(f"scheme {scheme.name!r}: model_types {clash} already belong to scheme {taken[clash[0]]!r}")
     SCHEMES[scheme.name] = scheme
     return scheme
+
+
+def model_types() -> dict[str, str]:
+    """``config.model_type -> scheme name`` for every registered scheme (read from ``Scheme.model_types``)."""
+    return {m: s.name for s in SCHEMES.values() for m in s.model_types}
+
+
+def scheme_for_model_type(model_type: str) -> Scheme:
+    """The scheme whose ``model_types`` holds ``model_type``; ``ValueError`` naming the known ones otherwise."""
+    known = model_types()
+    if not isinstance(model_type, str) or model_type not in known:
+        raise ValueError(f"config.model_type must be one of {tuple(known)}, got {model_type!r}")
+    return SCHEMES[known[model_type]]
 
 
 def get_scheme(name: str) -> Scheme:
@@ -420,6 +429,7 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         paper="Wang et al. 2024, Qwen2-VL (arXiv:2409.12191)",
+        model_types=("qwen2_vl",),
     ),
     Scheme(
         "qwen2.5-vl",
@@ -429,6 +439,7 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         paper="Bai et al. 2025, Qwen2.5-VL (arXiv:2502.13923)",
+        model_types=("qwen2_5_vl",),
     ),
     Scheme(
         "qwen3-vl",
@@ -439,6 +450,7 @@ for _scheme in (
         _IDENTITY,
         frames=True,
         paper="Qwen3-VL (interleaved M-RoPE, timestamped frames)",
+        model_types=("qwen3_vl", "qwen3_vl_moe"),
     ),
     Scheme(
         "mrope-i",

@@ -24,11 +24,11 @@ import torch
 from torch import Tensor, nn
 
 from mmpos.coords import Coords
-from mmpos.encoders.mrope import SCHEME_ENCODERS  # layout scheme -> rotary encoder
 from mmpos.layout import Image, Text, Video
 from mmpos.nn import Transformer
+from mmpos.schemes import SCHEMES  # layout scheme -> its record (SCHEMES[name].encoder: the rotary encoder)
 
-__all__ = ["SCHEME_ENCODERS", "Part", "PatchTokens", "TinyVLM", "segments_of"]
+__all__ = ["Part", "PatchTokens", "TinyVLM", "segments_of"]
 
 Part = tuple[str, Tensor]
 
@@ -100,7 +100,7 @@ class TinyVLM(nn.Module):
         vision_dim: width of the vision tokens.
         patch_size: the tower's patch size (images are multiples of ``2 * patch_size``).
         vocab_size: text vocabulary.
-        scheme: a key of :data:`SCHEME_ENCODERS` (picks the decoder's rotary encoder).
+        scheme: a key of :data:`mmpos.schemes.SCHEMES` (picks the decoder's rotary encoder).
         dim, depth, num_heads, num_kv_heads: the decoder.
         pos_kwargs: extra arguments of the rotary encoder.
     """
@@ -119,8 +119,8 @@ class TinyVLM(nn.Module):
         pos_kwargs: dict | None = None,
     ) -> None:
         super().__init__()
-        if scheme not in SCHEME_ENCODERS:
-            raise ValueError(f"scheme must be one of {sorted(SCHEME_ENCODERS)}, got {scheme!r}")
+        if scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {sorted(SCHEMES)}, got {scheme!r}")
         self.scheme = scheme
         self.patch_size = patch_size
         self.vision = vision
@@ -132,7 +132,7 @@ class TinyVLM(nn.Module):
             nn.Linear(4 * vision_dim, dim),
         )
         self.embed = nn.Embedding(vocab_size, dim)
-        encoder = SCHEME_ENCODERS[scheme]
+        encoder = SCHEMES[scheme].encoder
         self.decoder = Transformer(
             dim,
             depth,

@@ -60,49 +60,6 @@ def test_module_aliases_and_renamed_arguments_on_their_own():
         f(1, new=2, old=2)
 
 
-def test_hf_rotary_embedding_layout_is_now_cos_sin_shape():
-    import torch
-
-    from mmpos import create
-    from mmpos.integrations.hf_rope import HFRotaryEmbedding
-    from mmpos.schemes import SCHEMES
-
-    scheme = SCHEMES["qwen2-vl"]
-    new = HFRotaryEmbedding(create("mrope", head_dim=16), "rows", scheme.rows_to_axes, scheme.axes)
-    with pytest.warns(DeprecationWarning, match=r"HFRotaryEmbedding\(layout=...\) is deprecated; use cos_sin_shape="):
-        old = HFRotaryEmbedding(
-            create("mrope", head_dim=16), layout="rows", rows_to_axes=scheme.rows_to_axes, axes=scheme.axes
-        )
-    with pytest.warns(DeprecationWarning, match="use cos_sin_shape"):
-        assert old.layout == new.cos_sin_shape == "rows"
-    ids = torch.arange(5).expand(3, 1, 5)  # (3, B, L)
-    assert all(torch.equal(a, b) for a, b in zip(old(torch.zeros(1), ids), new(torch.zeros(1), ids)))
-    with pytest.raises(ValueError, match="cos_sin_shape must be one of"):
-        HFRotaryEmbedding(create("mrope", head_dim=16), "per_head", scheme.rows_to_axes, scheme.axes)
-
-
-def test_coords_prefix_is_now_num_prefix_tokens():
-    import torch
-
-    from mmpos import Coords
-
-    new = Coords.grid(3, 4, num_prefix_tokens=1)
-    with pytest.warns(DeprecationWarning, match=r"Coords.grid\(prefix=...\) is deprecated; use num_prefix_tokens="):
-        old = Coords.grid(3, 4, prefix=1)
-    assert torch.equal(old.pos, new.pos) and old.num_prefix_tokens == new.num_prefix_tokens == 1
-    with pytest.warns(DeprecationWarning, match="use Coords.num_prefix_tokens"):
-        assert new.prefix == 1
-    with pytest.warns(DeprecationWarning, match=r"Coords\(prefix=...\) is deprecated"):
-        direct = Coords(new.pos, new.axes, prefix=1, grid_shape=(3, 4))
-    assert direct.num_prefix_tokens == 1
-    with pytest.raises(TypeError, match="both num_prefix_tokens= and its deprecated name prefix="):
-        Coords.grid(3, 4, num_prefix_tokens=1, prefix=1)
-    with warnings.catch_warnings():  # the library itself never uses the old names
-        warnings.simplefilter("error")
-        assert new.scaled(2.0).flattened().num_prefix_tokens == 1
-        assert Coords.stack([new, new]).num_prefix_tokens == 1
-
-
 def test_irpe_skip_is_now_num_prefix_tokens():
     import torch
 

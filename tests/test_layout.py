@@ -8,18 +8,8 @@ import pytest
 import torch
 
 from mmpos import Coords, Modality
-from mmpos.layout import (
-    HOPE_SCALES,
-    SCHEME_AXES,
-    SCHEMES,
-    V2PE_DELTAS,
-    Image,
-    Layout,
-    Text,
-    Video,
-    build,
-    decode_position_ids,
-)
+from mmpos.layout import Image, Layout, Text, Video, VisionBlocks, build, decode_position_ids, pack
+from mmpos.schemes import HOPE_SCALES, SCHEMES, V2PE_DELTAS, resolve_options
 
 EVAL_OPTIONS = {"v2pe": {"delta": 0.25}, "hope": {"temporal_scale": 0.75}}
 
@@ -194,8 +184,8 @@ def test_text_only_reduces_to_1d(scheme):
     expected = torch.tensor([list(range(7)), list(range(5)) + [1, 1]])
     assert torch.equal(lay.position_ids, expected.expand_as(lay.position_ids).to(lay.position_ids.dtype))
     assert lay.rope_deltas.tolist() == [[0], [5 - 7]]
-    assert lay.coords.axes == SCHEME_AXES[scheme]
-    axes = len(SCHEME_AXES[scheme])
+    assert lay.coords.axes == SCHEMES[scheme].axes
+    axes = len(SCHEMES[scheme].axes)
     assert torch.equal(lay.coords.pos[0], torch.arange(7.0).view(7, 1).expand(7, axes).to(lay.coords.pos.dtype))
 
 
@@ -222,7 +212,7 @@ def test_padding_left_and_right(scheme):
     assert torch.equal(right.coords.mask, right.attention_mask.bool())
     assert (right.coords.pos[~right.coords.mask] == 0).all() and (left.coords.pos[~left.coords.mask] == 0).all()
     real = right.coords.mask
-    rows = right.position_ids.shape[0] if len(SCHEME_AXES[scheme]) > 1 else 1
+    rows = right.position_ids.shape[0] if len(SCHEMES[scheme].axes) > 1 else 1
     ids = right.position_ids[:rows, real].to(right.coords.pos.dtype)
     assert torch.equal(right.coords.pos.permute(2, 0, 1)[:, real], ids)
 
@@ -304,26 +294,31 @@ def test_coords_read_later_equal_position_ids_and_hf_rows(scheme):
 
 @pytest.mark.parametrize("scheme", ["qwen2-vl", "hope", "vrope"])
 def test_pack_takes_blocks_in_any_order(scheme):
-    """The low-level packer gives the same Layout whatever order the blocks are listed in (the
-    front ends hand them over in reading order; the masked write then needs no index)."""
-    from mmpos.layout import VisionBlocks, pack
-    from mmpos.schemes import resolve_options
-
+    """The one packer gives the same Layout whatever order the blocks are listed in (it puts
+    them in reading order; the masked write then needs no index)."""
     opts = {"temporal_scale": 0.75} if scheme == "hope" else {}
     lay = build([[Text(2), Image((1, 4, 6)), Text(1), Video((2, 2, 4)), Text(3)]], scheme, **opts)
     real = torch.ones(1, 16, dtype=torch.bool)
     blocks = VisionBlocks(  # the video first, then the image
         torch.tensor([[2, 1, 2], [1, 2, 3]]),
+        torch.tensor([9, 2]),
         torch.tensor([1.0, 0.0]),
         torch.tensor([False, True]),
-        torch.cat([torch.arange(9, 13), torch.arange(2, 8)]),
     )
     options = resolve_options(scheme, **opts)
-    again = pack(real, lay.modality, blocks, scheme, options)
+    again = pack(real, blocks, scheme, options)
     assert torch.equal(again.position_ids, lay.position_ids) and torch.equal(again.rope_deltas, lay.rope_deltas)
     assert torch.equal(again.coords.pos, lay.coords.pos) and torch.equal(again.modality, lay.modality)
-    twice = dataclasses.replace(
-        blocks, token_index=torch.cat([torch.arange(9, 13), torch.arange(2, 7), torch.tensor([2])])
-    )
-    with pytest.raises(ValueError, match="distinct tokens"):
-        pack(real, lay.modality, twice, scheme, options)
+    assert again.num_vision_tokens == lay.num_vision_tokens == 10
+    overlapping = dataclasses.replace(blocks, first=torch.tensor([6, 2]))
+    with pytest.raises(ValueError, match="must not overlap"):
+        pack(real, overlapping, scheme, options)
+    across = dataclasses.replace(blocks, first=torch.tensor([13, 2]))  # the video's 4 tokens run past L=16
+    with pytest.raises(ValueError, match="must lie in the"):
+        pack(real, across, scheme, options)
+    with pytest.raises(ValueError, match="must be a real token"):
+        pack(torch.arange(16).view(1, 16) < 12, blocks, scheme, options)
+    with pytest.raises(ValueError, match=r"blocks.first must be an integer \(2,\)"):
+        pack(real, dataclasses.replace(blocks, first=torch.tensor([9])), scheme, options)
+    with pytest.raises(TypeError, match="options must be a SchemeOptions"):
+        pack(real, blocks, scheme, {"rule": "original"})

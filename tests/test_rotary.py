@@ -73,7 +73,7 @@ def _scores(plan, q, k, pos_q, pos_k):
 @given(
     shift=st.lists(st.floats(-50, 50, allow_nan=False), min_size=3, max_size=3),
     convention=st.sampled_from(["half", "interleaved"]),
-    kind=st.sampled_from(["rope", "axial", "chunked", "interleaved_axes", "per_head"]),
+    kind=st.sampled_from(["rope", "axial", "chunked", "cyclic_axes", "per_head"]),
 )
 def test_relative_property(shift, convention, kind):
     """Rotated q . k depends only on the difference of the positions."""
@@ -83,7 +83,7 @@ def test_relative_property(shift, convention, kind):
         "rope": lambda: FrequencyPlan.rope(d, axis="t", convention=convention),
         "axial": lambda: FrequencyPlan.axial(d, ("t", "h", "w"), theta=100.0, convention=convention),
         "chunked": lambda: FrequencyPlan.chunked_axes(d, [4, 4, 4], convention=convention),
-        "interleaved_axes": lambda: FrequencyPlan.interleaved_axes(d, [4, 4, 4], convention=convention),
+        "cyclic_axes": lambda: FrequencyPlan.cyclic_axes(d, [4, 4, 4], convention=convention),
         "per_head": lambda: FrequencyPlan.per_head(d, 3, [1, 1, 1], convention=convention),
     }
     plan = plans[kind]()
@@ -107,7 +107,7 @@ def test_plans_assign_pairs_as_documented():
     chunked = FrequencyPlan.chunked_axes(128, [16, 24, 24])
     owner = chunked.weight.ne(0).float().argmax(0)
     assert owner[:16].eq(0).all() and owner[16:40].eq(1).all() and owner[40:].eq(2).all()
-    inter = FrequencyPlan.interleaved_axes(128, [24, 20, 20])
+    inter = FrequencyPlan.cyclic_axes(128, [24, 20, 20])
     owner = inter.weight.ne(0).float().argmax(0)
     assert owner[:60].tolist() == [0, 1, 2] * 20 and owner[60:].eq(0).all()
     head = FrequencyPlan.per_head(16, 8, [2, 3, 2])
@@ -121,7 +121,7 @@ def test_plans_assign_pairs_as_documented():
     "build, match",
     [
         (lambda: FrequencyPlan.chunked_axes(128, [16, 24, 20]), "sum to the 64"),
-        (lambda: FrequencyPlan.interleaved_axes(128, [24, 20, 20, 0]), "one count per axis"),
+        (lambda: FrequencyPlan.cyclic_axes(128, [24, 20, 20, 0]), "one count per axis"),
         (lambda: FrequencyPlan.rope(15), "head_dim"),
         (lambda: FrequencyPlan.rope(16, rotary_dim=20), "rotary_dim"),
         (lambda: FrequencyPlan.axial(12, ("h", "w", "t", "x", "y")), "split evenly"),

@@ -251,7 +251,7 @@ def test_training_draws_take_the_generator_on_both_paths():
     input_ids = torch.tensor(ids).view(3, -1)
     for scheme in ("v2pe", "hope"):
         lay = build(samples, scheme, training=True, generator=torch.Generator().manual_seed(7))
-        options = RopeIndexOptions(scheme, "qwen2", 2, 9, 10, 2.0, training=True)
+        options = RopeIndexOptions(scheme, "qwen2-vl", 2, 9, 10, 2.0, training=True)
         tok = token_layout(
             options,
             input_ids,
@@ -308,6 +308,6 @@ def test_pack_is_the_one_core():
 
     lay = build([[Text(2), Image((1, 4, 6)), Text(1)]], "qwen2-vl")
     real = torch.ones(1, 9, dtype=torch.bool)
-    blocks = VisionBlocks(torch.tensor([[1, 2, 3]]), torch.zeros(1), torch.tensor([True]), torch.arange(2, 8))
-    again = pack(real, lay.modality, blocks, "qwen2-vl", resolve_options("qwen2-vl"))
+    blocks = VisionBlocks(torch.tensor([[1, 2, 3]]), torch.tensor([2]), torch.zeros(1), torch.tensor([True]))
+    again = pack(real, blocks, "qwen2-vl", resolve_options("qwen2-vl"))
     assert torch.equal(again.position_ids, lay.position_ids) and torch.equal(again.rope_deltas, lay.rope_deltas)

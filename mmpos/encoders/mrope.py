@@ -11,8 +11,8 @@ encoder             axes read               pair ``p`` reads
 ==================  ======================  ===========================================
 mrope               ``t, h, w``             ``t`` / ``h`` / ``w`` in consecutive chunks
                                             of ``mrope_section`` pairs (``[16, 24, 24]``)
-mrope-interleaved   ``t, h, w``             axis ``p mod 3`` while ``p < 3 * section``,
-(mrope-i)                                   then ``t`` (``[24, 20, 20]``: THW x20, TTTT)
+mrope-i             ``t, h, w``             axis ``p mod 3`` while ``p < 3 * section``,
+                                            then ``t`` (``[24, 20, 20]``: THW x20, TTTT)
 mhrope              ``t, h, w``             KV head ``j`` reads one axis with all pairs
                                             (``head_sections`` count KV heads, e.g.
                                             ``[2, 3, 3]``); leftover heads unrotated
@@ -37,7 +37,7 @@ positions are float64 (``v2pe`` at long contexts).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
@@ -49,11 +49,10 @@ from ..coords import Coords
 from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
 from ..scaling import RopeScaling
-from ..schemes import _FieldView
 from .base import RotaryEncoder, resolve_head_dim
 
 __all__ = [
-    "SCHEME_ENCODERS",
+    "AXIS_ORDERS",
     "V2PE",
     "HoPE",
     "MHRoPE",
@@ -75,25 +74,33 @@ THW = ("t", "h", "w")
 VROPE_AXES = ("c0", "c1", "c2", "c3")
 
 
-#: :mod:`mmpos.schemes` scheme -> the rotary encoder that reads its coordinates (``Scheme.encoder``)
-SCHEME_ENCODERS: Mapping[str, str] = _FieldView("encoder")
-
-
 def _pairs(head_dim: int) -> int:
     if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0 or head_dim % 2:
         raise ValueError(f"head_dim must be a positive even int, got {head_dim!r}")
     return head_dim // 2
 
 
-def default_mrope_section(head_dim: int, interleaved: bool = False) -> tuple[int, int, int]:
+#: how M-RoPE gives its rotary pairs to the axes t, h, w: ``"chunked"`` (Qwen2/2.5-VL:
+#: ``TTT..HHH..WWW``) or ``"cyclic"`` (Qwen3-VL's "interleaved MRoPE", MRoPE-I: ``THWTHW..``).
+#: Not the pair *convention* (``"half"`` / ``"interleaved"``: which two channels form a pair).
+AXIS_ORDERS = ("chunked", "cyclic")
+
+
+def _check_axis_order(axis_order: str) -> str:
+    if axis_order not in AXIS_ORDERS:
+        raise ValueError(f"axis_order must be one of {AXIS_ORDERS}, got {axis_order!r}")
+    return axis_order
+
+
+def default_mrope_section(head_dim: int, axis_order: str = "chunked") -> tuple[int, int, int]:
     """Rotary pairs per ``(t, h, w)`` in the proportions of the Qwen configs.
 
-    Chunked (Qwen2/2.5-VL): ``t = P // 4``, ``h = (P - t) // 2``, ``w = P - t - h``
-    (``[16, 24, 24]`` for ``P = 64``). Interleaved (Qwen3-VL): ``h = w = 5 P // 16``,
-    ``t = P - 2 h`` (``[24, 20, 20]``).
+    ``axis_order="chunked"`` (Qwen2/2.5-VL): ``t = P // 4``, ``h = (P - t) // 2``,
+    ``w = P - t - h`` (``[16, 24, 24]`` for ``P = 64``). ``"cyclic"`` (Qwen3-VL):
+    ``h = w = 5 P // 16``, ``t = P - 2 h`` (``[24, 20, 20]``).
     """
     p = _pairs(head_dim)
-    if interleaved:
+    if _check_axis_order(axis_order) == "cyclic":
         h = 5 * p // 16
         return (p - 2 * h, h, h)
     t = p // 4
@@ -111,26 +118,28 @@ def _check_section(section: Sequence[int], total: int, what: str, name: str = "m
 def mrope_plan(
     head_dim: int,
     mrope_section: Sequence[int] | None = None,
-    interleaved: bool = False,
+    axis_order: str = "chunked",
     theta: float = 10000.0,
     convention: str = "half",
 ) -> FrequencyPlan:
-    """M-RoPE plan: chunked (Qwen2/2.5-VL) or interleaved (Qwen3-VL, MRoPE-I).
+    """M-RoPE plan: ``axis_order`` ``"chunked"`` (Qwen2/2.5-VL) or ``"cyclic"`` (Qwen3-VL's
+    interleaved MRoPE, MRoPE-I); see :data:`AXIS_ORDERS`.
 
     ``mrope_section`` counts rotary pairs per ``(t, h, w)`` and sums to ``head_dim / 2``.
-    Interleaved sections must give every axis exactly its count under the rule of
+    Cyclic sections must give every axis exactly its count under the rule of
     Qwen3-VL's ``apply_interleaved_mrope`` (roughly ``3 * section[h or w] <= head_dim / 2``).
     """
     p = _pairs(head_dim)
-    section = default_mrope_section(head_dim, interleaved) if mrope_section is None else mrope_section
+    axis_order = _check_axis_order(axis_order)
+    section = default_mrope_section(head_dim, axis_order) if mrope_section is None else mrope_section
     section = _check_section(section, p, "rotary pair counts")
-    if not interleaved:
+    if axis_order == "chunked":
         return FrequencyPlan.chunked_axes(head_dim, section, THW, theta, convention)
-    plan = FrequencyPlan.interleaved_axes(head_dim, section, THW, theta, convention)
+    plan = FrequencyPlan.cyclic_axes(head_dim, section, THW, theta, convention)
     counts = tuple(int(c) for c in (plan.weight != 0).sum(-1))  # pairs per axis (pair 0 has freq 1)
     if counts != section:
         raise ValueError(
-            f"interleaved mrope_section {list(section)} gives (t, h, w) {list(counts)} pairs: h and w take every "
+            f"cyclic mrope_section {list(section)} gives (t, h, w) {list(counts)} pairs: h and w take every "
             f"third pair below 3 * section, so 3 * section[h or w] must not exceed head_dim/2 = {p}"
         )
     return plan
@@ -227,7 +236,7 @@ class MRoPE(_MultimodalRotary):
             module takes it.
     """
 
-    interleaved = False
+    axis_order = "chunked"
 
     def __init__(
         self,
@@ -240,11 +249,10 @@ class MRoPE(_MultimodalRotary):
         scaling: RopeScaling | dict | None = None,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
-        super().__init__(mrope_plan(head_dim, mrope_section, self.interleaved, theta, convention), scaling=scaling)
+        super().__init__(mrope_plan(head_dim, mrope_section, self.axis_order, theta, convention), scaling=scaling)
 
 
 @register_encoder("mrope-i", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
-@register_encoder("mrope-interleaved", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
 class MRoPEInterleaved(MRoPE):
     """Multimodal RoPE with interleaved sections (Qwen3-VL, MRoPE-I).
 
@@ -259,7 +267,7 @@ class MRoPEInterleaved(MRoPE):
     (layouts ``qwen3-vl``, ``mrope-i`` with spatial reset). Arguments as :class:`MRoPE`.
     """
 
-    interleaved = True
+    axis_order = "cyclic"
 
 
 @register_encoder("mhrope", kind="rotary", paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)")

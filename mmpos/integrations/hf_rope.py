@@ -40,23 +40,21 @@ implementation of that scheme, which gives the same logits as the model's own (t
 from __future__ import annotations
 
 import inspect
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .._deprecate import renamed_arguments
 from .._validate import check_choice
 from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
-from ..registry import create
+from ..registry import create, encoder_info
 from ..rotary import apply_rotary, plan_angles
-from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme
-from .hf_rope_index import MODEL_SCHEMES, RopeIndexOptions, installed_rule, scheme_rope_index
+from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types
+from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
 
-__all__ = ["SCHEMES", "HFRotaryEmbedding", "RopeIndexOptions", "current_rope", "scheme_rope_index", "use_rope"]
+__all__ = ["HFRotaryEmbedding", "current_rope", "use_rope"]
 
 _COS_SIN_SHAPES = ("rows", "flat")  # cos / sin (3, B, L, D) (Qwen2/2.5-VL before transformers 5.17), (B, L, D)
 
@@ -67,15 +65,13 @@ class HFRotaryEmbedding(nn.Module):
 
     ``forward(x, position_ids)``: ``position_ids`` ``(3, B, L)`` (or ``(B, L)``, read as text)
     -> ``(cos, sin)`` in ``x.dtype``, shaped as the model's attention consumes them
-    (``cos_sin_shape``): ``"rows"`` ``(3, B, L, D)`` (three equal rows), ``"flat"`` ``(B, L, D)``
-    (``layout=`` is its deprecated name). With ``per_head=True`` (MHRoPE) it returns the identity
-    rotation in that shape and keeps
-    the per-head ``cos``/``sin`` ``(B, Hkv, L, D/2)`` in :attr:`per_head_angles` for the
+    (``cos_sin_shape``): ``"rows"`` ``(3, B, L, D)`` (three equal rows), ``"flat"`` ``(B, L, D)``.
+    With ``per_head=True`` (MHRoPE) it returns the identity rotation in that shape and keeps the
+    per-head ``cos``/``sin`` ``(B, Hkv, L, D/2)`` in :attr:`per_head_angles` for the
     projection hooks. Angles are float32, float64 for float64 ids. ``rows_to_axes``
     ``(A, 3)``: how the scheme's ``axes`` are read from the three rows (the plan reads a subset).
     """
 
-    @renamed_arguments(layout="cos_sin_shape")
     def __init__(
         self,
         encoder: RotaryEncoder,
@@ -97,12 +93,6 @@ class HFRotaryEmbedding(nn.Module):
         self.per_head_angles: tuple[Tensor, Tensor] | None = None
         self.register_buffer("rows_to_axes", rows_to_axes, persistent=False)
         self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
-
-    @property
-    def layout(self) -> str:
-        """Deprecated name of :attr:`cos_sin_shape`."""
-        warnings.warn("HFRotaryEmbedding.layout is deprecated; use cos_sin_shape", DeprecationWarning, stacklevel=2)
-        return self.cos_sin_shape
 
     def _apply(self, fn, recurse=True):
         """Follow ``model.to(device)`` but keep the plan float32 under ``model.to(bfloat16)``
@@ -188,9 +178,9 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
     model_type = getattr(getattr(core, "config", None), "model_type", None)
-    if model_type not in MODEL_SCHEMES:
+    if model_type not in model_types():
         raise ValueError(
-            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(MODEL_SCHEMES)}), "
+            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(model_types())}), "
             f"got {type(model).__name__} with model_type {model_type!r}"
         )
     text = getattr(core, "language_model", None)
@@ -265,6 +255,11 @@ def _rotary_cos_sin_shape(rotary: nn.Module, device: torch.device) -> str:
     raise ValueError(f"{type(rotary).__name__} returns cos of shape {tuple(cos.shape)}: unknown cos / sin shape")
 
 
+def _axis_order(encoder: str) -> str:
+    """The M-RoPE axis order of a registered encoder class (``MRoPE.axis_order``); ``"chunked"`` (HoPE's sections)."""
+    return getattr(encoder_info(encoder).factory, "axis_order", "chunked")
+
+
 def _hook_targets(attn: nn.Module) -> tuple[nn.Module, nn.Module]:
     for q, k in (("q_norm", "k_norm"), ("q_proj", "k_proj")):  # the rotation follows a per-head norm
         if isinstance(getattr(attn, q, None), nn.Module) and isinstance(getattr(attn, k, None), nn.Module):
@@ -313,7 +308,7 @@ def use_rope(
         raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
     base = RULES[installed_rule(core)]
     if advance is None:  # the model's own scheme follows the release; the others their reference ("max")
-        advance = base.advance if scheme in ("own", *MODEL_SCHEMES.values()) else "max"
+        advance = base.advance if scheme in ("own", *model_types().values()) else "max"
     rule = (
         base
         if advance == base.advance
@@ -342,12 +337,12 @@ def use_rope(
     sch = get_scheme(scheme)
     kwargs: dict[str, Any] = {"head_dim": head_dim, "theta": theta}
     if sch.encoder in ("mrope", "mrope-i", "hope"):
-        own_interleaved = options.family == "qwen3"
-        wants_interleaved = sch.encoder == "mrope-i"
+        own_order = _axis_order(get_scheme(options.model_scheme).encoder)
+        wants_order = _axis_order(sch.encoder)
         section = mrope_section
-        if section is None and own_interleaved == wants_interleaved and own_section is not None:
+        if section is None and own_order == wants_order and own_section is not None:
             section = own_section
-        kwargs["mrope_section"] = section if section is not None else default_mrope_section(head_dim, wants_interleaved)
+        kwargs["mrope_section"] = section if section is not None else default_mrope_section(head_dim, wants_order)
     if sch.encoder == "mhrope":
         kwargs.update(
             num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections

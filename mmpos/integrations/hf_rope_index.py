@@ -42,19 +42,16 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..layout import Layout, _host, _pack
-from ..schemes import RULES, Rule, SchemeOptions, get_scheme, resolve_options
+from ..layout import Layout, VisionBlocks, pack
+from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
 
 __all__ = [
-    "FAMILIES",
-    "MODEL_SCHEMES",
     "RopeIndexOptions",
     "get_rope_index",
     "installed_rule",
@@ -63,23 +60,15 @@ __all__ = [
     "token_layout",
 ]
 
-#: ``config.model_type`` -> the model's own :mod:`mmpos.schemes` scheme
-MODEL_SCHEMES = {
-    "qwen2_vl": "qwen2-vl",
-    "qwen2_5_vl": "qwen2.5-vl",
-    "qwen3_vl": "qwen3-vl",
-    "qwen3_vl_moe": "qwen3-vl",
-}
-#: model families: ``"qwen3"`` writes every video frame as its own block
-FAMILIES = ("qwen2", "qwen3")
+
+def _host(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
 
 
 def scheme_for_config(config: Any) -> str:
-    """The :mod:`mmpos.schemes` scheme of a Qwen-VL config (by ``config.model_type``)."""
-    model_type = getattr(config, "model_type", None)
-    if model_type not in MODEL_SCHEMES:
-        raise ValueError(f"config.model_type must be one of {tuple(MODEL_SCHEMES)}, got {model_type!r}")
-    return MODEL_SCHEMES[model_type]
+    """The name of the :mod:`mmpos.schemes` scheme of a model ``config``, read by
+    ``config.model_type`` from the registry (``Scheme.model_types``)."""
+    return scheme_for_model_type(getattr(config, "model_type", None)).name
 
 
 def installed_rule(model_or_class: Any = None) -> str:
@@ -105,12 +94,12 @@ def _resolve_rule(rule: str | Rule) -> str | Rule:
 class RopeIndexOptions:
     """What :func:`scheme_rope_index` needs besides the prompt: the scheme and its options
     (validated by :func:`mmpos.schemes.resolve_options`, as :func:`mmpos.layout.build` does),
-    the model family (``"qwen2"`` or ``"qwen3"``; on ``"qwen3"`` every video frame is its own
-    block), the config's spatial merge size, placeholder token ids, ``tokens_per_second`` and
-    the ``rule``. Checked on creation."""
+    the model's own scheme ``model_scheme`` (the prompt's token layout: where its ``Scheme.frames``
+    is set, every video frame is its own run of tokens), the config's spatial merge size,
+    placeholder token ids, ``tokens_per_second`` and the ``rule``. Checked on creation."""
 
     scheme: str
-    family: str
+    model_scheme: str
     merge: int
     image_token_id: int
     video_token_id: int
@@ -121,8 +110,9 @@ class RopeIndexOptions:
     rule: str | Rule = "original"
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        own = model_types()
+        if self.model_scheme not in own.values():
+            raise ValueError(f"model_scheme must be one of {sorted(set(own.values()))}, got {self.model_scheme!r}")
         for name in ("merge", "image_token_id", "video_token_id"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "merge" else 0):
@@ -159,7 +149,7 @@ class RopeIndexOptions:
             )
         return cls(
             scheme=own if scheme is None else scheme,
-            family="qwen3" if own == "qwen3-vl" else "qwen2",
+            model_scheme=own,
             merge=vision.spatial_merge_size,
             image_token_id=config.image_token_id,
             video_token_id=config.video_token_id,
@@ -205,11 +195,6 @@ def _block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> n
                 "each grid must match one run of placeholder tokens"
             )
     return first
-
-
-def _modality_codes(is_image: np.ndarray, is_video: np.ndarray) -> np.ndarray:
-    """``(B, L)`` modality codes: 1 image, 2 video, 0 text and padding."""
-    return is_image.view(np.uint8) | (is_video.view(np.uint8) << 1)
 
 
 def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -265,7 +250,7 @@ def token_layout(
     images = _check_grid(image_grid_thw, "image_grid_thw", options.merge)
     videos = _check_grid(video_grid_thw, "video_grid_thw", options.merge)
     seconds = _check_seconds(second_per_grid_ts, videos.shape[0])
-    if options.family == "qwen3" or get_scheme(options.scheme).frames:  # one block per frame
+    if get_scheme(options.model_scheme).frames or get_scheme(options.scheme).frames:  # one block per frame
         seconds = np.repeat(seconds, videos[:, 0])
         videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
@@ -284,29 +269,8 @@ def token_layout(
         ]
     )  # (K,)
     seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])  # images: no time scaling
-    is_image_block = np.arange(grid.shape[0]) < k_img
-    if k_img and videos.shape[0]:  # blocks in reading order: their tokens are then the vision tokens, in order
-        order = np.argsort(block_first, kind="stable")
-        grid, seconds, is_image_block, block_first = (
-            grid[order],
-            seconds[order],
-            is_image_block[order],
-            block_first[order],
-        )
-    return _pack(
-        real,
-        is_image | is_video,
-        partial(_modality_codes, is_image, is_video),  # made if read
-        grid,
-        torch.from_numpy(seconds),
-        torch.from_numpy(is_image_block),
-        block_first,
-        None,
-        get_scheme(options.scheme),
-        options.resolved,  # type: ignore[attr-defined]
-        generator,
-        input_ids.device,
-    )
+    blocks = VisionBlocks(grid, block_first, seconds, np.arange(grid.shape[0]) < k_img)  # pack sorts them
+    return pack(real, blocks, options.scheme, options.resolved, generator=generator, device=input_ids.device)
 
 
 def scheme_rope_index(
@@ -343,7 +307,7 @@ def scheme_rope_index(
         generator,
     )
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
-    fractional = ids.is_floating_point() and bool(lay._parts[2].any())  # any vision token (float schemes keep parts)
+    fractional = ids.is_floating_point() and lay.num_vision_tokens > 0
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
         ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
     return ids, deltas

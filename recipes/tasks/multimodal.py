@@ -3,7 +3,7 @@
 Each task trains a :class:`recipes.vlm.TinyVLM` -- an open_clip vision tower with
 random initialisation (:func:`vision_tower`), Qwen2-VL's 2x2 patch merger and a small
 causal decoder -- to answer a question with two tokens. The sweep's *encoder* string
-names a layout scheme (see :data:`recipes.vlm.SCHEME_ENCODERS`), optionally with
+names a layout scheme (see :data:`mmpos.schemes.SCHEMES`), optionally with
 an option after ``@``:
 
 * ``v2pe@0.0625`` trains and evaluates V2PE with that fixed visual step ``delta``;
@@ -35,9 +35,10 @@ from torch import Tensor, nn
 
 from mmpos.layout import Layout, build
 from mmpos.runner.tasks import NUMBER, Task, parse_encoders, register_task
+from mmpos.schemes import SCHEMES
 
 from ..data import grounding, haystack, relations, video
-from ..vlm import SCHEME_ENCODERS, Part, PatchTokens, TinyVLM, segments_of
+from ..vlm import Part, PatchTokens, TinyVLM, segments_of
 
 __all__ = ["build_grounding", "build_haystack", "build_video", "parse_scheme", "vision_tower"]
 
@@ -53,9 +54,9 @@ _SCHEME_VARIANTS = {"v2pe": ("rand", NUMBER), "hope": (NUMBER,)}
 def parse_scheme(encoder: str) -> tuple[str, str | None]:
     """``"v2pe@0.25"`` -> ``("v2pe", "0.25")``; ``"qwen2-vl"`` -> ``("qwen2-vl", None)``."""
     ((scheme, option),) = parse_encoders(encoder, _SCHEME_VARIANTS, combine=False).items
-    if scheme not in SCHEME_ENCODERS:
+    if scheme not in SCHEMES:
         raise ValueError(
-            f"encoder must name a layout scheme {sorted(SCHEME_ENCODERS)} (optionally '@option'), got {encoder!r}"
+            f"encoder must name a layout scheme {sorted(SCHEMES)} (optionally '@option'), got {encoder!r}"
         )
     return scheme, option
 

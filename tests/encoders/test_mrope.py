@@ -10,9 +10,10 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbe
 
 import mmpos
 from mmpos import Coords, create
-from mmpos.encoders.mrope import SCHEME_ENCODERS, default_mrope_section, hope_plan, mrope_plan
-from mmpos.layout import SCHEMES, Image, Text, Video, build
+from mmpos.encoders.mrope import default_mrope_section, hope_plan, mrope_plan
+from mmpos.layout import Image, Text, Video, build
 from mmpos.rotary import apply_rotary, rope_frequencies
+from mmpos.schemes import SCHEMES
 
 pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 D = 128  # head_dim of the Qwen-VL checkpoints
@@ -55,15 +56,17 @@ def _hf_effective_cos_sin(apply, cos, sin, n_pairs, *args):
 # --------------------------------------------------------------------- registry
 def test_registered_as_rotary_with_paper():
     infos = {i.name: i for i in mmpos.list_encoders()}
-    for name in ["mrope", "mrope-interleaved", "mrope-i", "mhrope", "vrope", "hope", "v2pe"]:
+    for name in ["mrope", "mrope-i", "mhrope", "vrope", "hope", "v2pe"]:
         assert infos[name].kind == "rotary" and "arXiv" in infos[name].paper
-    assert infos["mrope-i"].factory is infos["mrope-interleaved"].factory
+    assert "mrope-interleaved" not in infos  # one name per encoder
 
 
 def test_default_sections_are_the_qwen_ones():
     assert default_mrope_section(128) == (16, 24, 24)
-    assert default_mrope_section(128, interleaved=True) == (24, 20, 20)
-    assert sum(default_mrope_section(64)) == 32 and sum(default_mrope_section(64, True)) == 32
+    assert default_mrope_section(128, axis_order="cyclic") == (24, 20, 20)
+    assert sum(default_mrope_section(64)) == 32 and sum(default_mrope_section(64, "cyclic")) == 32
+    with pytest.raises(ValueError, match="axis_order must be one of"):
+        default_mrope_section(128, axis_order="interleaved")  # the pair convention's word, not an axis order
 
 
 # --------------------------------------------------------------------- text-only reduces to RoPE
@@ -145,7 +148,7 @@ def test_interleaved_equals_qwen3vl(dtype):
 
 
 def test_interleaved_assignment_is_thw_then_t():
-    plan = mrope_plan(D, [24, 20, 20], interleaved=True)
+    plan = mrope_plan(D, [24, 20, 20], axis_order="cyclic")
     axis = (plan.weight != 0).long().argmax(0)  # (P,) which axis each pair reads
     assert axis[:60].tolist() == [0, 1, 2] * 20 and axis[60:].tolist() == [0] * 4
     chunked = (mrope_plan(D, [16, 24, 24]).weight != 0).long().argmax(0)
@@ -282,9 +285,11 @@ LAYOUT_ENCODERS = [
 ]
 
 
-def test_scheme_encoders_name_one_encoder_per_layout_scheme():
-    assert SCHEME_ENCODERS == dict(LAYOUT_ENCODERS)
-    assert set(SCHEME_ENCODERS) == set(SCHEMES)
+def test_every_scheme_names_one_registered_rotary_encoder():
+    """The scheme -> encoder map lives in the scheme record (``Scheme.encoder``) only."""
+    assert {name: s.encoder for name, s in SCHEMES.items() if name in dict(LAYOUT_ENCODERS)} == dict(LAYOUT_ENCODERS)
+    infos = {i.name: i for i in mmpos.list_encoders()}
+    assert all(infos[s.encoder].kind == "rotary" for s in SCHEMES.values())
 
 
 @pytest.mark.parametrize("scheme, name", LAYOUT_ENCODERS)
@@ -308,7 +313,7 @@ def test_reads_the_layout_of_its_scheme(scheme, name):
     torch.testing.assert_close(q_out.double(), ref, rtol=0, atol=2e-5)
     if scheme in ("qwen2-vl", "qwen3-vl"):  # and exactly as transformers, from the layout's position_ids
         cls = Qwen2VLRotaryEmbedding if scheme == "qwen2-vl" else Qwen3VLTextRotaryEmbedding
-        section = list(default_mrope_section(32, scheme == "qwen3-vl"))
+        section = list(default_mrope_section(32, "cyclic" if scheme == "qwen3-vl" else "chunked"))
         cfg = (Qwen2VLTextConfig if scheme == "qwen2-vl" else Qwen3VLTextConfig)(
             hidden_size=128,
             num_attention_heads=4,
@@ -362,7 +367,7 @@ def test_bad_sections_give_clear_errors():
         create("mrope", head_dim=128, mrope_section=[32, 32])
     with pytest.raises(ValueError, match="mrope_section"):
         create("mrope", head_dim=128, mrope_section=[-8, 36, 36])
-    with pytest.raises(ValueError, match=r"interleaved mrope_section \[4, 30, 30\]"):
+    with pytest.raises(ValueError, match=r"cyclic mrope_section \[4, 30, 30\]"):
         create("mrope-i", head_dim=128, mrope_section=[4, 30, 30])
     with pytest.raises(ValueError, match="mrope_section"):
         create("hope", head_dim=128, mrope_section=[16, 24])

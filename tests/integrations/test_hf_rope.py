@@ -396,7 +396,7 @@ def test_prompt_positions_equal_the_layout(scheme, options, rule):
     input_ids = torch.tensor([[PAD] * (length - len(r)) + r for r in ids])
     mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in ids])
     opts = RopeIndexOptions(
-        scheme, "qwen2", 2, IMG, VID, 2.0, options.get("delta"), options.get("temporal_scale"), False, rule
+        scheme, "qwen2-vl", 2, IMG, VID, 2.0, options.get("delta"), options.get("temporal_scale"), False, rule
     )
     got_ids, got_deltas = scheme_rope_index(
         opts, input_ids, torch.tensor([[1, 4, 6], [1, 2, 4]]), torch.tensor([[3, 4, 4]]), mask

@@ -400,7 +400,7 @@ def test_grids_straddling_two_samples_are_refused():
         ({"scheme": "v2pe", "delta": True}, r"delta must be a number in \(0, 1\]"),
         ({"scheme": "v2pe", "delta": math.nan}, r"delta must be a number in \(0, 1\]"),
         ({"scheme": "vrope", "delta": 0.5}, "delta applies only"),
-        ({"scheme": "qwen2-vl", "family": "qwen4"}, "family must be one of"),
+        ({"scheme": "qwen2-vl", "model_scheme": "qwen4"}, "model_scheme must be one of"),
         ({"scheme": "qwen2-vl", "rule": "5.3"}, "rule must be"),
         ({"scheme": "qwen2-vl", "merge": 0}, "merge must be an int >= 1"),
         ({"scheme": "rope-2d"}, "scheme must be one of"),
@@ -408,7 +408,13 @@ def test_grids_straddling_two_samples_are_refused():
 )
 def test_rope_index_options_validate_like_layout_build(options, match):
     """Issue 10 (3): one validator serves both paths."""
-    kwargs = {"family": "qwen2", "merge": 2, "image_token_id": IMAGE, "video_token_id": VIDEO, "tokens_per_second": 2.0}
+    kwargs = {
+        "model_scheme": "qwen2-vl",
+        "merge": 2,
+        "image_token_id": IMAGE,
+        "video_token_id": VIDEO,
+        "tokens_per_second": 2.0,
+    }
     kwargs.update(options)
     with pytest.raises(ValueError, match=match):
         RopeIndexOptions(**kwargs)

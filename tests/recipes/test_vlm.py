@@ -3,7 +3,8 @@ import torch
 from torch import nn
 
 from mmpos.layout import Image, Text, Video, build
-from recipes.vlm import SCHEME_ENCODERS, TinyVLM, segments_of
+from mmpos.schemes import SCHEMES
+from recipes.vlm import TinyVLM, segments_of
 
 P = 4  # patch size of the test towers
 
@@ -77,7 +78,7 @@ def test_segments_of_gives_patch_grids_before_the_merge():
     assert segments_of(parts, P) == [Text(3), Image((1, 4, 6)), Video((5, 2, 2))]
 
 
-@pytest.mark.parametrize("scheme", sorted(SCHEME_ENCODERS))
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_forward_with_the_layout_of_every_scheme(scheme):
     torch.manual_seed(0)
     model = _vlm(scheme).eval()
