@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine:
-#   make demo  -- create .venv, install mmpos, run the quickstart recipe (CPU, ~3 min)
+#   make demo  -- create .venv, install mmpos with the recipes extra, run the quickstart recipe (CPU, ~4 min)
 #   make test  -- create .venv, install mmpos with the test extra, lint (ruff), run the tests,
 #                 run the integration tests (-m "hf or timm or open_clip or pyg") again in $(VENV_OLD) on the
 #                 oldest supported transformers, timm, open_clip_torch and torch-geometric (test-oldest),
@@ -20,7 +20,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -e .
+	$(BIN)/pip install -e ".[recipes]"  # the runner and the shipped recipes (the core alone: pip install -e .)
 
 install-test: $(BIN)/python
 	$(BIN)/pip install -e ".[test]"

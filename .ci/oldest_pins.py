@@ -1,7 +1,6 @@
 """Print the pins of the oldest job (`make test-oldest`): `NAME==FLOOR` for each library mmpos plugs into.
 
-The floors are the `>=` bounds that pyproject.toml declares (core dependencies: timm, open_clip_torch,
-torch-geometric; the hf and test extras: transformers), so raising one there moves the oldest job with it.
+The floors are the `>=` bounds that pyproject.toml declares in its extras (timm, clip, graph, hf), so raising one there moves the oldest job with it.
 Exits with status 1 when a library has no floor or two different ones.
 """
 
