@@ -37,12 +37,14 @@ demo: install
 	$(BIN)/mmpos run quickstart
 
 test: install-test lint
+	@echo "pytest: starting 2 workers (each imports torch and the integrations first; up to a minute or two on a loaded machine)"
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15
 	$(MAKE) test-oldest
 	.ci/wheel_check.sh $(BIN)/python
 
 # the integration tests on the oldest supported releases of the libraries they plug into (one thread per worker)
 test-oldest: install-test-oldest
+	@echo "pytest (oldest releases): starting 2 workers"
 	OMP_NUM_THREADS=1 $(VENV_OLD)/bin/python -m pytest -n 2 -m "$(OLDEST_MARKERS)" -p no:cacheprovider --durations=5
 
 test-hf-oldest: test-oldest  # the former name
