@@ -6,14 +6,17 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_interval", "paired_differences", "summarize"]
+__all__ = ["bootstrap_interval", "learning_curve_area", "paired_differences", "summarize", "verdicts"]
 
 
 def summarize(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, bool]:
@@ -87,4 +90,122 @@ def paired_differences(finals: list[dict[str, Any]], baseline: str) -> list[dict
             low, high = bootstrap_interval(pairs) if len(pairs) > 1 else (math.nan, math.nan)
             diff[key] = {"mean": statistics.fmean(pairs), "low": low, "high": high, "seeds": len(pairs)}
         out.append({"encoder": row["encoder"], "diff": diff})
+    return out
+
+
+def learning_curve_area(metrics_path: str | Path, metric: str) -> float:
+    """Area under the learning curve of ``metric``, normalized to the mean value over the run.
+
+    Reads the ``{"step", "eval": {...}}`` lines of a run's ``metrics.jsonl``; the curve starts at the
+    first evaluation and the area (trapezoids over the steps) is divided by the steps it spans, so a
+    metric in [0, 1] gives an area in [0, 1]. One evaluation: its value. ``nan`` when there is none.
+    """
+    points: dict[int, float] = {}
+    with open(metrics_path, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if isinstance(record.get("eval"), Mapping) and metric in record["eval"]:
+                points[int(record["step"])] = float(record["eval"][metric])  # a later line of a step wins
+    if not points:
+        return math.nan
+    steps = sorted(points)
+    if len(steps) == 1:
+        return points[steps[0]]
+    area = sum((b - a) * (points[a] + points[b]) / 2 for a, b in itertools.pairwise(steps))
+    return area / (steps[-1] - steps[0])
+
+
+def _control_failures(finals: list[dict[str, Any]], controls: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``"control X reached 0.62 < 0.90 on acc"`` for every control below its threshold."""
+    ranked, _, _ = summarize(finals)
+    rows = {r["encoder"]: r for r in ranked}
+    failed = []
+    for c in controls:
+        row = rows.get(c["encoder"])
+        if row is None or c["metric"] not in row["mean"]:
+            failed.append(f"control {c['encoder']} has no {c['metric']!r}")
+            continue
+        value, low = row["mean"][c["metric"]], float(c.get("min", 0.9))
+        if not value >= low:
+            failed.append(f"control {c['encoder']} reached {value:.3f} < {low:.2f} on {c['metric']}")
+    return failed
+
+
+def _check_validation(validation: Mapping[str, Any], encoders: set[str]) -> None:
+    if not isinstance(validation, Mapping):
+        raise TypeError(f"validation must be a mapping with 'claims', got {validation!r}")
+    claims = validation.get("claims")
+    if not isinstance(claims, list) or not claims:
+        raise ValueError(f"validation.claims must be a non-empty list, got {claims!r}")
+    for i, claim in enumerate(claims):
+        where = f"validation.claims[{i}]"
+        if not isinstance(claim, Mapping):
+            raise TypeError(f"{where} must be a mapping, got {claim!r}")
+        for key in ("claim", "encoder", "baseline", "metric"):
+            if not isinstance(claim.get(key), str) or not claim[key]:
+                raise ValueError(f"{where}.{key} must be a non-empty string, got {claim.get(key)!r}")
+        if claim.get("direction", "higher") not in ("higher", "lower"):
+            raise ValueError(f"{where}.direction must be 'higher' or 'lower', got {claim['direction']!r}")
+        for key in ("encoder", "baseline"):
+            if claim[key] not in encoders:
+                raise ValueError(f"{where}.{key}={claim[key]!r} is not among the encoders {sorted(encoders)}")
+        for c in [*validation.get("controls", []), *claim.get("controls", [])]:
+            if (
+                not isinstance(c, Mapping)
+                or not isinstance(c.get("encoder"), str)
+                or not isinstance(c.get("metric"), str)
+            ):
+                raise TypeError(f"a control must be a mapping with 'encoder' and 'metric' (and 'min'), got {c!r}")
+            if c["encoder"] not in encoders:
+                raise ValueError(f"control encoder {c['encoder']!r} is not among the encoders {sorted(encoders)}")
+
+
+def verdicts(finals: list[dict[str, Any]], validation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One verdict per claim of a recipe's ``validation`` section (see ``docs/recipes.md``).
+
+    Each row: the claim's fields, ``diff`` (``{"mean", "low", "high", "seeds"}`` of ``encoder -
+    baseline`` on ``metric``, from :func:`paired_differences`), ``controls`` (``[(encoder, metric,
+    mean, min)]``), ``verdict`` (``"confirmed"``, ``"not confirmed"`` or ``"not measured"``) and
+    ``reason`` (measured: the failed control, the seed count, or the difference and its interval).
+    """
+    _check_validation(validation, {f["encoder"] for f in finals})
+    min_seeds = int(validation.get("min_seeds", 8))
+    ranked, _, _ = summarize(finals)
+    means = {r["encoder"]: r["mean"] for r in ranked}
+    out = []
+    for claim in validation["claims"]:
+        controls = [*validation.get("controls", []), *claim.get("controls", [])]
+        metric, higher = claim["metric"], claim.get("direction", "higher") == "higher"
+        rows = paired_differences(finals, claim["baseline"])
+        d = next((r["diff"].get(metric) for r in rows if r["encoder"] == claim["encoder"]), None)
+        row = {
+            **{k: claim[k] for k in ("claim", "encoder", "baseline", "metric")},
+            "direction": "higher" if higher else "lower",
+            "diff": d,
+            "controls": [
+                (
+                    c["encoder"],
+                    c["metric"],
+                    means.get(c["encoder"], {}).get(c["metric"], math.nan),
+                    float(c.get("min", 0.9)),
+                )
+                for c in controls
+            ],
+        }
+        failed = _control_failures(finals, controls)
+        if d is None:
+            row["verdict"], row["reason"] = "not measured", f"no paired seeds with metric {metric!r}"
+        elif failed:
+            row["verdict"], row["reason"] = "not measured", "; ".join(failed)
+        elif d["seeds"] < min_seeds:
+            row["verdict"], row["reason"] = "not measured", f"{d['seeds']} paired seeds < {min_seeds}"
+        else:
+            interval = f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] over {d['seeds']} seeds"
+            if (d["low"] > 0) if higher else (d["high"] < 0):
+                row["verdict"], row["reason"] = "confirmed", interval
+            elif (d["high"] < 0) if higher else (d["low"] > 0):
+                row["verdict"], row["reason"] = "not confirmed", f"the opposite direction: {interval}"
+            else:
+                row["verdict"], row["reason"] = "not confirmed", f"the interval includes 0: {interval}"
+        out.append(row)
     return out

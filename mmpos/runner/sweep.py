@@ -32,7 +32,7 @@ import torch.distributed as dist
 import yaml
 
 from .config import ConfigError, find_recipe, load_yaml, resolve_config
-from .stats import paired_differences, summarize
+from .stats import learning_curve_area, paired_differences, summarize, verdicts
 from .train import Dist, RunError, atomic_write, init_distributed, require_tensorboard, seed_everything, train_run
 
 __all__ = [
@@ -62,12 +62,40 @@ def _diff_cell(d: dict[str, float] | None) -> str:
     return f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]{real}"
 
 
-def results_table(finals: list[dict[str, Any]], title: str = "", baseline: str | None = None) -> str:
+def results_table(
+    finals: list[dict[str, Any]],
+    title: str = "",
+    baseline: str | None = None,
+    validation: Mapping[str, Any] | None = None,
+) -> str:
     """Markdown table: one row per encoder, ranked, ``mean ± std`` over seeds for each metric.
 
     With ``baseline`` (an encoder of ``finals``), a second table gives every other encoder's
     :func:`paired_differences` from it: mean difference and 95% bootstrap interval over seeds.
+    With ``validation`` (a recipe's ``validation:`` section), a last table gives the
+    :func:`~mmpos.runner.stats.verdicts` of its claims.
     """
+    text = _results_table(finals, title, baseline)
+    return text if not validation else text + _verdict_table(finals, validation)
+
+
+def _verdict_table(finals: list[dict[str, Any]], validation: Mapping[str, Any]) -> str:
+    lines = [
+        '\nVerdicts (`validation:`; docs/recipes.md, "Validation that decides"):\n',
+        "| claim | encoder − baseline | metric | controls | difference [95% CI] | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in verdicts(finals, validation):
+        controls = ", ".join(f"{e} {m} {x:.3f} (≥ {low:.2f})" for e, m, x, low in v["controls"]) or "–"
+        side = ">" if v["direction"] == "higher" else "<"
+        lines.append(
+            f"| {v['claim']} | {v['encoder']} − {v['baseline']} ({side} 0) | {v['metric']} | {controls} | "
+            f"{_diff_cell(v['diff'])} | **{v['verdict']}**: {v['reason']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _results_table(finals: list[dict[str, Any]], title: str, baseline: str | None) -> str:
     ranked, metric, higher = summarize(finals)
     keys = [metric] + sorted({k for r in ranked for k in r["mean"]} - {metric})
     seeds = max(len(r["seconds"]) for r in ranked)
@@ -332,10 +360,16 @@ def _train_all(
         if ddp.is_main and cfg["progress"]:
             print(f"[{i}/{len(pairs)}] {recipe_name}: encoder={encoder} seed={seed} device={device}", flush=True)
         finals.append(train_run(cfg, encoder, seed, folder / encoder / f"seed{seed}", device, ddp, resume))
+    validation = cfg.get("validation") or None  # a validation task's section (docs/recipes.md)
+    if validation:
+        for f, (encoder, seed) in zip(finals, pairs):  # area under the learning curve of the metric
+            path = folder / encoder / f"seed{seed}" / "metrics.jsonl"
+            if path.is_file():
+                f["metrics"][f"{f['metric']}:aulc"] = learning_curve_area(path, f["metric"])
     table = None
     if ddp.is_main:
         title = f"{recipe_name} ({cfg['task']}, {cfg['steps']} steps)"
-        table = results_table(finals, title, cfg["baseline"])
+        table = results_table(finals, title, cfg["baseline"], validation)
         atomic_write(folder / "results.md", table)
         atomic_write(folder / "results.json", json.dumps(finals, indent=2) + "\n")
         from .plots import plot_results  # matplotlib loads only here

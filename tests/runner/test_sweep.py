@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from mmpos.cli import main
 from mmpos.runner import ConfigError, resolve_config
 from mmpos.runner.config import find_recipe, load_yaml
-from mmpos.runner.stats import bootstrap_interval, paired_differences
+from mmpos.runner.stats import bootstrap_interval, learning_curve_area, paired_differences, verdicts
 from mmpos.runner.sweep import results_table
 
 
@@ -137,3 +138,78 @@ def test_cli_names_a_baseline_outside_the_sweep_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "baseline" in err and "baseline=null" in err
     assert not any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- verdicts (docs/recipes.md)
+def _claim_finals(diffs, control=0.95, seeds=None):
+    """``b`` at 0.5 every seed, ``a`` at 0.5 + diff, the control ``c`` at ``control``."""
+    seeds = range(len(diffs)) if seeds is None else seeds
+    rows = []
+    for s, d in zip(seeds, diffs):
+        rows += [("a", s, {"acc": 0.5 + d}), ("b", s, {"acc": 0.5}), ("c", s, {"acc": control})]
+    return _finals(rows)
+
+
+VALIDATION = {
+    "min_seeds": 8,
+    "controls": [{"encoder": "c", "metric": "acc", "min": 0.9}],
+    "claims": [{"claim": "a beats b", "encoder": "a", "baseline": "b", "metric": "acc"}],
+}
+
+
+def test_verdict_confirmed_when_every_seed_agrees():
+    (v,) = verdicts(_claim_finals([0.1] * 8), VALIDATION)
+    assert v["verdict"] == "confirmed" and v["diff"]["seeds"] == 8
+    assert v["diff"]["mean"] == pytest.approx(0.1) and v["diff"]["low"] == pytest.approx(0.1)
+    assert v["controls"] == [("c", "acc", pytest.approx(0.95), 0.9)]
+
+
+def test_verdict_not_measured_when_the_control_fails_whatever_the_difference():
+    (v,) = verdicts(_claim_finals([0.1] * 8, control=0.62), VALIDATION)
+    assert v["verdict"] == "not measured"
+    assert v["reason"] == "control c reached 0.620 < 0.90 on acc"
+
+
+def test_verdict_not_measured_with_too_few_seeds():
+    (v,) = verdicts(_claim_finals([0.1] * 3), VALIDATION)
+    assert (v["verdict"], v["reason"]) == ("not measured", "3 paired seeds < 8")
+
+
+def test_verdict_not_confirmed_names_the_interval():
+    (v,) = verdicts(_claim_finals([0.1, -0.1] * 4), VALIDATION)
+    assert v["verdict"] == "not confirmed" and "includes 0" in v["reason"] and "over 8 seeds" in v["reason"]
+    (v,) = verdicts(_claim_finals([-0.1] * 8), VALIDATION)
+    assert v["verdict"] == "not confirmed" and "opposite" in v["reason"]
+    lower = {**VALIDATION, "claims": [{**VALIDATION["claims"][0], "direction": "lower"}]}
+    assert verdicts(_claim_finals([-0.1] * 8), lower)[0]["verdict"] == "confirmed"
+
+
+@pytest.mark.parametrize(
+    ("validation", "match"),
+    [
+        ({"claims": []}, "non-empty list"),
+        ({"claims": [{"claim": "x", "encoder": "z", "baseline": "b", "metric": "acc"}]}, "'z' is not among"),
+        ({"claims": [{"claim": "x", "encoder": "a", "baseline": "b", "metric": "acc", "direction": "up"}]}, "direction"),
+        ({"controls": [{"encoder": "q", "metric": "acc"}], "claims": VALIDATION["claims"]}, "control encoder 'q'"),
+    ],
+)
+def test_bad_validation_sections_are_named(validation, match):
+    with pytest.raises(ValueError, match=match):
+        verdicts(_claim_finals([0.1] * 8), validation)
+
+
+def test_results_table_with_validation_ends_with_the_verdicts():
+    table = results_table(_claim_finals([0.1] * 8), baseline="b", validation=VALIDATION)
+    assert "| a beats b | a − b (> 0) | acc | c acc 0.950 (≥ 0.90) |" in table
+    assert "**confirmed**: +0.1000 [+0.1000, +0.1000] over 8 seeds |" in table
+    assert "Verdicts" not in results_table(_claim_finals([0.1] * 8), baseline="b")
+
+
+def test_learning_curve_area_by_hand(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": 0, "loss": 1.0}, {"step": 10, "eval": {"acc": 0.2}}, {"step": 20, "eval": {"acc": 0.6}}]
+    lines += [{"step": 40, "eval": {"acc": 1.0}}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    # trapezoids: 10 * 0.4 + 20 * 0.8 = 20 over 30 steps
+    assert learning_curve_area(path, "acc") == pytest.approx(20 / 30)
+    assert math.isnan(learning_curve_area(path, "missing"))
