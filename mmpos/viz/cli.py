@@ -109,6 +109,21 @@ def _cmd_extrapolation(args: argparse.Namespace) -> int:
 
     grid = _grid(args.grid)
     query = _ints(args.query, "--query", ",")
+    if args.rules is not None:  # one panel per scaling rule (mmpos.viz.extrapolation)
+        import json
+
+        from .extrapolation import RULE_CHOICES, plot_scaling_extrapolation
+
+        rules = RULE_CHOICES if args.rules == "all" else tuple(r.strip() for r in args.rules.split(","))
+
+        def build(scaling: dict | None):
+            settings = args.set if scaling is None else [*args.set, f"scaling={json.dumps(scaling)}"]
+            return _encoder(argparse.Namespace(**{**vars(args), "set": settings}), grid, Coords.grid(*grid).axes)
+
+        _, maps = plot_scaling_extrapolation(build, grid, query, args.output, args.factor, rules, args.content)
+        drifts = ", ".join(f"{m.rule} {m.drift:.3f}" if m.error is None else f"{m.rule} n/a" for m in maps)
+        print(f"wrote {args.output} ({args.encoder} at {args.factor}x {args.grid}; drift per rule: {drifts})")
+        return 0
     encoder = _encoder(args, grid, Coords.grid(*grid).axes)
     plot_extrapolation(
         encoder, grid, query, args.output, args.factor, args.num_prefix_tokens, _head(args.head), args.content
@@ -206,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
         _map_options(q)
     sim.set_defaults(fn=_cmd_similarity)
     ext.add_argument("--factor", type=int, default=2, help="grid multiplier (default 2)")
+    ext.add_argument("--rules", default=None, help="scaling rules to compare, comma-separated, or 'all'")
     ext.set_defaults(fn=_cmd_extrapolation)
     plan = sub.add_parser("plan", help="axis and frequency of every rotary pair")
     _encoder_options(plan)
