@@ -13,7 +13,7 @@ import pytest
 
 import mmpos
 import recipes
-from mmpos.runner import config, find_recipe, list_recipes
+from mmpos.runner import config, find_recipe, list_recipes, packages
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
@@ -75,7 +75,7 @@ def _recipe_package(root: Path, name: str, recipes: dict[str, str], tasks: dict[
 
 def test_the_shipped_recipe_package_is_registered_by_entry_point():
     assert PYPROJECT["project"]["entry-points"]["mmpos.recipes"] == {"recipes": "recipes"}
-    assert "recipes" in config.recipe_packages()
+    assert "recipes" in packages.recipe_packages()
 
 
 def test_a_new_yaml_in_the_configs_folder_is_a_recipe_with_no_registration(tmp_path, monkeypatch):
@@ -84,7 +84,7 @@ def test_a_new_yaml_in_the_configs_folder_is_a_recipe_with_no_registration(tmp_p
     )
     (tmp_path / "my_recipes" / "configs" / "notes.txt").write_text("not a recipe\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(config, "recipe_packages", lambda: ["my_recipes"])
+    monkeypatch.setattr(packages, "recipe_packages", lambda: ["my_recipes"])
     assert list_recipes() == ["mine"]
     assert config.recipe_description("mine") == "My own task: one line."
     mine = tmp_path / "my_recipes" / "configs" / "mine.yaml"
@@ -102,7 +102,7 @@ def test_a_recipe_package_of_ones_own_adds_recipes_and_tasks(tmp_path, monkeypat
     )
     _recipe_package(tmp_path, "own_recipes", {"own": "task: own_task\n"}, {"own": task})
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(config, "recipe_packages", lambda: ["own_recipes", "recipes"])
+    monkeypatch.setattr(packages, "recipe_packages", lambda: ["own_recipes", "recipes"])
     assert "own" in list_recipes() and "quickstart" in list_recipes()
     from mmpos.runner.tasks import get_task
 
@@ -112,7 +112,7 @@ def test_a_recipe_package_of_ones_own_adds_recipes_and_tasks(tmp_path, monkeypat
 def test_a_recipe_name_shipped_twice_is_an_error_naming_both_packages(tmp_path, monkeypatch):
     _recipe_package(tmp_path, "dup_recipes", {"quickstart": "task: spatial_relations\n"})
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(config, "recipe_packages", lambda: ["dup_recipes", "recipes"])
+    monkeypatch.setattr(packages, "recipe_packages", lambda: ["dup_recipes", "recipes"])
     with pytest.raises(config.ConfigError, match="'quickstart' is shipped by two recipe packages: 'dup_recipes' and"):
         list_recipes()
 

@@ -20,9 +20,9 @@ from .config import (
     list_recipes,
     load_yaml,
     parse_overrides,
-    recipe_packages,
     resolve_config,
 )
+from .packages import recipe_packages
 
 # name -> submodule that defines it (imported on first access, PEP 562)
 _LAZY = {

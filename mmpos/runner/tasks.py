@@ -2,7 +2,7 @@
 
 A task module registers a builder ``build(cfg, encoder, seed, device) -> Task`` with
 :func:`register_task`. The task modules of every installed recipe package
-(``<package>.tasks.*``, see :func:`mmpos.runner.config.recipe_packages`) are imported on demand:
+(``<package>.tasks.*``, see :func:`mmpos.runner.packages.recipe_packages`) are imported on demand:
 first the ones named after the task or a prefix of it (``spatial_relations`` ->
 ``spatial_relations``, ``spatial``), then, if the name is still unknown, all of them. A new file
 is all it takes to add tasks; a module elsewhere is named by the recipe's ``task_module`` key.
@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from . import packages
 
 __all__ = [
     "NUMBER",
@@ -93,9 +95,7 @@ def register_task(name: str, defaults: dict[str, Any] | None = None) -> Callable
 
 def _task_packages() -> list[str]:
     """``<package>.tasks`` of every installed recipe package."""
-    from .config import recipe_packages
-
-    return [f"{package}.tasks" for package in recipe_packages()]
+    return [f"{package}.tasks" for package in packages.recipe_packages()]
 
 
 def _modules(package: str) -> list[str]:
