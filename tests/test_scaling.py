@@ -8,7 +8,6 @@ import torch
 
 import mmpos
 from mmpos import Coords
-from mmpos.encoders.registry import list_encoders
 from mmpos.rotary import FrequencyPlan, rope_frequencies
 from mmpos.scaling import (
     RopeScaling,
@@ -373,7 +372,7 @@ ROTARY = {
 
 
 def test_every_rotary_encoder_is_listed():
-    assert {i.name for i in list_encoders() if i.kind == "rotary"} <= set(ROTARY)
+    assert {i.name for i in mmpos.list_encoders() if i.kind == "rotary"} <= set(ROTARY)
 
 
 @pytest.mark.parametrize("name", sorted(ROTARY))
