@@ -12,3 +12,18 @@ def pytest_sessionfinish(session, exitstatus):
     Hypothesis's own statistics, which are final here.
     """
     gc.callbacks[:] = [cb for cb in gc.callbacks if not getattr(cb, "__module__", "").startswith("hypothesis")]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The versions this run tested, printed after the results (README: "Tested versions" points here)."""
+    import importlib.metadata
+    import platform
+
+    names = ("torch", "numpy", "timm", "open_clip_torch", "torch-geometric", "transformers", "scipy", "onnxruntime")
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    terminalreporter.write_line(f"mmpos test environment: Python {platform.python_version()}, " + ", ".join(found))
