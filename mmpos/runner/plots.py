@@ -77,6 +77,9 @@ def _bars(ax, finals: list[dict[str, Any]]) -> None:
         stds = [r["std"].get(k, 0.0) for r in ranked]
         ax.bar(xs, means, width, yerr=stds, capsize=2, label=k)
     ax.set_xticks(range(len(ranked)), [r["encoder"] for r in ranked], rotation=30, ha="right")
+    chance = finals[0].get("chance")  # written by the runner from Task.chance (absent in older results.json)
+    if chance is not None:
+        ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance ({chance:g})")
     ax.set_ylabel("metric")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", ncols=min(len(keys), 4))
@@ -100,7 +103,8 @@ def plot_results(
     """``results.png``: the final metrics per encoder and, with the run ``folder``, the training loss curves.
 
     ``finals``: the runner's ``results.json`` (one dict per (encoder, seed)). Bars: mean ± std
-    over seeds of every metric, encoders ranked by the task's metric. Curves (right panel, when
+    over seeds of every metric, encoders ranked by the task's metric, with the task's chance level
+    (``Task.chance``) as a dotted line. Curves (right panel, when
     ``folder`` holds the pairs' ``metrics.jsonl``): :func:`loss_curves`, mean over seeds with a
     min–max band.
     """

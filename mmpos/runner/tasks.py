@@ -50,6 +50,8 @@ class Task:
         metric: the key of ``evaluate``'s dict that ranks runs and selects ``best.pt``.
         higher_is_better: direction of ``metric``.
         param_groups: optional ``model -> optimizer parameter groups``.
+        chance: the value of ``metric`` (and of the task's other accuracies) by guessing, e.g.
+            ``0.25`` for four balanced classes; ``results.png`` draws it as a line. ``None``: no such value.
     """
 
     model: nn.Module
@@ -59,6 +61,11 @@ class Task:
     metric: str
     higher_is_better: bool = True
     param_groups: Callable[[nn.Module], list[dict[str, Any]]] | None = None
+    chance: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.chance is not None and not (isinstance(self.chance, (int, float)) and math.isfinite(self.chance)):
+            raise ValueError(f"Task.chance must be a finite number or None, got {self.chance!r}")
 
 
 Builder = Callable[[dict, str, int, torch.device], Task]

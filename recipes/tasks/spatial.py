@@ -103,4 +103,6 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
             out[name] = correct / len(labels)
         return out
 
-    return Task(model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric="acc")
+    return Task(
+        model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric="acc", chance=1 / d["num_relations"]
+    )

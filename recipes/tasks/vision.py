@@ -240,6 +240,7 @@ def _task(cfg: dict, names: list[str], model: nn.Module, seed: int, device: torc
         evaluate=evaluate_fn(cfg, names, eval_sets(cfg, seed), device),
         metric="acc",
         param_groups=param_groups(cfg["optim"]["weight_decay"]),
+        chance=1 / _NUM_CLASSES,
     )
 
 

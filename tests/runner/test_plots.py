@@ -58,6 +58,23 @@ def test_results_figure_has_a_loss_panel_when_the_logs_exist(tmp_path):
     assert Image.open(with_curves).size[0] == 1200 and Image.open(bars_only).size[0] == 600
 
 
+def test_results_figure_draws_the_tasks_chance_level(tmp_path):
+    """A dotted grey line at the chance value: the pixels of the bars figure change where it runs."""
+    plain = np.asarray(Image.open(plot_results(FINALS, tmp_path / "a.png")).convert("L"), dtype=float)
+    chance = [dict(f, chance=0.25) for f in FINALS]
+    lined = np.asarray(Image.open(plot_results(chance, tmp_path / "b.png")).convert("L"), dtype=float)
+    assert plain.shape == lined.shape
+    rows = np.flatnonzero(np.abs(plain - lined).sum(1) > 0)
+    assert rows.size > 0  # the line (and its legend entry) were drawn
+
+
+def test_task_chance_must_be_a_finite_number():
+    from mmpos.runner.tasks import Task
+
+    with pytest.raises(ValueError, match="Task.chance must be a finite number or None, got nan"):
+        Task(model=None, train_batch=None, loss=None, evaluate=None, metric="acc", chance=float("nan"))
+
+
 RESOLUTION = _finals(
     [
         (e, s, {"acc": a, "acc@1.5x": a - 0.1, "acc@2x": a - 0.2, "acc@2x:image": a})
