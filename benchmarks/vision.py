@@ -50,8 +50,8 @@ from torch import Tensor, nn
 import mmpos
 from mmpos import Coords
 from mmpos.encoders.irpe import IRPE
+from mmpos.encoders.registry import create_in_model, encoder_info
 from mmpos.nn import Attention
-from mmpos.registry import create_in_model, encoder_info
 
 DIM, HEADS = 384, 6
 SIZES = {197: ((14, 14), 8), 1025: ((32, 32), 2)}  # N -> (grid, batch)

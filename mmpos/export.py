@@ -9,8 +9,9 @@ the encoders that need a static token grid (:func:`static_grid_encoders`) and wh
 What is dynamic (``docs/export.md``): an encoder that reads coordinates as tensors
 (every rotary encoder, ``sincos``, ``fourier``, ``fuzzy``) and the ``peg`` / ``peg3d``
 convolutions allow a dynamic token dimension -- a dynamic image size too when the grid
-comes from the image shape (:class:`mmpos.nn.VisionTransformer`). Two encoders choose
-tensors by the grid size in Python and need static token shapes (a dynamic batch is fine):
+comes from the image shape (:class:`mmpos.nn.VisionTransformer`). Encoders that choose
+tensors by the grid size in Python say so in their registry record
+(:attr:`mmpos.EncoderInfo.static_grid`) and need static token shapes (a dynamic batch is fine):
 
 * ``irpe`` (and its presets): bucket ids are built from the grid ``(h, w)``;
 * ``learned``: the table is used as is on the training grid and resampled otherwise.
@@ -27,25 +28,22 @@ from typing import Any
 import torch
 from torch import nn
 
-from .encoders.irpe import IRPE
-from .encoders.learned import LearnedPositionEmbedding
+from .encoders.registry import info_of
 
-__all__ = ["STATIC_GRID", "export", "static_grid_encoders", "to_onnx"]
-
-#: encoder classes that need static token shapes, and why
-STATIC_GRID: dict[type, str] = {
-    IRPE: "builds its bucket ids from the token grid size in Python",
-    LearnedPositionEmbedding: "picks or resamples its table by the token grid size in Python",
-}
+__all__ = ["export", "static_grid_encoders", "to_onnx"]
 
 
 def static_grid_encoders(model: nn.Module) -> dict[str, str]:
-    """``{submodule name: reason}`` for every encoder in ``model`` that needs static token shapes."""
-    return {
-        name or type(model).__name__: STATIC_GRID[type(m)]
-        for name, m in model.named_modules()
-        if type(m) in STATIC_GRID
-    }
+    """``{submodule name: reason}`` for every encoder in ``model`` that needs static token shapes.
+
+    The reason is the encoder's record (:attr:`mmpos.EncoderInfo.static_grid`).
+    """
+    found = {}
+    for name, module in model.named_modules():
+        info = info_of(module)
+        if info is not None and info.static_grid:
+            found[name or type(model).__name__] = info.static_grid
+    return found
 
 
 def _explain(model: nn.Module, what: str) -> ValueError:

@@ -13,8 +13,8 @@ from torch import nn
 
 import mmpos
 from mmpos import Coords
+from mmpos.encoders.registry import register_encoder
 from mmpos.nn import Attention, attention
-from mmpos.registry import register_encoder
 
 try:  # at collection, as the other hf test modules (a slow import); the hf rows skip without it
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration

@@ -1,16 +1,10 @@
-"""Position encoders, one module per method.
+"""Position encoders, one module per method, and their registry (:mod:`mmpos.encoders.registry`).
 
-Every module of this package is imported here so that its ``@register_encoder``
-entries reach :func:`mmpos.create`. Base classes live in :mod:`mmpos.encoders.base`.
+Base classes live in :mod:`mmpos.encoders.base`. Encoder modules are imported by the registry
+on first use (``mmpos.create``, ``mmpos.list_encoders``), so their ``@register_encoder`` entries
+are found without ``import mmpos`` loading every method.
 """
 
-import importlib
-import pkgutil
-
 from .base import AdditiveEncoder, BiasEncoder, ConvEncoder, PositionEncoder, RotaryEncoder
-
-for _info in pkgutil.iter_modules(__path__):
-    if not _info.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_info.name}")
 
 __all__ = ["AdditiveEncoder", "BiasEncoder", "ConvEncoder", "PositionEncoder", "RotaryEncoder"]

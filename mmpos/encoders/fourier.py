@@ -27,13 +27,17 @@ from torch import Tensor, nn
 
 from .._validate import check_axes, check_float, check_int
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import AdditiveEncoder
+from .registry import register_encoder
 
 __all__ = ["LearnableFourierFeatures"]
 
 
-@register_encoder("fourier", kind="additive", paper="Li et al. 2021, learnable Fourier features (arXiv:2106.02795)")
+@register_encoder(
+    "fourier",
+    paper="Li et al. 2021, learnable Fourier features (arXiv:2106.02795)",
+    reference="willGuimont/learnable_fourier_positional_encoding learnable_fourier_pos_encoding.py (unofficial)",
+)
 class LearnableFourierFeatures(AdditiveEncoder):
     """Learnable Fourier features of ``G`` groups of ``M`` coordinates, then a GeLU MLP.
 

@@ -34,8 +34,8 @@ from torch import Tensor, nn
 
 from .._validate import check_float, check_int, check_ints
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import AdditiveEncoder
+from .registry import register_encoder
 
 __all__ = ["FuzzyPositionEmbedding"]
 
@@ -53,7 +53,11 @@ def _row_col(coords: Coords) -> list[int]:
     return [coords.axis(rows[0]), coords.axis(cols[0])]
 
 
-@register_encoder("fuzzy", kind="additive", paper="Fan et al. 2024, ViTAR fuzzy PE (arXiv:2403.18361)")
+@register_encoder(
+    "fuzzy",
+    paper="Fan et al. 2024, ViTAR fuzzy PE (arXiv:2403.18361)",
+    reference="huggingface/pytorch-image-models timm/models/naflexvit.py (sampling convention; no official code)",
+)
 class FuzzyPositionEmbedding(AdditiveEncoder):
     """Learned 2-D position table sampled bilinearly at (randomly jittered) token positions.
 

@@ -37,14 +37,16 @@ from torch import Tensor, nn
 from .._deprecate import renamed_arguments
 from .._validate import check_ints
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import BiasEncoder, resolve_head_dim
+from .registry import register_encoder
 
 __all__ = ["IRPE", "METHODS", "PRESETS", "bucket_ids", "num_buckets", "piecewise_index"]
 
 METHODS = ("euc", "quant", "cross", "product")
 _MODES = {"bias": "bias", "ctx": "contextual", "contextual": "contextual"}
 _PAPER = "Wu et al. 2021, iRPE (arXiv:2107.14222)"
+_REFERENCE = "microsoft/Cream iRPE/DeiT-with-iRPE/irpe.py (iRPE, get_bucket_ids_2d)"
+_STATIC_GRID = "builds its bucket ids from the token grid size in Python"
 
 # Presets of the reference (rpe_models.py, all shared_head=True, skip=1); the number in
 # the reference names counts the buckets used on a 14 x 14 grid plus the class bucket.
@@ -210,7 +212,7 @@ def _table_ids_on(method: str, ratio: float, table_size: int, grid: tuple, prefi
     return _ID_CACHE.get(key, lambda: _shared_table_ids(method, ratio, table_size, grid, prefix).to(device))
 
 
-@register_encoder("irpe", kind="bias", paper=_PAPER)
+@register_encoder("irpe", paper=_PAPER, reference=_REFERENCE, static_grid=_STATIC_GRID)
 class IRPE(BiasEncoder):
     """Image relative position encoding on queries, keys and/or values.
 
@@ -409,4 +411,4 @@ def _preset(name: str):
 
 
 for _name in PRESETS:
-    register_encoder(f"irpe-{_name}", kind="bias", paper=_PAPER)(_preset(_name))
+    register_encoder(f"irpe-{_name}", paper=_PAPER, reference=_REFERENCE, static_grid=_STATIC_GRID)(_preset(_name))

@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from .._validate import check_choice, check_float, check_int, check_ints
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import AdditiveEncoder
+from .registry import register_encoder
 
 __all__ = ["LearnedPositionEmbedding"]
 
@@ -29,7 +29,16 @@ __all__ = ["LearnedPositionEmbedding"]
 _INTERPOLATIONS = ("bicubic", "bilinear", "nearest", "nearest-exact", "area")
 
 
-@register_encoder("learned", kind="additive", paper="Dosovitskiy et al. 2021, ViT (arXiv:2010.11929)")
+@register_encoder(
+    "learned",
+    paper="Dosovitskiy et al. 2021, ViT (arXiv:2010.11929)",
+    reference="huggingface/pytorch-image-models timm/models/vision_transformer.py (pos_embed), "
+    "timm/layers/pos_embed.py (resample_abs_pos_embed)",
+    static_grid="picks or resamples its table by the token grid size in Python",
+    # the backbone's own table gives its prefix tokens rows (timm: num_prefix_tokens, 0 with no_embed_class)
+    context={"dim": "dim", "grid_size": "grid_size", "prefix_rows": "num_prefix_tokens"},
+    abs_table="pos_embed",
+)
 class LearnedPositionEmbedding(AdditiveEncoder):
     """One learned vector per grid cell (and per prefix token), resampled to other grids.
 

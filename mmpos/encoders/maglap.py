@@ -2,26 +2,44 @@
 
 Paper: Geisler et al., "Transformers Meet Directed Graphs", ICML 2023,
 https://arxiv.org/abs/2302.00049. Reference: google-deepmind/digraph_transformer,
-``models.py`` (``MagLapNet``), read for the architecture:
+``models.py`` (``MagLapNet``, and how ``DataflowTransformer`` builds it), ``layers.py``
+(``MultiHeadAttention``, ``mlp``) and ``presets.py`` (``magnetic_laplacian_preset``), read for
+the architecture:
 
-1. one token per eigenvector (and potential) of a node: ``[Re v_j[u], Im v_j[u], lambda_j]``;
-2. an element MLP ``phi`` (SignNet-style ``phi(x) + phi(-x)`` on the vector part when
-   ``sign_invariant``; the eigenvalue is passed unchanged to both terms);
-3. optional (``attention=True``; off by default, as ``maglap_transformer`` in the
-   reference's config) LayerNorm + multi-head attention across the ``Q * K`` tokens of a node,
-   padding eigenpairs masked (the reference masks ``lambda = 0`` except the first,
-   which also drops true zero eigenvalues of disconnected graphs; here the explicit
-   padding mask of :class:`mmpos.integrations.pyg.AddMagneticLaplacianPE` is used);
-4. padding tokens zeroed, flattened, ``rho`` MLP to the model width; the result is
+1. one token per eigenvector (and potential) of a node: ``[Re v_j[u], Im v_j[u]]``;
+2. an element MLP ``phi`` (SignNet-style ``phi(x) + phi(-x)`` when ``sign_invariant``); the
+   eigenvalue ``lambda_j`` is fed into ``phi`` (``eigval="phi"``, this package's default: the
+   eigenvalue passes through the same non-linearity as the vector) or concatenated after it
+   (``eigval="concat"``, the reference: token ``[lambda_j, phi(x)]``), or left out (``None``);
+3. optional (``attention=True``) LayerNorm + multi-head attention across the ``Q * K`` tokens
+   of a node, padding eigenpairs masked (the reference masks ``lambda <= 0`` except the first,
+   which also drops true zero eigenvalues of disconnected graphs; here the explicit padding
+   mask of :class:`mmpos.integrations.pyg.AddMagneticLaplacianPE` is used);
+4. padding tokens zeroed, flattened, dropout, ``rho`` MLP to the model width; the result is
    added to the node tokens (the additive hook).
 
-What is invariant (exactly, for any input): with ``sign_invariant=True`` the output
-does not change when any eigenvector is multiplied by ``-1`` (at every ``q``). A
-general phase ``exp(i phi)`` (the ambiguity of complex eigenvectors at ``q > 0``) is
-*not* removed by the network, as in the reference; it is fixed beforehand by the
-transform's phase normalisation (``normalize=True``), which maps ``v`` and
-``exp(i phi) v`` to the same vector. ``tests/encoders/test_maglap.py`` checks both
-statements with the normalisation off.
+``preset="geisler2023-sorting"`` / ``"geisler2023-playground"`` select the reference's
+configuration of the network for its sorting-network and digraph-playground runs
+(:data:`PRESETS`; pair with ``AddMagneticLaplacianPE(preset=...)`` for the transform side:
+``k``, ``q`` and the ``sign_rotate`` phase rule). Point by point: eigenvalue concatenated after
+``phi``; ``phi`` and ``rho`` one ``Linear`` + ReLU each (the reference's ``mlp(n_layers=1)``,
+activation after the last layer too); element width ``2 * (dim // 32)``; attention on
+(``maglap_transformer=True``) with the model's LayerNorm *replacing* the tokens before the
+residual, ``num_heads=4``, key size ``token width // 4``, no bias on the q/k/v projections;
+no SignNet (``maglap_use_signnet=False`` in both presets); dropout 0.15 (sorting) / 0.1
+(playground) on the attention weights and the flattened tokens. ``zero_first_negative``
+reproduces the reference's SignNet detail for complex input (the ``phi(-x)`` term of the first
+eigenvector is dropped); its OGB preset uses it, with a GNN ``phi`` this package does not
+implement, so that preset is not offered.
+
+What is invariant (exactly, for any input): with ``sign_invariant=True`` (and
+``zero_first_negative=False``) the output does not change when any eigenvector is multiplied
+by ``-1`` (at every ``q``). A general phase ``exp(i phi)`` (the ambiguity of complex
+eigenvectors at ``q > 0``) is *not* removed by the network, as in the reference; it is fixed
+beforehand by the transform's phase normalisation (``normalize=True``), which maps ``v`` and
+``exp(i phi) v`` to the same vector. A repeated eigenvalue inside one connected component has
+no canonical basis (see :mod:`mmpos.graph.eigen`); the network is not invariant to that choice
+(neither is the reference's). ``tests/encoders/test_maglap.py`` checks these statements.
 
 Shapes: :meth:`MagLapEncoder.encode` ``eigvec (..., Q, K)`` complex (or real at
 ``q = 0``), ``eigval (..., Q, K)``, ``eig_mask (..., K)`` -> ``(..., dim)``;
@@ -34,8 +52,8 @@ import torch
 from torch import Tensor, nn
 
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import AdditiveEncoder
+from .registry import register_encoder
 
 __all__ = ["MagLapEncoder"]
 

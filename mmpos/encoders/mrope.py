@@ -46,10 +46,10 @@ from torch import Tensor
 from .._deprecate import module_aliases
 from .._validate import check_ints
 from ..coords import Coords
-from ..registry import register_encoder
 from ..rotary import FrequencyPlan, rope_frequencies
 from ..scaling import RopeScaling
 from .base import RotaryEncoder, resolve_head_dim
+from .registry import register_encoder
 
 __all__ = [
     "AXIS_ORDERS",

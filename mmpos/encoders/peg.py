@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from .._validate import check_int
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import ConvEncoder
+from .registry import register_encoder
 
 __all__ = ["PositionEncodingGenerator", "peg2d", "peg3d"]
 
@@ -93,13 +93,21 @@ class PositionEncodingGenerator(ConvEncoder):
         return f"dim={self.dim}, kernel_size={self.kernel_size}, grid_dims={self.grid_dims}"
 
 
-@register_encoder("peg", kind="conv", paper="Chu et al. 2023, CPVT (arXiv:2102.10882)")
+@register_encoder(
+    "peg",
+    paper="Chu et al. 2023, CPVT (arXiv:2102.10882)",
+    reference="huggingface/pytorch-image-models timm/models/twins.py (PosConv); Meituan-AutoML/Twins gvt.py (PosCNN)",
+)
 def peg2d(dim: int, kernel_size: int = 3) -> PositionEncodingGenerator:
     """PEG on ``(h, w)`` image grids (depthwise ``Conv2d``)."""
     return PositionEncodingGenerator(dim, kernel_size, grid_dims=2)
 
 
-@register_encoder("peg3d", kind="conv", paper="Chu et al. 2023, CPVT (arXiv:2102.10882), 3-D for video")
+@register_encoder(
+    "peg3d",
+    paper="Chu et al. 2023, CPVT (arXiv:2102.10882), 3-D for video",
+    reference="huggingface/pytorch-image-models timm/models/twins.py (PosConv), one dimension up",
+)
 def peg3d(dim: int, kernel_size: int = 3) -> PositionEncodingGenerator:
     """PEG on ``(t, h, w)`` video grids (depthwise ``Conv3d``)."""
     return PositionEncodingGenerator(dim, kernel_size, grid_dims=3)

@@ -13,16 +13,20 @@ from __future__ import annotations
 from .._deprecate import module_aliases
 from .._validate import check_float
 from ..coords import Coords
-from ..registry import register_encoder
 from ..rotary import FrequencyPlan
 from ..scaling import RopeScaling
 from .base import RotaryEncoder, resolve_head_dim
+from .registry import register_encoder
 
 __all__ = ["RoPE1d"]
 __getattr__ = module_aliases(__name__, {"Rope1d": "RoPE1d"})  # old names, deprecated
 
 
-@register_encoder("rope", kind="rotary", paper="Su et al. 2021, RoFormer (arXiv:2104.09864)")
+@register_encoder(
+    "rope",
+    paper="Su et al. 2021, RoFormer (arXiv:2104.09864)",
+    reference="huggingface/transformers src/transformers/models/llama/modeling_llama.py (LlamaRotaryEmbedding)",
+)
 class RoPE1d(RotaryEncoder):
     """1-D RoPE on axis ``"seq"``; a grid is read in raster order (:meth:`Coords.flattened`).
 

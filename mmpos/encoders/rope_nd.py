@@ -33,10 +33,10 @@ from torch import Tensor
 
 from .._deprecate import module_aliases
 from .._validate import check_axes, check_float, check_ints
-from ..registry import register_encoder
 from ..rotary import FrequencyPlan
 from ..scaling import RopeScaling
 from .base import RotaryEncoder, resolve_head_dim
+from .registry import register_encoder
 
 __all__ = ["AxialRoPE", "MixedRoPE", "mixed_frequencies"]
 __getattr__ = module_aliases(__name__, {"AxialRope": "AxialRoPE", "MixedRope": "MixedRoPE"})  # old names, deprecated
@@ -89,7 +89,11 @@ def mixed_frequencies(
     return (frames[:, section, :] * magnitude[:, None]).transpose(1, 2).contiguous()  # (H, A, P)
 
 
-@register_encoder("rope-axial", kind="rotary", paper="Heo et al. 2024, RoPE-ViT axial (arXiv:2403.13298)")
+@register_encoder(
+    "rope-axial",
+    paper="Heo et al. 2024, RoPE-ViT axial (arXiv:2403.13298)",
+    reference="naver-ai/rope-vit models/vit_rope.py (compute_axial_cis)",
+)
 class AxialRoPE(RotaryEncoder):
     """Axial 2-D / 3-D RoPE: a section of rotary pairs per axis, each with its own spectrum.
 
@@ -126,7 +130,13 @@ class AxialRoPE(RotaryEncoder):
         super().__init__(plan, scaling=scaling)
 
 
-@register_encoder("rope-mixed", kind="rotary", paper="Heo et al. 2024, RoPE-ViT mixed (arXiv:2403.13298)")
+@register_encoder(
+    "rope-mixed",
+    paper="Heo et al. 2024, RoPE-ViT mixed (arXiv:2403.13298)",
+    reference="naver-ai/rope-vit models/vit_rope.py (init_random_2d_freqs, compute_mixed_cis)",
+    shared=False,  # learned frequencies per layer, as in the paper
+    no_weight_decay=("weight",),  # rope-vit's no_weight_decay returns "freqs"
+)
 class MixedRoPE(RotaryEncoder):
     """RoPE-Mixed: learnable per-head frequencies mixing the axes; build one per layer.
 

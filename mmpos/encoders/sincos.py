@@ -18,8 +18,8 @@ from torch import Tensor
 
 from .._validate import check_float, check_int
 from ..coords import Coords
-from ..registry import register_encoder
 from .base import AdditiveEncoder
+from .registry import register_encoder
 
 __all__ = ["SinCosPositionEmbedding", "sincos_embed"]
 
@@ -35,7 +35,11 @@ def sincos_embed(pos: Tensor, dim: int, temperature: float = 10000.0) -> Tensor:
     return torch.stack([angle.sin(), angle.cos()], dim=-3).flatten(-3)  # (B, N, 2, A, k) -> (B, N, D)
 
 
-@register_encoder("sincos", kind="additive", paper="Vaswani et al. 2017; 2-D form of MAE (arXiv:2111.06377)")
+@register_encoder(
+    "sincos",
+    paper="Vaswani et al. 2017; 2-D form of MAE (arXiv:2111.06377)",
+    reference="huggingface/pytorch-image-models timm/layers/pos_embed_sincos.py (build_sincos2d_pos_embed)",
+)
 class SinCosPositionEmbedding(AdditiveEncoder):
     """Fixed sine-cosine embedding of every coordinate axis; prefix tokens get none.
 

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from .._validate import check_choice
 from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
-from ..registry import create, encoder_info
+from ..encoders.registry import create, encoder_info
 from ..rotary import apply_rotary, plan_angles
 from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types
 from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
@@ -336,7 +336,7 @@ def use_rope(
         raise ValueError(f"{type(attn0).__name__} has no int head_dim: unknown attention layout")  # noqa: TRY004
     sch = get_scheme(scheme)
     kwargs: dict[str, Any] = {"head_dim": head_dim, "theta": theta}
-    if sch.encoder in ("mrope", "mrope-i", "hope"):
+    if encoder_info(sch.encoder).mrope_section:  # the record says it takes mrope_section
         own_order = _axis_order(get_scheme(options.model_scheme).encoder)
         wants_order = _axis_order(sch.encoder)
         section = mrope_section

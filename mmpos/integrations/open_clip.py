@@ -54,7 +54,7 @@ from torch.utils.checkpoint import checkpoint
 from ..coords import Coords
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import Placement, apply_additive, apply_convs, rotations
+from ..nn.placement import PositionalBackbone, convert_backbone, model_context
 from ..rotary import Rotation
 from . import timm as mmpos_timm
 from .checkpoint import TransferReport
@@ -72,7 +72,7 @@ __all__ = [
 
 #: open_clip's ``positional_embedding`` ``(N, D)`` and the ``learned`` encoder's table ``(1, N, D)``;
 #: timm's aliases serve towers with a timm trunk.
-OPEN_CLIP_ALIASES = (("positional_embedding", "pos_encoders.learned.pos_embed"),) + mmpos_timm.TIMM_ALIASES
+OPEN_CLIP_ALIASES = mmpos_timm.table_aliases("positional_embedding") + mmpos_timm.TIMM_ALIASES
 
 
 class PositionalCLIPAttention(nn.Module):
@@ -154,7 +154,7 @@ class PositionalResidualBlock(nn.Module):
         return x + self.ls_2(self.mlp(self.ln_2(x)))
 
 
-class PositionalCLIPVisionTransformer(VisionTransformer):
+class PositionalCLIPVisionTransformer(PositionalBackbone, VisionTransformer):
     """open_clip ``VisionTransformer`` with mmpos position encoders, made by :func:`convert`.
 
     Extra modules: ``pos_encoders`` (additive, by name), ``pos_rotary`` (fixed-plan rotary
@@ -186,8 +186,8 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
         x = torch.cat([self.class_embedding.view(1, 1, c).expand(b, -1, -1).to(x.dtype), x], dim=1)
         if self.positional_embedding is not None:
             x = x + self._abs_pos_embed((h, w)).to(x.dtype)
-        x = apply_additive(x, self.pos_encoders, coords)
-        rot = rotations(self.pos_rotary, coords)  # cos / sin once, for every block
+        x = self.pos_add(x, coords)
+        rot = self.pos_rotations(coords)  # cos / sin once, for every block
         return self.ln_pre(self.patch_dropout(x)), coords, rot
 
     def _run_block(self, i: int, x: Tensor, coords: Coords, rot: Sequence[Rotation]) -> Tensor:
@@ -196,7 +196,7 @@ class PositionalCLIPVisionTransformer(VisionTransformer):
             x = checkpoint(block, x, coords, None, rot, use_reentrant=False)
         else:
             x = block(x, coords, None, rot)
-        return apply_convs(x, self.pos_convs, i, coords)
+        return self.pos_after_block(i, x, coords)
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         x, coords, rot = self._tokens(x)
@@ -261,31 +261,34 @@ def _convert_tower(
         raise ValueError("the tower's transformer must be batch_first")
     blocks = [b if isinstance(b, PositionalResidualBlock) else PositionalResidualBlock(b) for b in resblocks]
     attn = blocks[0].attn
-    context = {
-        "dim": tower.transformer.width,
-        "num_heads": attn.num_heads,
-        "num_kv_heads": attn.num_heads,
-        "head_dim": attn.head_dim,
-        "depth": len(blocks),
-        "grid_size": tuple(tower.grid_size),
-        "axes": ("h", "w"),
-    }
-    setup = Placement(pos, pos_kwargs, context, conv_after, keep_abs_pos)
-    if setup.needs_coords and not isinstance(tower.patch_dropout, nn.Identity):
-        raise ValueError("patch_dropout must be 0 with mmpos encoders (dropped patches would lose their coordinates)")
-    setup.set_default("learned", "num_prefix_tokens", 1)  # open_clip's table has a row for the class token
-    layer_encoders = [setup.layer(i) for i in range(len(blocks))]
-    additive, convs = setup.additive(), setup.convs()
-    device = tower.conv1.weight.device
-    for block, encoders in zip(blocks, layer_encoders):
-        block.attn.pos_encoders = encoders.to(device)
-    tower.transformer.resblocks = nn.ModuleList(blocks)
-    if not setup.keep_abs_pos:
-        tower.positional_embedding = None
-    tower.pos_encoders = additive.to(device)
-    tower.pos_rotary = setup.shared().to(device)
-    tower.pos_convs = convs.to(device)
-    tower.__class__ = PositionalCLIPVisionTransformer
+    context = model_context(
+        tower.transformer.width,
+        attn.num_heads,
+        len(blocks),
+        head_dim=attn.head_dim,
+        grid_size=tower.grid_size,
+        axes=("h", "w"),
+        prefix_rows=1,  # open_clip's table has a row for the class token
+    )
+
+    def install() -> None:
+        tower.transformer.resblocks = nn.ModuleList(blocks)
+
+    convert_backbone(
+        tower,
+        [b.attn for b in blocks],
+        context,
+        pos,
+        pos_kwargs,
+        keep_abs_pos,
+        conv_after,
+        patch_drop=tower.patch_dropout,
+        patch_drop_arg="patch_dropout",
+        install=install,
+        abs_pos="positional_embedding",
+        cls=PositionalCLIPVisionTransformer,
+        device=tower.conv1.weight.device,
+    )
 
 
 def convert(

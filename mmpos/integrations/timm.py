@@ -42,9 +42,10 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
 from ..coords import Coords
+from ..encoders.registry import list_encoders
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import Placement, apply_additive, apply_convs, rotations
+from ..nn.placement import PositionalBackbone, convert_backbone, model_context, module_key
 from ..rotary import Rotation
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
@@ -59,8 +60,18 @@ __all__ = [
     "load_state_dict_report",
 ]
 
+
+def table_aliases(own: str) -> tuple[tuple[str, str], ...]:
+    """``(own, "pos_encoders.<name>.<table>")`` for every encoder whose record names an absolute table
+    (:attr:`mmpos.EncoderInfo.abs_table`): a backbone's own table ``own`` and that encoder's hold the same
+    ``(1, prefix + N, D)`` (or ``(prefix + N, D)``) tensor."""
+    return tuple(
+        (own, f"pos_encoders.{module_key(info.name)}.{info.abs_table}") for info in list_encoders() if info.abs_table
+    )
+
+
 #: timm's own learned table and mmpos's ``learned`` encoder hold the same ``(1, N, D)`` tensor.
-TIMM_ALIASES = (("pos_embed", "pos_encoders.learned.pos_embed"),)
+TIMM_ALIASES = table_aliases("pos_embed")
 
 
 class PositionalAttention(nn.Module):
@@ -142,7 +153,7 @@ class PositionalBlock(nn.Module):
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
-class PositionalVisionTransformer(VisionTransformer):
+class PositionalVisionTransformer(PositionalBackbone, VisionTransformer):
     """A timm ``VisionTransformer`` with mmpos position encoders (see the module docstring).
 
     Built by :func:`convert` / :func:`create_vit`, or directly: the arguments of timm's
@@ -182,7 +193,7 @@ class PositionalVisionTransformer(VisionTransformer):
         else:
             x = self._pos_embed(x)  # timm: prefix tokens, the kept absolute embedding, then pos_drop
         if len(self.pos_encoders):
-            x = apply_additive(x, self.pos_encoders, coords)
+            x = self.pos_add(x, coords)
             if self.pos_embed is None:
                 x = self.pos_drop(x)
         return x
@@ -201,12 +212,12 @@ class PositionalVisionTransformer(VisionTransformer):
             x = checkpoint(block, x, coords, attn_mask, is_causal, rot)
         else:
             x = block(x, coords, attn_mask, is_causal, rot)
-        return apply_convs(x, self.pos_convs, i, coords)
+        return self.pos_after_block(i, x, coords)
 
     def _tokens(self, images: Tensor) -> tuple[Tensor, Coords, list[Rotation]]:
         coords = self.token_coords(images.shape[-2:], images.device)
         x = self.embed_positions(self.patch_embed(images), coords)
-        rot = rotations(self.pos_rotary, coords)  # cos / sin once, for every block
+        rot = self.pos_rotations(coords)  # cos / sin once, for every block
         return self.norm_pre(self.patch_drop(x)), coords, rot
 
     def forward_features(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
@@ -283,41 +294,44 @@ def convert(
             is a bias encoder). ``pos="none", keep_abs_pos=True`` leaves the model's outputs unchanged.
         conv_after: block indices after which conv encoders run (CPVT: after block 0).
 
-    Encoders are created by ``mmpos.registry.create_in_model`` with ``dim``, ``num_heads``,
-    ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size`` (the model's patch grid),
-    ``axes=("h", "w")`` (the coordinate axes) and, for attention and conv encoders, ``layer``. ``learned`` defaults to
-    ``num_prefix_tokens`` like timm's table (0 with ``no_embed_class``). Placement:
-    :class:`mmpos.nn.placement.Placement` (one shared instance per fixed-plan rotary encoder).
+    Encoders get what their record reads of the model context (:func:`mmpos.nn.placement.model_context`):
+    ``dim``, ``num_heads``, ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size`` (the model's patch
+    grid), ``axes=("h", "w")``, ``prefix_rows`` (the rows of timm's table: ``num_prefix_tokens``, 0 with
+    ``no_embed_class``; ``learned`` reads it) and, for attention and conv encoders, ``layer``. Placement and
+    conversion: :func:`mmpos.nn.placement.convert_backbone`, shared with open_clip.
     """
     if type(model) not in (VisionTransformer, PositionalVisionTransformer):
         raise ValueError(f"model must be a timm VisionTransformer, got {type(model).__name__}")
     blocks = [b if isinstance(b, PositionalBlock) else PositionalBlock(b) for b in model.blocks]
     attn = blocks[0].attn
-    context = {
-        "dim": model.embed_dim,
-        "num_heads": attn.num_heads,
-        "num_kv_heads": attn.num_heads,
-        "head_dim": attn.head_dim,
-        "depth": len(blocks),
-        "grid_size": tuple(model.patch_embed.grid_size),
-        "axes": ("h", "w"),
-    }
-    setup = Placement(pos, pos_kwargs, context, conv_after, keep_abs_pos)
-    if setup.needs_coords and not isinstance(model.patch_drop, nn.Identity):
-        raise ValueError("patch_drop_rate must be 0 with mmpos encoders (dropped patches would lose their coordinates)")
-    setup.set_default("learned", "num_prefix_tokens", 0 if model.no_embed_class else model.num_prefix_tokens)
-    layer_encoders = [setup.layer(i) for i in range(len(blocks))]
-    additive, convs = setup.additive(), setup.convs()
-    device = model.patch_embed.proj.weight.device
-    for block, encoders in zip(blocks, layer_encoders):
-        block.attn.pos_encoders = encoders.to(device)
-    model.blocks = nn.Sequential(*blocks)
-    if not setup.keep_abs_pos:
-        model.pos_embed = None
-    model.pos_encoders = additive.to(device)
-    model.pos_rotary = setup.shared().to(device)
-    model.pos_convs = convs.to(device)
-    model.__class__ = PositionalVisionTransformer
+    context = model_context(
+        model.embed_dim,
+        attn.num_heads,
+        len(blocks),
+        head_dim=attn.head_dim,
+        grid_size=model.patch_embed.grid_size,
+        axes=("h", "w"),
+        prefix_rows=0 if model.no_embed_class else model.num_prefix_tokens,  # the rows of timm's table
+    )
+
+    def install() -> None:
+        model.blocks = nn.Sequential(*blocks)
+
+    convert_backbone(
+        model,
+        [b.attn for b in blocks],
+        context,
+        pos,
+        pos_kwargs,
+        keep_abs_pos,
+        conv_after,
+        patch_drop=model.patch_drop,
+        patch_drop_arg="patch_drop_rate",
+        install=install,
+        abs_pos="pos_embed",
+        cls=PositionalVisionTransformer,
+        device=model.patch_embed.proj.weight.device,
+    )
     return model
 
 

@@ -189,7 +189,7 @@ class Attention(nn.Module):
             k,
             v,
             coords,
-            [*rotations, *self.encoders],
+            [*rotations, *(self.encoders.values() if isinstance(self.encoders, nn.ModuleDict) else self.encoders)],
             self.causal,
             attn_mask,
             self.attn_drop if self.training else 0.0,

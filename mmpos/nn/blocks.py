@@ -1,7 +1,7 @@
 """Transformer blocks and stacks that take position encoders by name.
 
 ``Transformer(dim, depth, num_heads, pos="rope")`` places its encoders with
-:class:`mmpos.nn.placement.Placement`: rotary encoders with a fixed plan are shared by all
+:class:`mmpos.nn.placement.Placement` (the adapter every backbone shares, keyed by encoder name): rotary encoders with a fixed plan are shared by all
 layers and their cos / sin computed once per forward; bias encoders and learnable rotary
 plans (RoPE-Mixed) have one instance per layer; additive encoders apply to the input
 tokens, conv encoders after the blocks listed in ``conv_after`` (CPVT: after block 0).
@@ -9,7 +9,6 @@ tokens, conv encoders after the blocks listed in ``conv_after`` (CPVT: after blo
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from torch import Tensor, nn
 from ..coords import Coords
 from ..rotary import Rotation
 from .attention import Attention
-from .placement import Placement, apply_additive, apply_convs, rotations
+from .placement import Placement, PositionalBackbone, attach, model_context
 
 __all__ = ["Block", "Transformer"]
 
@@ -60,7 +59,7 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-class Transformer(nn.Module):
+class Transformer(PositionalBackbone, nn.Module):
     """A stack of :class:`Block` with position encoders at their hook points.
 
     Args:
@@ -75,16 +74,16 @@ class Transformer(nn.Module):
         attn_layer: ``block index -> attention module`` replacing :class:`Attention` in every block,
             e.g. ``lambda i: TPEAttention(dim, num_heads)`` (the multi-order hook point, 2D-TPE);
             rotary and bias encoders cannot be combined with it.
+        prefix_rows: prefix tokens that get a row of a learned table (``learned``'s ``num_prefix_tokens``;
+            :class:`mmpos.nn.VisionTransformer` passes its class token).
 
-    Modules: ``additive`` (input encoders), ``rotary`` (fixed-plan rotary encoders shared by all
-    blocks, by name; no state-dict entries), ``blocks[i].attn.encoders`` (the encoders block ``i``
-    owns), ``convs`` (``{str(block): conv encoders}``).
+    Modules (placed by :class:`~mmpos.nn.placement.Placement`, keyed by encoder name):
+    ``pos_encoders`` (additive), ``pos_rotary`` (fixed-plan rotary encoders shared by all blocks; no
+    state-dict entries), ``blocks[i].attn.encoders`` (the encoders block ``i`` owns) and ``pos_convs``
+    (``{str(block): {name: conv encoder}}``).
 
     ``forward(x (B, N, dim), coords, attn_mask=None) -> (B, N, dim)`` (final norm applied).
     """
-
-    # 2: shared rotary encoders left the per-block lists (older state dicts are renumbered on load)
-    _version = 2
 
     def __init__(
         self,
@@ -102,68 +101,46 @@ class Transformer(nn.Module):
         conv_after: Sequence[int] = (0,),
         drop_path: float = 0.0,
         attn_layer: Callable[[int], nn.Module] | None = None,
+        prefix_rows: int | None = None,
     ) -> None:
         super().__init__()
-        context = {
-            "dim": dim,
-            "num_heads": num_heads,
-            "num_kv_heads": num_kv_heads or num_heads,
-            "head_dim": dim // num_heads,
-            "depth": depth,
-        }
-        if grid_size is not None:
-            context["grid_size"] = tuple(grid_size)
-        if axes is not None:
-            context["axes"] = tuple(axes)
-        placement = Placement(pos, pos_kwargs, context, conv_after)
-        if attn_layer is not None and any(placement.kinds[n] in ("rotary", "bias") for n in placement.names):
-            raise ValueError("attn_layer replaces the attention: pos may then hold additive and conv encoders only")
-        self.additive = nn.ModuleList(placement.additive().values())
-        self.conv_after = placement.conv_after
-        self.convs = nn.ModuleDict({i: nn.ModuleList(group.values()) for i, group in placement.convs().items()})
-        self.blocks = nn.ModuleList(
-            Block(
-                dim,
-                num_heads,
-                mlp_ratio,
-                num_kv_heads,
-                list(placement.layer(i).values()),
-                causal,
-                qkv_bias,
-                drop_path * i / max(depth - 1, 1),
-                None if attn_layer is None else attn_layer(i),
-            )
-            for i in range(depth)
+        context = model_context(
+            dim, num_heads, depth, num_kv_heads=num_kv_heads, grid_size=grid_size, axes=axes, prefix_rows=prefix_rows
         )
-        self.rotary = placement.shared()
+        placement = Placement(pos, pos_kwargs, context, conv_after)
+        if attn_layer is not None and placement.attends:
+            raise ValueError("attn_layer replaces the attention: pos may then hold additive and conv encoders only")
+        additive = placement.additive()
+        convs = placement.convs()
+        self.conv_after = placement.conv_after
+        layers, blocks = [], []
+        for i in range(depth):  # each block's encoders, then the block (the order of the random init)
+            layers.append(placement.layer(i))
+            blocks.append(
+                Block(
+                    dim,
+                    num_heads,
+                    mlp_ratio,
+                    num_kv_heads,
+                    (),
+                    causal,
+                    qkv_bias,
+                    drop_path * i / max(depth - 1, 1),
+                    None if attn_layer is None else attn_layer(i),
+                )
+            )
+        self.blocks = nn.ModuleList(blocks)
+        attentions = [b.attn for b in blocks] if attn_layer is None else []
+        attach(self, additive, placement.shared(), convs, attentions, layers if attentions else [], attr="encoders")
         self.norm = nn.LayerNorm(dim)
-        # index of each per-block encoder in version-1 state dicts (shared ones were listed there too)
-        attn_names = [n for n in placement.names if placement.kinds[n] in ("rotary", "bias")]
-        owned = [n for n in attn_names if n.replace(".", "_") not in self.rotary]
-        self._v1_index = {attn_names.index(n): j for j, n in enumerate(owned) if attn_names.index(n) != j}
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs) -> None:
-        version = local_metadata.get("version")
-        if self._v1_index and (version is None or version < 2):
-            pattern = re.compile(re.escape(prefix) + r"blocks\.(\d+)\.attn\.encoders\.(\d+)\.(.+)")
-            own = self.state_dict(prefix=prefix, keep_vars=True)
-            for key in [k for k in state_dict if pattern.fullmatch(k)]:
-                block, old, rest = pattern.fullmatch(key).groups()
-                if int(old) not in self._v1_index:
-                    continue
-                new = f"{prefix}blocks.{block}.attn.encoders.{self._v1_index[int(old)]}.{rest}"
-                # without metadata (a plain dict), renumber only keys that fit the old numbering alone
-                if version is not None or (key not in own and new in own and new not in state_dict):
-                    state_dict[new] = state_dict.pop(key)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def forward(self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None) -> Tensor:
         if coords is not None:
             coords.check_tokens(x.shape[0], x.shape[1])
-            x = apply_additive(x, self.additive, coords)
-        rot = rotations(self.rotary, coords)  # cos / sin once, for every block
+            x = self.pos_add(x, coords)
+        rot = self.pos_rotations(coords)  # cos / sin once, for every block
         for i, block in enumerate(self.blocks):
             x = block(x, coords, attn_mask, rot)
             if coords is not None:
-                x = apply_convs(x, self.convs, i, coords)
+                x = self.pos_after_block(i, x, coords)
         return self.norm(x)

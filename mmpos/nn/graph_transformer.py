@@ -26,10 +26,12 @@ from torch import Tensor, nn
 from ..coords import Coords
 from ..encoders.base import AdditiveEncoder, BiasEncoder
 from ..encoders.maglap import MagLapEncoder
+from ..encoders.registry import make_info
 from ..graph.coords import GraphCoords
 from .blocks import Block
+from .placement import Placement, PositionalBackbone, attach, model_context
 
-__all__ = ["READOUTS", "GraphTransformer", "NodeFeatureEncoder", "PairwiseBias"]
+__all__ = ["READOUTS", "RECORDS", "GraphTransformer", "NodeFeatureEncoder", "PairwiseBias"]
 
 READOUTS = ("mean", "none", "pair")
 
@@ -57,13 +59,24 @@ class NodeFeatureEncoder(AdditiveEncoder):
         return out if coords.mask is None else out * coords.mask.unsqueeze(-1).to(out.dtype)
 
 
+_PAPER = "Geisler et al. 2023, Transformers Meet Directed Graphs (arXiv:2302.00049)"
+_REFERENCE = "google-deepmind/digraph_transformer models.py"
+#: the graph transformer's encoders, by the name its ``pos_*`` dicts use: each reads ``dim`` (and
+#: ``num_heads``) only, so maglap keeps its own attention heads
+RECORDS = {
+    "maglap": make_info("maglap", MagLapEncoder, _PAPER, reference=_REFERENCE, context={"dim": "dim"}),
+    "node_pe": make_info("node_pe", NodeFeatureEncoder, _PAPER, reference=_REFERENCE, context={"dim": "dim"}),
+    "pair": make_info("pair", PairwiseBias, _PAPER, reference=_REFERENCE, context={"num_heads": "num_heads"}),
+}
+
+
 def _dense_nodes(value: Tensor, batch: Tensor, local: Tensor, b: int, n: int) -> Tensor:
     out = value.new_zeros((b, n, *value.shape[1:]))
     out[batch, local] = value
     return out
 
 
-class GraphTransformer(nn.Module):
+class GraphTransformer(PositionalBackbone, nn.Module):
     """Transformer over graph nodes; graph PEs through the additive and bias hooks.
 
     Args:
@@ -79,6 +92,9 @@ class GraphTransformer(nn.Module):
             ordered node pair, ``(B, N, N, out_dim)`` from an MLP of ``[h_u, h_v]``; padding pairs are
             meaningless, mask them with ``coords.mask``).
         maglap_attr, node_pe_attr, pair_attr: attribute names written by the transforms.
+
+    Encoders are placed by :class:`~mmpos.nn.placement.Placement` from :data:`RECORDS`, keyed by
+    name: ``pos_encoders["maglap"]``, ``pos_encoders["node_pe"]`` and ``blocks[i].attn.encoders["pair"]``.
 
     ``forward(batch)``; :meth:`coords` builds the dense tokens and :class:`GraphCoords`
     (a data-dependent step: it reads the largest graph size from ``batch.ptr``).
@@ -107,16 +123,23 @@ class GraphTransformer(nn.Module):
         self.maglap_attr, self.node_pe_attr, self.pair_attr = maglap_attr, node_pe_attr, pair_attr
         self.inp = nn.Linear(in_dim, dim) if in_dim is not None else None
         self.start = nn.Parameter(torch.randn(dim) * 0.02) if in_dim is None else None
-        additive: list[nn.Module] = []
+        names, kwargs = [], {}
         if maglap is not None:
-            additive.append(MagLapEncoder(dim, **maglap))
+            names.append("maglap")
+            kwargs["maglap"] = dict(maglap)
         if node_pe_dim is not None:
-            additive.append(NodeFeatureEncoder(node_pe_dim, dim))
-        self.additive = nn.ModuleList(additive)
-        self.blocks = nn.ModuleList(
-            Block(dim, num_heads, mlp_ratio, encoders=[PairwiseBias(pair_dim, num_heads)] if pair_dim else [])
-            for _ in range(depth)
-        )
+            names.append("node_pe")
+            kwargs["node_pe"] = {"in_dim": node_pe_dim}
+        if pair_dim:
+            names.append("pair")
+            kwargs["pair"] = {"pair_dim": pair_dim}
+        placement = Placement(names, kwargs, model_context(dim, num_heads, depth), records=RECORDS)
+        additive, layers, blocks = placement.additive(), [], []
+        for _ in range(depth):  # each block's pair bias, then the block (the order of the random init)
+            layers.append(placement.layer(len(blocks)))
+            blocks.append(Block(dim, num_heads, mlp_ratio))
+        self.blocks = nn.ModuleList(blocks)
+        attach(self, additive, placement.shared(), placement.convs(), [b.attn for b in blocks], layers, "encoders")
         self.norm = nn.LayerNorm(dim)
         if readout == "pair":
             self.head = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, out_dim))
@@ -136,16 +159,16 @@ class GraphTransformer(nn.Module):
             x = self.start.expand(b, n, -1)
         mask = _dense_nodes(torch.ones_like(graph, dtype=torch.bool), graph, local, b, n)
         fields: dict[str, Tensor] = {}
-        if any(isinstance(m, MagLapEncoder) for m in self.additive):
+        if "maglap" in self.pos_encoders:
             vec, val = batch[self.maglap_attr], batch[f"{self.maglap_attr}_eigval"]
             if vec.dim() == 2:  # one potential: add the Q axis
                 vec, val = vec.unsqueeze(1), val.unsqueeze(1)
             fields.update(
                 eigvec=_dense_nodes(vec, graph, local, b, n), eigval=val, eig_mask=batch[f"{self.maglap_attr}_mask"]
             )
-        if any(isinstance(m, NodeFeatureEncoder) for m in self.additive):
+        if "node_pe" in self.pos_encoders:
             fields["node_pe"] = _dense_nodes(batch[self.node_pe_attr], graph, local, b, n)
-        if self.blocks and self.blocks[0].attn.encoders:
+        if self.blocks and "pair" in self.blocks[0].attn.encoders:
             src, dst = batch[f"{self.pair_attr}_index"]
             feat = batch[self.pair_attr]
             pair = feat.new_zeros((b, n, n, feat.shape[-1]))
@@ -158,8 +181,7 @@ class GraphTransformer(nn.Module):
 
     def forward(self, batch: Any) -> Tensor:
         x, coords, graph, local = self.coords(batch)
-        for enc in self.additive:
-            x = enc(x, coords)
+        x = self.pos_add(x, coords)
         for block in self.blocks:
             x = block(x, coords)
         x = self.norm(x)

@@ -1,47 +1,105 @@
-"""One placement path: encoder names -> modules at their hook points, for every backbone.
+"""One backbone adapter: encoder names -> modules at their hook points, for every backbone.
 
-:class:`Placement` serves :class:`mmpos.nn.Transformer` and the timm and open_clip
-integrations alike. Resolved once from ``pos`` (a name or a list of names, see
-``mmpos.list_encoders()``), ``pos_kwargs`` and the backbone's context (``dim``,
-``num_heads``, ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size``, ``axes``), it builds:
+:class:`Placement` serves :class:`mmpos.nn.Transformer`, :class:`mmpos.nn.GraphTransformer` and
+the timm and open_clip integrations alike. Resolved once from ``pos`` (a name or a list of names,
+see ``mmpos.list_encoders()``), ``pos_kwargs`` and the backbone's context (built by
+:func:`model_context`, the one builder), it builds what each encoder's registry record
+(:class:`mmpos.EncoderInfo`) asks for:
 
 * :meth:`Placement.additive`: additive encoders for the embedding stage;
-* :meth:`Placement.shared`: rotary encoders with a fixed plan (no parameters). One instance
-  serves every layer; :func:`rotations` computes their cos / sin once per forward and the
-  stack hands them to every block (as timm's EVA and Hugging Face models do);
-* :meth:`Placement.layer`: the encoders each attention layer owns: bias encoders and
-  learnable rotary plans (RoPE-Mixed learns frequencies per layer, as in its paper);
+* :meth:`Placement.shared`: encoders whose record says ``shared`` (rotary encoders with a fixed
+  plan, no parameters). One instance serves every layer; :func:`rotations` computes their cos /
+  sin once per forward and the stack hands them to every block (as timm's EVA and Hugging Face
+  models do);
+* :meth:`Placement.layer`: the encoders each attention layer owns: bias encoders and learnable
+  rotary plans (RoPE-Mixed learns frequencies per layer, as in its paper);
 * :meth:`Placement.convs`: conv encoders (CPE / PEG) after the blocks in ``conv_after``.
 
-Modules are keyed by encoder name, so a checkpoint keeps an encoder's weights when it moves
-to a model with another set of encoders (:mod:`mmpos.integrations.checkpoint`). A fixed
-plan is a non-persistent buffer: sharing it changes no state-dict key.
+:func:`attach` puts them on a backbone under name-keyed ``nn.ModuleDict`` s: ``pos_encoders``
+(additive), ``pos_rotary`` (shared), ``pos_convs`` (``{str(block): {name: conv}}``) and each
+attention layer's own dict; :func:`convert_backbone` is the conversion that the timm and
+open_clip integrations share, :class:`PositionalBackbone` the forward side (add, rotate, convolve).
+Modules are keyed by encoder name, so a checkpoint keeps an encoder's weights when it moves to a
+model with another set of encoders (:mod:`mmpos.integrations.checkpoint`). A fixed plan is a
+non-persistent buffer: sharing it changes no state-dict key.
 
-:func:`no_weight_decay` names the parameters that take no weight decay in any backbone:
-additive tables and conv encoders (timm excludes ``pos_embed``, CPVT its PEG) and learnable
-rotary frequencies (rope-vit's ``no_weight_decay`` returns ``freqs``: naver-ai/rope-vit
+:func:`no_weight_decay` names the parameters that take no weight decay in any backbone, as the
+records say: additive tables and conv encoders (timm excludes ``pos_embed``, CPVT its PEG) and
+learnable rotary frequencies (rope-vit's ``no_weight_decay`` returns ``freqs``: naver-ai/rope-vit
 ``models/vit_rope.py``).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
+from .._validate import check_axes, check_int, check_ints
 from ..coords import Coords
-from ..encoders.base import AdditiveEncoder, ConvEncoder, RotaryEncoder
-from ..registry import create_in_model, encoder_info
+from ..encoders.base import PositionEncoder
+from ..encoders.registry import EncoderInfo, create_in_model, default_no_weight_decay, encoder_info, info_of
 from ..rotary import Rotation
 
-__all__ = ["Placement", "apply_additive", "apply_convs", "no_weight_decay", "rotations"]
+__all__ = [
+    "Placement",
+    "PositionalBackbone",
+    "apply_additive",
+    "apply_convs",
+    "attach",
+    "convert_backbone",
+    "model_context",
+    "module_key",
+    "no_weight_decay",
+    "rotations",
+]
 
 
 def module_key(name: str) -> str:
     """The ``nn.ModuleDict`` key of encoder ``name`` (keys may not hold dots)."""
     return name.replace(".", "_")
+
+
+def model_context(
+    dim: int,
+    num_heads: int,
+    depth: int,
+    *,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
+    grid_size: Sequence[int] | None = None,
+    axes: Sequence[str] | None = None,
+    prefix_rows: int | None = None,
+) -> dict[str, Any]:
+    """The context a backbone hands its encoders (the keys of :data:`mmpos.encoders.registry.CONTEXT_KEYS`).
+
+    Args:
+        dim: model width; num_heads: query heads; depth: number of blocks.
+        num_kv_heads: key/value heads (default ``num_heads``); head_dim: default ``dim // num_heads``.
+        grid_size: the training token grid; axes: the coordinate axes the tokens carry.
+        prefix_rows: how many prefix tokens the backbone's own absolute table gives a row.
+    """
+    dim, num_heads, depth = check_int(dim, "dim"), check_int(num_heads, "num_heads"), check_int(depth, "depth")
+    if head_dim is None:
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads} (or pass head_dim)")
+        head_dim = dim // num_heads
+    context = {
+        "dim": dim,
+        "num_heads": num_heads,
+        "num_kv_heads": num_heads if num_kv_heads is None else check_int(num_kv_heads, "num_kv_heads"),
+        "head_dim": check_int(head_dim, "head_dim"),
+        "depth": depth,
+    }
+    if grid_size is not None:
+        context["grid_size"] = check_ints(grid_size, "grid_size")
+    if axes is not None:
+        context["axes"] = check_axes(axes)
+    if prefix_rows is not None:
+        context["prefix_rows"] = check_int(prefix_rows, "prefix_rows", low=0)
+    return context
 
 
 def _names(pos: str | Sequence[str] | None) -> list[str]:
@@ -53,37 +111,38 @@ def _names(pos: str | Sequence[str] | None) -> list[str]:
     return names
 
 
-def _is_shared(name: str, module: nn.Module) -> bool:
-    """A rotary encoder with a fixed plan: no parameters, not built per layer."""
-    takes_layer = "layer" in inspect.signature(encoder_info(name).factory).parameters
-    return isinstance(module, RotaryEncoder) and not takes_layer and next(module.parameters(), None) is None
-
-
 class Placement:
     """Encoder names resolved for one backbone.
 
     Args:
         pos: encoder name or list of names (``"none"`` or ``None``: no mmpos encoder).
         pos_kwargs: keyword arguments per encoder name, e.g. ``{"rope": {"theta": 100}}``.
-        context: what the backbone hands every encoder that accepts it: ``dim``, ``num_heads``,
-            ``num_kv_heads``, ``head_dim``, ``depth`` (required), ``grid_size``, ``axes``.
+        context: what the backbone hands every encoder that reads it (:func:`model_context`;
+            ``depth`` is required).
         conv_after: block indices after which conv encoders (CPE/PEG) run.
         keep_abs_pos: for backbones with their own absolute embedding: keep it; ``None``
             keeps it only when every encoder is a bias encoder (iRPE's reference keeps
             DeiT's absolute embedding).
+        records: a backbone's own encoder records (:func:`mmpos.encoders.registry.make_info`), looked up
+            before the registry (e.g. the graph transformer's node and pair encoders).
     """
 
     def __init__(
         self,
         pos: str | Sequence[str] | None,
         pos_kwargs: dict[str, dict[str, Any]] | None,
-        context: dict[str, Any],
+        context: Mapping[str, Any],
         conv_after: Sequence[int] = (0,),
         keep_abs_pos: bool | None = None,
+        records: Mapping[str, EncoderInfo] | None = None,
     ) -> None:
         names = _names(pos)
-        self.kinds = {n: encoder_info(n).kind for n in names}  # ValueError for unknown names
+        local = dict(records or {})
+        self.records = {n: local[n] if n in local else encoder_info(n) for n in names}  # ValueError for unknown
+        self.kinds = {n: info.kind for n, info in self.records.items()}
         self.names = [n for n in names if self.kinds[n] != "none"]
+        if pos_kwargs is not None and not isinstance(pos_kwargs, Mapping):
+            raise ValueError(f"pos_kwargs must map encoder names to dicts of arguments, got {pos_kwargs!r}")
         self.pos_kwargs = {k: dict(v) for k, v in (pos_kwargs or {}).items()}
         unknown = set(self.pos_kwargs) - set(names)
         if unknown:
@@ -106,13 +165,13 @@ class Placement:
         """``True`` when some encoder reads token coordinates."""
         return bool(self.names)
 
-    def set_default(self, name: str, key: str, value: Any) -> None:
-        """Give encoder ``name`` (if requested) the keyword ``key=value`` unless the user set it."""
-        if name in self.names:
-            self.pos_kwargs.setdefault(name, {}).setdefault(key, value)
+    @property
+    def attends(self) -> bool:
+        """``True`` when some encoder acts inside attention (rotary or bias)."""
+        return any(self.kinds[n] in ("rotary", "bias") for n in self.names)
 
     def _create(self, name: str, **extra: Any) -> nn.Module | None:
-        return create_in_model(name, {**self.context, **extra}, **self.pos_kwargs.get(name, {}))
+        return create_in_model(self.records[name], {**self.context, **extra}, **self.pos_kwargs.get(name, {}))
 
     def _build(self, kinds: tuple[str, ...], **extra: Any) -> nn.ModuleDict:
         modules = {}
@@ -128,27 +187,31 @@ class Placement:
         return self._build(("additive",))
 
     def shared(self) -> nn.ModuleDict:
-        """Fixed-plan rotary encoders, one instance for all layers (built on first use)."""
+        """Encoders shared by all layers (fixed-plan rotary encoders), built on first use."""
         if self._shared is None:
             modules = {}
             for name in self.names:
-                if self.kinds[name] == "rotary":
-                    module = self._create(name, layer=0)
-                    if module is not None and _is_shared(name, module):
+                if self.records[name].shared:
+                    module = self._create(name)
+                    if module is not None and next(module.parameters(), None) is not None:
+                        raise ValueError(
+                            f"encoder {name!r} is registered shared=True (one instance for all layers) but has "
+                            "parameters; register it with shared=False to build one per layer"
+                        )
+                    if module is not None:
                         modules[module_key(name)] = module
             self._shared = nn.ModuleDict(modules)
         return self._shared
 
     def layer(self, layer: int) -> nn.ModuleDict:
-        """The encoders attention layer ``layer`` owns: bias encoders and learnable rotary plans."""
-        shared = self.shared()
+        """The encoders attention layer ``layer`` owns: bias encoders and per-layer rotary plans."""
+        self.shared()
         modules = {}
         for name in self.names:
-            key = module_key(name)
-            if self.kinds[name] in ("rotary", "bias") and key not in shared:
+            if self.kinds[name] in ("rotary", "bias") and not self.records[name].shared:
                 module = self._create(name, layer=layer)
                 if module is not None:
-                    modules[key] = module
+                    modules[module_key(name)] = module
         return nn.ModuleDict(modules)
 
     def convs(self) -> nn.ModuleDict:
@@ -158,7 +221,88 @@ class Placement:
         return nn.ModuleDict({str(i): self._build(("conv",), layer=i) for i in self.conv_after})
 
 
-def rotations(shared: nn.ModuleDict | Sequence[RotaryEncoder], coords: Coords | None) -> list[Rotation]:
+def attach(
+    owner: nn.Module,
+    additive: nn.ModuleDict,
+    shared: nn.ModuleDict,
+    convs: nn.ModuleDict,
+    attentions: Sequence[nn.Module] = (),
+    layers: Sequence[nn.ModuleDict] = (),
+    attr: str = "pos_encoders",
+    device: torch.device | None = None,
+) -> None:
+    """Put placed encoders on a backbone: ``owner.pos_encoders`` (additive), ``owner.pos_rotary``
+    (shared), ``owner.pos_convs``, and ``attentions[i].<attr>`` = ``layers[i]`` (on ``device``)."""
+    if len(attentions) != len(layers):
+        raise ValueError(f"got {len(layers)} per-layer encoder dicts for {len(attentions)} attention layers")
+    for attn, encoders in zip(attentions, layers):
+        setattr(attn, attr, encoders.to(device))
+    owner.pos_encoders = additive.to(device)
+    owner.pos_rotary = shared.to(device)
+    owner.pos_convs = convs.to(device)
+
+
+def convert_backbone(
+    model: nn.Module,
+    attentions: Sequence[nn.Module],
+    context: Mapping[str, Any],
+    pos: str | Sequence[str] | None,
+    pos_kwargs: dict[str, dict[str, Any]] | None,
+    keep_abs_pos: bool | None,
+    conv_after: Sequence[int],
+    *,
+    patch_drop: nn.Module,
+    patch_drop_arg: str,
+    install: Callable[[], None],
+    abs_pos: str,
+    cls: type,
+    device: torch.device,
+) -> Placement:
+    """The conversion the timm and open_clip integrations share; returns the placement.
+
+    ``attentions``: the converted attention layers (they get ``pos_encoders``); ``patch_drop``: the
+    model's patch-dropout module (refused unless ``nn.Identity`` when encoders read coordinates);
+    ``install``: puts the converted blocks in place, called once everything is checked (a refused
+    conversion leaves the model as it was); ``abs_pos``: the attribute of the model's own absolute table (set to ``None`` unless kept);
+    ``cls``: the class the model becomes.
+    """
+    setup = Placement(pos, pos_kwargs, context, conv_after, keep_abs_pos)
+    if setup.needs_coords and not isinstance(patch_drop, nn.Identity):
+        raise ValueError(
+            f"{patch_drop_arg} must be 0 with mmpos encoders (dropped patches would lose their coordinates)"
+        )
+    layers = [setup.layer(i) for i in range(len(attentions))]
+    additive, convs = setup.additive(), setup.convs()
+    install()
+    attach(model, additive, setup.shared(), convs, attentions, layers, device=device)
+    if not setup.keep_abs_pos:
+        setattr(model, abs_pos, None)
+    model.__class__ = cls
+    return setup
+
+
+class PositionalBackbone:
+    """The forward side of the adapter, for a module that :func:`attach` gave ``pos_encoders``,
+    ``pos_rotary`` and ``pos_convs``: add, rotate once per forward, convolve after a block."""
+
+    pos_encoders: nn.ModuleDict
+    pos_rotary: nn.ModuleDict
+    pos_convs: nn.ModuleDict
+
+    def pos_add(self, x: Tensor, coords: Coords) -> Tensor:
+        """``x`` ``(B, N, D)`` plus every additive encoder at ``coords``."""
+        return apply_additive(x, self.pos_encoders, coords)
+
+    def pos_rotations(self, coords: Coords | None) -> list[Rotation]:
+        """cos / sin of the shared rotary encoders at ``coords``, once per forward, for every block."""
+        return rotations(self.pos_rotary, coords)
+
+    def pos_after_block(self, block: int, x: Tensor, coords: Coords) -> Tensor:
+        """The conv encoders placed after ``block`` applied to ``x`` ``(B, N, D)``."""
+        return apply_convs(x, self.pos_convs, block, coords)
+
+
+def rotations(shared: nn.ModuleDict | Sequence[PositionEncoder], coords: Coords | None) -> list[Rotation]:
     """cos / sin of every shared rotary encoder at ``coords``, once per forward (``[]`` without coords)."""
     if coords is None:
         return []
@@ -185,14 +329,17 @@ def apply_convs(x: Tensor, convs: nn.ModuleDict, block: int, coords: Coords) -> 
 def no_weight_decay(model: nn.Module) -> set[str]:
     """Names (as in ``model.named_parameters()``) of position parameters that take no weight decay.
 
-    All parameters of additive and conv encoders, and learnable rotary frequencies (the
-    ``weight`` of RoPE-Mixed), wherever they sit in ``model``. Bias encoders' tables decay.
+    For every encoder in ``model``, the parameters its record lists (:attr:`EncoderInfo.no_weight_decay`:
+    all of additive and conv encoders, the learnable frequencies of RoPE-Mixed); an encoder class that
+    is not registered follows the default of its kind. Bias encoders' tables decay.
     """
     names = set()
     for prefix, module in model.named_modules():
+        if not isinstance(module, PositionEncoder):
+            continue
+        info = info_of(module)
+        listed = info.no_weight_decay if info is not None else default_no_weight_decay(module.kind)
         dot = f"{prefix}." if prefix else ""
-        if isinstance(module, (AdditiveEncoder, ConvEncoder)):
-            names |= {dot + n for n, _ in module.named_parameters()}
-        elif isinstance(module, RotaryEncoder) and isinstance(module.weight, nn.Parameter):
-            names.add(dot + "weight")
+        own = {n for n, _ in module.named_parameters()}
+        names |= {dot + n for n in (own if "*" in listed else own & set(listed))}
     return names

@@ -61,10 +61,6 @@ class VisionTransformer(nn.Module):
         self.num_prefix_tokens = 1 if class_token else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
         grid = (img_size[0] // patch_size, img_size[1] // patch_size)
-        if "learned" in ([pos] if isinstance(pos, str) else list(pos or [])):
-            # the class token gets a learned vector, as in timm; the caller's dict is not modified
-            learned = {"num_prefix_tokens": self.num_prefix_tokens, **(pos_kwargs or {}).get("learned", {})}
-            pos_kwargs = {**(pos_kwargs or {}), "learned": learned}
         self.transformer = Transformer(
             dim,
             depth,
@@ -76,6 +72,7 @@ class VisionTransformer(nn.Module):
             axes=("h", "w"),
             conv_after=conv_after,
             drop_path=drop_path,
+            prefix_rows=self.num_prefix_tokens,  # the class token gets a learned vector, as in timm
         )
         self.global_pool = global_pool
         self.head = nn.Linear(dim, num_classes)

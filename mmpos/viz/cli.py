@@ -57,7 +57,7 @@ def _settings(items: Sequence[str]) -> dict:
 def _encoder(args: argparse.Namespace, grid: tuple[int, ...] | None, axes: tuple[str, ...] | None):
     import torch
 
-    from ..registry import create_in_model, encoder_info
+    from ..encoders.registry import create_in_model, encoder_info
 
     info = encoder_info(args.encoder)
     if info.kind == "none":

@@ -63,4 +63,4 @@ def test_vit_leaves_the_callers_pos_kwargs_unchanged():
     kwargs = {"learned": {"std": 0.2}}
     model = VisionTransformer(img_size=16, patch_size=4, dim=32, depth=1, num_heads=2, pos="learned", pos_kwargs=kwargs)
     assert kwargs == {"learned": {"std": 0.2}}
-    assert model.transformer.additive[0].num_prefix_tokens == 1
+    assert model.transformer.pos_encoders["learned"].num_prefix_tokens == 1

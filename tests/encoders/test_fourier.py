@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from mmpos.coords import Coords
 from mmpos.encoders.fourier import LearnableFourierFeatures
+from mmpos.encoders.registry import create
 from mmpos.nn import Transformer
-from mmpos.registry import create
 
 
 def algorithm_1(enc, x):

@@ -4,9 +4,9 @@ import torch.nn.functional as F
 
 from mmpos.coords import Coords
 from mmpos.encoders.fuzzy import FuzzyPositionEmbedding
+from mmpos.encoders.registry import create, encoder_info
 from mmpos.nn.blocks import Transformer
 from mmpos.nn.vit import VisionTransformer
-from mmpos.registry import create, encoder_info
 
 
 def _encoder(dim=6, grid_size=(5, 7), **kwargs):
@@ -140,12 +140,12 @@ def test_padding_tokens_get_no_pe():
 def test_registry_and_models():
     assert encoder_info("fuzzy").kind == "additive"
     model = Transformer(12, 2, 2, pos="fuzzy", grid_size=(3, 4))
-    assert model.additive[0].grid_size == (3, 4)
+    assert model.pos_encoders["fuzzy"].grid_size == (3, 4)
     assert model(torch.randn(2, 13, 12), Coords.grid(3, 4, num_prefix_tokens=1)).shape == (2, 13, 12)
     vit = VisionTransformer(img_size=16, patch_size=4, dim=16, depth=1, num_heads=2, pos="fuzzy")
-    assert vit.transformer.additive[0].grid_size == (4, 4)
+    assert vit.transformer.pos_encoders["fuzzy"].grid_size == (4, 4)
     vit(torch.randn(2, 3, 16, 24)).sum().backward()
-    assert vit.transformer.additive[0].pos_embed.grad.abs().sum() > 0
+    assert vit.transformer.pos_encoders["fuzzy"].pos_embed.grad.abs().sum() > 0
 
 
 def test_errors():

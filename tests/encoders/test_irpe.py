@@ -252,8 +252,8 @@ def test_attention_module_zero_tables_equal_plain_attention():
 def test_transformer_trains_with_irpe(pos):
     torch.manual_seed(0)
     model = Transformer(32, depth=2, num_heads=4, pos=pos, grid_size=(4, 4))
-    enc = model.blocks[1].attn.encoders[0]
-    first = model.blocks[0].attn.encoders[0]
+    enc = model.blocks[1].attn.encoders[pos]
+    first = model.blocks[0].attn.encoders[pos]
     assert isinstance(enc, IRPE) and enc is not first and enc.train_ids is not None
     assert enc.train_ids.data_ptr() == first.train_ids.data_ptr()  # layers share one ids tensor
     for grid in [(4, 4), (3, 6)]:
@@ -274,12 +274,12 @@ def test_vit_class_token_path():
     vit = VisionTransformer(img_size=16, patch_size=4, num_classes=4, dim=32, depth=2, num_heads=4, pos="irpe")
     images = torch.randn(3, 3, 16, 16)
     vit(images).logsumexp(-1).sum().backward()
-    first, last = (block.attn.encoders[0].k_table for block in vit.transformer.blocks)
+    first, last = (block.attn.encoders["irpe"].k_table for block in vit.transformer.blocks)
     assert first.grad.abs().amax() > 1e-4
     assert last.grad.abs().amax() < 1e-4 * first.grad.abs().amax()  # float rounding only
     with torch.no_grad():
         for block in vit.transformer.blocks:
-            block.attn.encoders[0].k_table.normal_()
+            block.attn.encoders["irpe"].k_table.normal_()
         swapped = images.clone()
         swapped[..., :4, :4], swapped[..., 8:12, 12:] = images[..., 8:12, 12:], images[..., :4, :4]
         cls, cls_swapped = vit.forward_features(images)[:, 0], vit.forward_features(swapped)[:, 0]

@@ -47,7 +47,7 @@ def test_padding_eigenpairs_are_ignored():
 
 
 def test_registered_and_used_through_the_additive_hook():
-    assert mmpos.registry.encoder_info("maglap").kind == "additive"
+    assert mmpos.encoders.registry.encoder_info("maglap").kind == "additive"
     enc = mmpos.create("maglap", dim=8, k=3, num_q=2)
     b, n = 2, 5
     coords = GraphCoords(

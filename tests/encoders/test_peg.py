@@ -7,9 +7,9 @@ from timm.models.twins import PosConv
 import mmpos
 from mmpos.coords import Coords
 from mmpos.encoders.peg import PositionEncodingGenerator
+from mmpos.encoders.registry import create, encoder_info
 from mmpos.nn.blocks import Transformer
 from mmpos.nn.vit import VisionTransformer
-from mmpos.registry import create, encoder_info
 
 
 def _tokens(b, grid, dim, prefix=0, seed=0):
@@ -113,19 +113,19 @@ def test_errors():
 def test_transformer_placement_after_listed_blocks():
     torch.manual_seed(0)
     model = Transformer(16, 3, 2, pos="peg", conv_after=(0, 2)).eval()
-    assert set(model.convs) == {"0", "2"}
-    assert all(len(m) == 1 and isinstance(m[0], PositionEncodingGenerator) for m in model.convs.values())
+    assert set(model.pos_convs) == {"0", "2"}
+    assert all(isinstance(m["peg"], PositionEncodingGenerator) and len(m) == 1 for m in model.pos_convs.values())
     coords = Coords.grid(4, 6, num_prefix_tokens=1)
     x = _tokens(2, (4, 6), 16, prefix=1)
     # manual composition: block 0, PEG, block 1, block 2, PEG, norm
     y = model.blocks[0](x, coords)
-    y = model.convs["0"][0](y, coords)
+    y = model.pos_convs["0"]["peg"](y, coords)
     y = model.blocks[2](model.blocks[1](y, coords), coords)
-    y = model.norm(model.convs["2"][0](y, coords))
+    y = model.norm(model.pos_convs["2"]["peg"](y, coords))
     torch.testing.assert_close(model(x, coords), y)
     # the PEG is not an identity: zeroing its kernel changes the output
     with torch.no_grad():
-        model.convs["0"][0].proj.weight.zero_()
+        model.pos_convs["0"]["peg"].proj.weight.zero_()
     assert not torch.allclose(model(x, coords), y)
     with pytest.raises(ValueError, match="conv_after"):
         Transformer(16, 3, 2, pos="peg", conv_after=(3,))
@@ -141,7 +141,7 @@ def test_vit_with_peg_other_resolutions_and_video_stack():
     out = video(_tokens(2, grid, 16, prefix=1), Coords.grid(*grid, num_prefix_tokens=1))
     assert out.shape == (2, 1 + 24, 16)
     out.sum().backward()
-    assert video.convs["1"][0].proj.weight.grad.abs().sum() > 0
+    assert video.pos_convs["1"]["peg3d"].proj.weight.grad.abs().sum() > 0
 
 
 def test_compiles_without_graph_breaks():

@@ -15,9 +15,9 @@ from timm.layers.pos_embed_sincos import (
 
 from mmpos.coords import Coords
 from mmpos.encoders.base import RotaryEncoder
+from mmpos.encoders.registry import create
 from mmpos.encoders.rope_nd import AxialRoPE, MixedRoPE, mixed_frequencies
 from mmpos.nn import Transformer
-from mmpos.registry import create
 from mmpos.rotary import FrequencyPlan
 
 
@@ -211,7 +211,7 @@ def test_mixed_init_is_an_orthonormal_frame_with_axial_magnitudes(axes, sections
 
 def test_mixed_is_learned_per_layer_and_per_kv_head():
     model = Transformer(64, depth=3, num_heads=4, num_kv_heads=2, pos="rope-mixed")
-    weights = [blk.attn.encoders[0].weight for blk in model.blocks]
+    weights = [blk.attn.encoders["rope-mixed"].weight for blk in model.blocks]
     assert all(w.shape == (2, 2, 8) for w in weights)
     assert not torch.equal(weights[0], weights[1])
     x = torch.randn(2, 13, 64)

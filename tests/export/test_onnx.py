@@ -85,5 +85,7 @@ def test_mrope_decoder_onnx_with_3_row_position_ids_matches_eager(tmp_path):
 def test_onnx_export_with_a_dynamic_grid_names_the_static_encoder():
     model = _vit("learned", img=16)
     dims = ({2: 4 * Dim("h", min=2, max=16), 3: 4 * Dim("w", min=2, max=16)},)
-    with pytest.raises(ValueError, match=r"transformer\.additive\.0 \(LearnedPositionEmbedding\) picks or resamples"):
+    with pytest.raises(
+        ValueError, match=r"transformer\.pos_encoders\.learned \(LearnedPositionEmbedding\) picks or resamples"
+    ):
         to_onnx(model, (torch.randn(2, 3, 16, 16),), dynamic_shapes=dims)

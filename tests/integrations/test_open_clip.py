@@ -4,8 +4,8 @@ import open_clip
 import pytest
 import torch
 
-from mmpos import registry
 from mmpos.coords import Coords
+from mmpos.encoders import registry
 from mmpos.encoders.base import BiasEncoder
 from mmpos.integrations import open_clip as mo
 from mmpos.integrations import timm as mt
@@ -46,7 +46,7 @@ class SpyBias(BiasEncoder):
 @pytest.fixture
 def spy(monkeypatch):
     registry._load()
-    monkeypatch.setitem(registry._REGISTRY, "spy", registry.EncoderInfo("spy", "bias", "test", SpyBias))
+    monkeypatch.setitem(registry._REGISTRY, "spy", registry.make_info("spy", SpyBias, "test"))
     return "spy"
 
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
-from mmpos import registry
 from mmpos.coords import Coords
+from mmpos.encoders import registry
 from mmpos.encoders.base import BiasEncoder
 from mmpos.encoders.sincos import sincos_embed
 from mmpos.integrations import timm as mt
@@ -51,9 +51,8 @@ class SpyBias(BiasEncoder):
 
 @pytest.fixture
 def spy(monkeypatch):
-    info = registry.EncoderInfo("spy", "bias", "test", SpyBias)
     registry._load()
-    monkeypatch.setitem(registry._REGISTRY, "spy", info)
+    monkeypatch.setitem(registry._REGISTRY, "spy", registry.make_info("spy", SpyBias, "test"))
     return "spy"
 
 

@@ -113,10 +113,10 @@ def test_errors():
 
 def test_transformer_applies_encoders_at_their_hooks():
     model = Transformer(32, 2, 4, pos=["sincos", "rope", "rope-mixed"], pos_kwargs={"rope": {"theta": 100.0}})
-    assert len(model.additive) == 1
-    assert set(model.rotary) == {"rope"}  # a fixed plan: one instance for all blocks
-    assert all(len(b.attn.encoders) == 1 for b in model.blocks)  # rope-mixed learns per layer
-    assert model.blocks[0].attn.encoders[0] is not model.blocks[1].attn.encoders[0]
+    assert set(model.pos_encoders) == {"sincos"}
+    assert set(model.pos_rotary) == {"rope"}  # a fixed plan: one instance for all blocks
+    assert all(set(b.attn.encoders) == {"rope-mixed"} for b in model.blocks)  # rope-mixed learns per layer
+    assert model.blocks[0].attn.encoders["rope-mixed"] is not model.blocks[1].attn.encoders["rope-mixed"]
     coords = Coords.grid(3, 4, num_prefix_tokens=1, batch=2)
     assert model(torch.randn(2, 13, 32), coords).shape == (2, 13, 32)
     with pytest.raises(ValueError, match="pos_kwargs"):

@@ -1,7 +1,5 @@
 """One placement path: shared fixed-plan rotary encoders, angles once per forward, old checkpoints, weight decay."""
 
-import copy
-
 import open_clip
 import pytest
 import timm
@@ -36,12 +34,12 @@ def _count_angles(monkeypatch):
 
 def test_fixed_plans_are_shared_learnable_plans_per_layer():
     model = Transformer(32, 3, 4, pos=["rope-axial", "irpe", "rope-mixed"], grid_size=(3, 4), axes=("h", "w"))
-    assert set(model.rotary) == {"rope-axial"}
-    owned = [[type(e).__name__ for e in b.attn.encoders] for b in model.blocks]
-    assert owned == [["IRPE", "MixedRoPE"]] * 3
-    mixed = [b.attn.encoders[1].weight for b in model.blocks]
+    assert set(model.pos_rotary) == {"rope-axial"}
+    owned = [{k: type(e).__name__ for k, e in b.attn.encoders.items()} for b in model.blocks]
+    assert owned == [{"irpe": "IRPE", "rope-mixed": "MixedRoPE"}] * 3
+    mixed = [b.attn.encoders["rope-mixed"].weight for b in model.blocks]
     assert mixed[0] is not mixed[1] and not torch.equal(mixed[0], mixed[1])  # each layer its own random frame
-    assert not any(k.startswith("rotary.") for k in model.state_dict())  # a fixed plan is a non-persistent buffer
+    assert not any(k.startswith("pos_rotary.") for k in model.state_dict())  # a fixed plan: non-persistent
 
 
 @pytest.mark.parametrize("pos", [["rope-axial", "irpe"], ["rope", "rope-mixed"], ["mrope"]])
@@ -56,8 +54,8 @@ def test_angles_once_per_forward_equal_per_layer_rotation(monkeypatch, pos):
     calls = _count_angles(monkeypatch)
     with torch.no_grad():
         out = model(x, coords)
-    shared = len(model.rotary)
-    owned = sum(isinstance(e, RotaryEncoder) for e in model.blocks[0].attn.encoders)
+    shared = len(model.pos_rotary)
+    owned = sum(isinstance(e, RotaryEncoder) for e in model.blocks[0].attn.encoders.values())
     assert len(calls) == shared + depth * owned  # shared plans: once per forward, not once per layer
     # reference: every layer rotates with the encoder modules themselves (the per-layer path)
     with torch.no_grad():
@@ -66,32 +64,24 @@ def test_angles_once_per_forward_equal_per_layer_rotation(monkeypatch, pos):
             a, y = block.attn, block.norm1(h)
             q = a.q(y).view(2, 13, 4, 8).transpose(1, 2)
             k, v = a.kv(y).view(2, 13, 2, 4, 8).permute(2, 0, 3, 1, 4)
-            o = attention(q, k, v, coords, [*model.rotary.values(), *a.encoders])
+            o = attention(q, k, v, coords, [*model.pos_rotary.values(), *a.encoders.values()])
             h = h + a.proj(o.transpose(1, 2).reshape(2, 13, 32))
             h = h + block.mlp(block.norm2(h))
         torch.testing.assert_close(out, model.norm(h))
 
 
-def test_version_1_state_dict_with_per_layer_keys_loads():
-    """Before sharing, ``rope-axial`` sat in every block's list, so iRPE was ``encoders.1``: it still loads."""
+def test_transformer_keys_encoders_by_name():
+    """``pos_*`` dicts and each block's encoders are keyed by name: a checkpoint's iRPE tables load into a
+    model with another rotary encoder beside them (no renumbering)."""
     torch.manual_seed(0)
-    model = Transformer(32, 2, 4, pos=["rope-axial", "irpe"], grid_size=(3, 4), axes=("h", "w"))
+    model = Transformer(32, 2, 4, pos=["rope-axial", "irpe", "learned"], grid_size=(3, 4), axes=("h", "w"))
     state = model.state_dict()
-    assert any(".attn.encoders.0." in k for k in state)
-    old = type(state)((k.replace(".attn.encoders.0.", ".attn.encoders.1."), v.clone() + 1) for k, v in state.items())
-    old._metadata = copy.deepcopy(state._metadata)
-    old._metadata[""]["version"] = 1  # what a version-1 Transformer saved
-    fresh = Transformer(32, 2, 4, pos=["rope-axial", "irpe"], grid_size=(3, 4), axes=("h", "w"))
-    fresh.load_state_dict(old)  # strict
-    for key, value in fresh.state_dict().items():
-        assert torch.equal(value, state[key] + 1), key
-    # a plain dict (no metadata): keys only the old numbering explains are renumbered too
-    plain = {k.replace(".attn.encoders.0.", ".attn.encoders.1."): v for k, v in state.items()}
-    fresh.load_state_dict(plain)
-    assert torch.equal(fresh.blocks[1].attn.encoders[0].k_table, model.blocks[1].attn.encoders[0].k_table)
-    # and the current format round-trips unchanged
-    fresh.load_state_dict(model.state_dict())
-    assert torch.equal(fresh.blocks[0].attn.encoders[0].k_table, model.blocks[0].attn.encoders[0].k_table)
+    assert {k for k in state if ".attn.encoders." in k} == {f"blocks.{i}.attn.encoders.irpe.k_table" for i in range(2)}
+    assert "pos_encoders.learned.pos_embed" in state
+    other = Transformer(32, 2, 4, pos=["irpe", "rope-mixed", "learned"], grid_size=(3, 4), axes=("h", "w"))
+    missing, unexpected = other.load_state_dict(state, strict=False)
+    assert unexpected == [] and all("rope-mixed" in k for k in missing)
+    assert torch.equal(other.blocks[1].attn.encoders["irpe"].k_table, model.blocks[1].attn.encoders["irpe"].k_table)
 
 
 def test_converted_models_share_fixed_plans_and_keep_their_keys(monkeypatch):
@@ -126,7 +116,10 @@ def test_no_weight_decay_lists_rope_mixed_frequencies():
     decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
     assert frequencies and not frequencies & decayed
     stack = Transformer(32, 2, 4, pos=["rope-mixed", "irpe", "sincos"], grid_size=(3, 4), axes=("h", "w"))
-    assert no_weight_decay(stack) == {"blocks.0.attn.encoders.0.weight", "blocks.1.attn.encoders.0.weight"}
+    assert no_weight_decay(stack) == {
+        "blocks.0.attn.encoders.rope-mixed.weight",
+        "blocks.1.attn.encoders.rope-mixed.weight",
+    }
     clip = mo.create_model("ViT-B-32", pos="rope-mixed", embed_dim=16, vision_cfg=VISION, text_cfg=TEXT)
     assert "transformer.resblocks.2.attn.pos_encoders.rope-mixed.weight" in clip.visual.no_weight_decay()
 

@@ -31,7 +31,7 @@ def _png(path):
     ],
 )
 def test_plot_similarity_writes_the_map_it_returns(tmp_path, name, coords, query):
-    enc = mmpos.registry.create_in_model(name, {"dim": 16, "num_heads": 2})
+    enc = mmpos.encoders.registry.create_in_model(name, {"dim": 16, "num_heads": 2})
     smap = plot_similarity(enc, coords, query, tmp_path / "map.png")
     _png(tmp_path / "map.png")
     torch.testing.assert_close(smap.values, similarity_map(enc, coords, query).values)

@@ -3,7 +3,7 @@
 import pytest
 
 import mmpos
-from mmpos.registry import check_arguments, create_in_model
+from mmpos.encoders.registry import check_arguments, create_in_model
 
 
 def test_misspelled_encoder_name_suggests_the_close_one():
