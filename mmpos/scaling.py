@@ -67,10 +67,12 @@ from .rotary import FrequencyPlan
 
 __all__ = [
     "DYNAMIC_RULES",
+    "POSITION_RULES",
     "RULES",
     "SPECTRA",
     "PlanRescale",
     "RopeScaling",
+    "as_scaling",
     "build_scaling",
     "cinescale_ntk",
     "dynamic_ntk",
@@ -80,6 +82,7 @@ __all__ = [
     "ntk_by_parts",
     "position_interpolation",
     "reference_shape",
+    "rescaled_weight",
     "resolution_interpolation",
     "scale_plan",
     "theta_scaling",

@@ -472,3 +472,31 @@ def test_scaled_encoder_compiles_fullgraph_and_exports(rule):
     torch.testing.assert_close(exported.module()(q, k, coords.pos), eager)
     big = Coords.grid(6, 6).scaled(2.0).pos  # a longer extent: the dynamic rule moves, in the same graph
     torch.testing.assert_close(exported.module()(q, k, big), wrap(q, k, big))
+
+
+@pytest.mark.slow
+def test_dynamic_rule_exports_to_onnx_with_a_dynamic_image_size(tmp_path):
+    # the dynamic rule is part of the ONNX graph: a grid beyond the original one is rescaled there as in eager
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from torch.export import Dim
+
+    from mmpos.export import to_onnx
+    from mmpos.nn import VisionTransformer
+
+    def vit(scaling):
+        torch.manual_seed(0)
+        kw = {"rope-axial": {"scaling": scaling}}
+        return VisionTransformer(
+            (16, 20), 4, dim=32, depth=2, num_heads=2, pos="rope-axial", pos_kwargs=kw, num_classes=5
+        )
+
+    model = vit({"rule": "dynamic", "factor": 2.0, "original_size": [4, 5]}).eval()
+    dims = ({0: Dim("b", min=1, max=8), 2: 4 * Dim("h", min=2, max=32), 3: 4 * Dim("w", min=2, max=32)},)
+    path = tmp_path / "model.onnx"
+    to_onnx(model, (torch.randn(2, 3, 16, 20),), dynamic_shapes=dims).save(str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    big = torch.randn(3, 3, 24, 32)  # a 6 x 8 grid, beyond the original 4 x 5
+    out = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: big.numpy()})[0])
+    torch.testing.assert_close(out, model(big), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(model(big), vit(None).eval()(big), atol=1e-4)  # the rule acted
