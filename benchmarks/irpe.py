@@ -15,10 +15,13 @@ backward, at N = 197 (14 x 14 + class token) and N = 1025 (32 x 32 + class token
   the fused kernels reading a bias, the floor of any attention that reads a formed bias.
 
 Time: median of ``--repeats`` steps, the variants interleaved step by step so that a
-shared machine's load hits them alike; process CPU time on CPU, wall time on CUDA.
-Peak memory: on CUDA ``max_memory_allocated`` above the inputs and weights; on CPU the
-rise of the peak resident set during one step (``VmHWM`` of ``/proc/self/status``, reset
-through ``/proc/self/clear_refs``, with glibc mapping every block of 64 KiB or more).
+shared machine's load hits them alike; process CPU time on CPU, wall time on CUDA, with the
+allocator as the process found it (glibc's default unless ``MALLOC_*`` / ``LD_PRELOAD`` say
+otherwise: what users get). Peak memory, measured after all timings: on CUDA
+``max_memory_allocated`` above the inputs and weights; on CPU the rise of the peak resident set
+during one step (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs``), with
+glibc then mapping every block of 64 KiB or more so that the resident set follows live memory;
+``--mapped`` also times the steps again under that setting (a second, labelled table).
 
 With ``--reference PATH`` (a checkout of microsoft/Cream, or its ``iRPE/DeiT-with-iRPE``
 folder; nothing of it is copied here) the script also times the reference's ``RPEAttention``
@@ -31,16 +34,14 @@ reference layer into the mmpos layer and the outputs compared before timing. The
 imports ``easydict``; a minimal stand-in (a dict with attribute access) is registered when it
 is not installed, and its optional ``rpe_ops`` extension is used when the checkout has it built.
 
-    python benchmarks/irpe.py [--device cpu|cuda] [--repeats 7] [--threads 1] [--reference PATH]
+    python benchmarks/irpe.py [--device cpu|cuda] [--repeats 7] [--threads 1] [--reference PATH] [--mapped]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
-import platform
 import statistics
 import sys
 import time
@@ -49,6 +50,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from _env import header
 from _memory import map_large_blocks, peak_mib
 
 import mmpos
@@ -126,23 +128,14 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def peak_memory(variant: str, n: int, device: str) -> float:
-    """Extra peak memory (MiB) of one forward + backward step, after a warm-up step."""
-    model, (x, coords) = build(variant, n, device), inputs(n, device)
-    step(model, x, coords)
-    model.zero_grad(set_to_none=True)
-    x.grad = None
-    return peak_mib(functools.partial(step, model, x, coords), device)
-
-
-def times(n: int, device: str, repeats: int) -> dict[str, float]:
-    """Median seconds per forward + backward step, variants interleaved (:func:`interleaved_medians`)."""
+def deit_s_models(n: int, device: str) -> tuple[dict, torch.Tensor, Coords]:
+    """The DeiT-S variants at ``N = n``, their outputs compared first."""
     models = {v: build(v, n, device) for v in VARIANTS}
     x, coords = inputs(n, device)
     with torch.no_grad():  # the naive, the general and the gathered versions compute the same layer
         for other in ("naive", "irpe-sdpa"):
             torch.testing.assert_close(models[other](x, coords), models["irpe"](x, coords), rtol=1e-4, atol=1e-5)
-    return interleaved_medians(models, x, coords, device, repeats)
+    return models, x, coords
 
 
 def interleaved_medians(models: dict, x: torch.Tensor, coords: Coords, device: str, repeats: int) -> dict:
@@ -236,54 +229,80 @@ class _NoCoords(torch.nn.Module):
         return self.layer(x)
 
 
-def reference_times(cream: types.ModuleType, n: int, device: str, repeats: int) -> tuple[dict, dict, dict]:
-    """Median step seconds, extra peak MiB and max |mmpos - Cream| per ``(side, mode)``."""
-    grid, batch = SIZES[n]
+def reference_models(cream: types.ModuleType, n: int, device: str) -> tuple[dict, torch.Tensor, Coords, dict]:
+    """``(side, mode) -> layer`` at ``N = n`` with the same weights, and max |mmpos - Cream| per mode."""
+    grid, _ = SIZES[n]
     models, diffs = {}, {}
     torch.manual_seed(1)
-    x = torch.randn(batch, n, TINY_DIM, device=device, requires_grad=True)
+    x = torch.randn(SIZES[n][1], n, TINY_DIM, device=device, requires_grad=True)
     coords = Coords.grid(*grid, num_prefix_tokens=1, device=device)
     for mode in REFERENCE_MODES:
         ref, ours = reference_pair(cream, mode, grid, device)
         models[("cream", mode)], models[("mmpos", mode)] = _NoCoords(ref), ours
         with torch.no_grad():
             diffs[mode] = float((ours(x, coords) - ref(x)).abs().max())
-    medians = interleaved_medians(models, x, coords, device, repeats)
+    return models, x, coords, diffs
+
+
+def step_memory(models: dict, x: torch.Tensor, coords: Coords, device: str) -> dict:
+    """Extra peak MiB of one forward + backward step of each model (after a warm-up step)."""
     mem = {}
     for key, model in models.items():
         model.zero_grad(set_to_none=True)
         x.grad = None
         step(model, x, coords)
         mem[key] = peak_mib(functools.partial(step, model, x, coords), device)
-    return medians, mem, diffs
+    return mem
 
 
-def reference_table(cream: types.ModuleType, device: str, repeats: int) -> str:
+def reference_table(runs: dict, key: str = "t") -> str:
+    """``runs``: N -> {"t": medians, "mem": MiB, "diffs": ...} from :func:`main`."""
     lines = [
         (
             "| N | batch | mode | Cream ms | mmpos ms | mmpos / Cream | Cream x own plain | mmpos x own plain "
-            "| Cream MiB | mmpos MiB | max abs diff |"
+            "| mmpos x SDPA floor | Cream MiB | mmpos MiB | max abs diff |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for n in SIZES:
-        t, mem, diffs = reference_times(cream, n, device, repeats)
+    for n, run in runs.items():
+        t, mem, diffs = run[key], run["mem"], run["diffs"]
         for mode in REFERENCE_MODES:
             c, m = t[("cream", mode)], t[("mmpos", mode)]
             lines.append(
                 f"| {n} | {SIZES[n][1]} | {mode} | {1e3 * c:.1f} | {1e3 * m:.1f} | {m / c:.2f} "
-                f"| {c / t[('cream', 'plain')]:.2f} | {m / t[('mmpos', 'plain')]:.2f} "
+                f"| {c / t[('cream', 'plain')]:.2f} | {m / t[('mmpos', 'plain')]:.2f} | {m / t['floor']:.2f} "
                 f"| {mem[('cream', mode)]:.1f} | {mem[('mmpos', mode)]:.1f} | {diffs[mode]:.1e} |"
             )
     return "\n".join(lines)
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+def deit_s_table(runs: dict, key: str = "t") -> str:
+    lines = ["| N | batch | variant | fwd+bwd ms | x sdpa | x sdpa-mask floor | peak extra MiB | x sdpa |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for n, run in runs.items():
+        t, mem = run[key], run["mem"]
+        for v in VARIANTS:
+            lines.append(
+                f"| {n} | {SIZES[n][1]} | {v} | {1e3 * t[v]:.1f} | {t[v] / t['sdpa']:.2f} | {t[v] / t['sdpa-mask']:.2f} "
+                f"| {mem[v]:.1f} | {mem[v] / mem['sdpa']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+class _FloorSDPA(torch.nn.Module):
+    """DeiT-Ti projections + SDPA with a constant ``(B, H, N, N)`` float mask: the floor of attention reading a bias."""
+
+    def __init__(self, layer: Attention, n: int, batch: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.register_buffer("constant", 0.02 * torch.randn(batch, TINY_HEADS, n, n))
+
+    def forward(self, x: torch.Tensor, coords: Coords) -> torch.Tensor:
+        layer, b, n = self.layer, x.shape[0], x.shape[1]
+        q = layer.q(x).view(b, n, TINY_HEADS, -1).transpose(1, 2)
+        k, v = layer.kv(x).view(b, n, 2, TINY_HEADS, -1).permute(2, 0, 3, 1, 4)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.constant)
+        return layer.proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
 def main() -> None:
@@ -294,51 +313,50 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--reference", help="a microsoft/Cream checkout: also time its RPEAttention against mmpos")
     parser.add_argument("--reference-only", action="store_true", help="with --reference: skip the DeiT-S table")
+    parser.add_argument("--mapped", action="store_true", help="CPU: time again with glibc mapping blocks >= 64 KiB")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.device == "cpu":  # blocks of 64 KiB and more are mapped and unmapped: RSS follows live memory
-        map_large_blocks()
-    machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
     clock_name = "wall" if args.device == "cuda" else "process CPU"
-    if args.reference:
-        cream = load_reference(args.reference)
-        print(
-            f"iRPE vs the reference (microsoft/Cream RPEAttention, rpe_ops built: {cream.built_rpe_ops}), "
-            f"{datetime.date.today()}, {machine}, torch {torch.__version__}, threads={args.threads}, "
-            f"dim={TINY_DIM}, heads={TINY_HEADS}, median of {args.repeats} ({clock_name} time)\n"
-        )
-        print(reference_table(cream, args.device, args.repeats) + "\n")
-        if args.reference_only:
-            return
-    rows = []
-    for n in SIZES:
-        t = times(n, args.device, args.repeats)
-        mem = {v: peak_memory(v, n, args.device) for v in VARIANTS}
-        for v in VARIANTS:
-            rows.append(
-                {
-                    "n": n,
-                    "batch": SIZES[n][1],
-                    "variant": v,
-                    "ms": 1e3 * t[v],
-                    "time_ratio": t[v] / t["sdpa"],
-                    "mib": mem[v],
-                    "mem_ratio": mem[v] / mem["sdpa"],
-                }
+    cream = load_reference(args.reference) if args.reference else None
+    ref_runs, deit_runs = {}, {}
+    for n in SIZES if cream is not None else ():
+        models, x, coords, diffs = reference_models(cream, n, args.device)
+        torch.manual_seed(0)
+        models["floor"] = _FloorSDPA(Attention(TINY_DIM, TINY_HEADS), n, SIZES[n][1]).to(args.device)
+        ref_runs[n] = {"models": models, "x": x, "coords": coords, "diffs": diffs}
+    for n in SIZES if not args.reference_only else ():
+        models, x, coords = deit_s_models(n, args.device)
+        deit_runs[n] = {"models": models, "x": x, "coords": coords}
+    runs = [*ref_runs.values(), *deit_runs.values()]
+    for run in runs:  # the allocator as found: what users get
+        run["t"] = interleaved_medians(run["models"], run["x"], run["coords"], args.device, args.repeats)
+    headline = header(args.device, note=f"median of {args.repeats} ({clock_name} time)")
+    if args.device == "cpu":
+        map_large_blocks()  # from here on RSS follows live memory (and every large block is fresh)
+    for run in runs:
+        run["mem"] = step_memory(run["models"], run["x"], run["coords"], args.device)
+        if args.mapped and args.device == "cpu":
+            run["t_mapped"] = interleaved_medians(run["models"], run["x"], run["coords"], args.device, args.repeats)
+    mapped = header(args.device, note=f"median of {args.repeats} ({clock_name} time)")
+    tables = [("t", headline)] + ([("t_mapped", mapped)] if args.mapped and args.device == "cpu" else [])
+    for key, line in tables:
+        label = "allocator as found (the headline)" if key == "t" else "glibc mapping every block >= 64 KiB"
+        print(f"### Timings: {label}\n\n{line}\n<!-- peak MiB measured after the timings: {mapped[5:-4]} -->\n")
+        if cream is not None:
+            print(
+                f"iRPE vs the reference (microsoft/Cream RPEAttention, rpe_ops built: {cream.built_rpe_ops}), "
+                f"dim={TINY_DIM}, heads={TINY_HEADS}; floor: SDPA reading a constant (B, H, N, N) mask\n"
             )
-    print(
-        f"iRPE benchmark, {datetime.date.today()}, {machine}, torch {torch.__version__}, "
-        f"threads={args.threads}, dim={DIM}, heads={HEADS}, median of {args.repeats} "
-        f"({'wall' if args.device == 'cuda' else 'process CPU'} time)\n"
-    )
-    print("| N | batch | variant | fwd+bwd ms | x sdpa | peak extra MiB | x sdpa |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['n']} | {r['batch']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} "
-            f"| {r['mib']:.1f} | {r['mem_ratio']:.2f} |"
-        )
+            print(reference_table(ref_runs, key) + "\n")
+        if deit_runs:
+            print(f"DeiT-S layer: dim={DIM}, heads={HEADS}\n")
+            print(deit_s_table(deit_runs, key) + "\n")
     if args.json:
+        rows = [
+            {"n": n, "variant": v, "ms": 1e3 * run["t"][v], "mib": run["mem"][v]}
+            for n, run in deit_runs.items()
+            for v in VARIANTS
+        ]
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
 

@@ -11,9 +11,11 @@ Cases (files written once to a temporary folder with Pillow / OpenCV):
   processor's ``sample_frames`` then ``Qwen2VLVideoProcessor``;
 * ``video-qwen3``: the same clip with the Qwen3-VL rules (``Qwen3VLVideoProcessor``).
 
-Time: median of ``--repeats`` calls, the two sides interleaved call by call; process CPU time
-(``time.process_time``) so that the load of a shared machine does not count, with
-``--threads`` torch threads. Outputs are compared (``torch.equal`` of the rows).
+Time: median of ``--repeats`` calls, the two sides interleaved call by call, both **wall time**
+(``time.perf_counter``: what a data loader waits; decoders may use threads) and process CPU time
+(``time.process_time``: all threads of the process, which a shared machine's load inflates less),
+with ``--threads`` torch threads. Outputs are compared (``torch.equal`` of the rows). The header
+line gives versions, threads, load and the allocator.
 
     python benchmarks/media.py [--repeats 10] [--threads 1] [--out results.json]
 """
@@ -21,10 +23,8 @@ Time: median of ``--repeats`` calls, the two sides interleaved call by call; pro
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -34,6 +34,7 @@ import cv2
 import numpy as np
 import torch
 import transformers
+from _env import header
 from PIL import Image as PILImage
 
 from mmpos import media
@@ -119,22 +120,29 @@ def main() -> None:
         for name, (ours, ref) in cases.items():
             a, b = ours(), ref()  # warm-up and equality
             equal = a.shape == b.shape and torch.equal(a, b)
-            times: dict[str, list[float]] = {"mmpos": [], "hf": []}
+            wall: dict[str, list[float]] = {"mmpos": [], "hf": []}
+            cpu: dict[str, list[float]] = {"mmpos": [], "hf": []}
             for _ in range(args.repeats):
                 for side, fn in (("mmpos", ours), ("hf", ref)):
-                    start = time.process_time()
+                    start, start_cpu = time.perf_counter(), time.process_time()
                     fn()
-                    times[side].append(time.process_time() - start)
-            ms = {side: 1000 * statistics.median(t) for side, t in times.items()}
+                    wall[side].append(time.perf_counter() - start)
+                    cpu[side].append(time.process_time() - start_cpu)
+            ms = {side: 1000 * statistics.median(t) for side, t in wall.items()}
+            cpu_ms = {side: 1000 * statistics.median(t) for side, t in cpu.items()}
             rows.append({"case": name, "rows": list(a.shape), "equal": equal, "mmpos_ms": ms["mmpos"],
-                         "hf_ms": ms["hf"], "ratio": ms["mmpos"] / ms["hf"]})  # fmt: skip
-            print(f"{name:12s} rows {tuple(a.shape)!s:14s} equal {equal!s:5s} mmpos {ms['mmpos']:8.1f} ms  "
-                  f"hf {ms['hf']:8.1f} ms  ratio {ms['mmpos'] / ms['hf']:.2f}")  # fmt: skip
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "threads": args.threads, "repeats": args.repeats}  # fmt: skip
+                         "hf_ms": ms["hf"], "ratio": ms["mmpos"] / ms["hf"], "mmpos_cpu_ms": cpu_ms["mmpos"],
+                         "hf_cpu_ms": cpu_ms["hf"], "cpu_ratio": cpu_ms["mmpos"] / cpu_ms["hf"]})  # fmt: skip
+    line = header("cpu", transformers, cv2, note=f"median of {args.repeats}, OpenCV threads {cv2.getNumThreads()}")
+    print(line + "\n")
+    print("| case | rows | equal | mmpos wall ms | HF wall ms | wall ratio | mmpos CPU ms | HF CPU ms | CPU ratio |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| `{r['case']}` | {' x '.join(map(str, r['rows']))} | {'yes' if r['equal'] else 'NO'} "
+              f"| {r['mmpos_ms']:.1f} | {r['hf_ms']:.1f} | {r['ratio']:.2f} "
+              f"| {r['mmpos_cpu_ms']:.1f} | {r['hf_cpu_ms']:.1f} | {r['cpu_ratio']:.2f} |")  # fmt: skip
     if args.out:
-        args.out.write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
+        args.out.write_text(json.dumps({"header": line, "results": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ q and k with them, so the two parts are timed apart:
   rotary embedding selects them once); ``mmpos`` is :meth:`mmpos.rotary.Rotation.rotate`
   (bit-exact to transformers), ``mmpos-fast`` the same with ``exact=False`` (fused
   multiply-add), ``mmpos-compiled`` :func:`mmpos.rotary.apply_rotary` on q and k under
-  ``torch.compile``; ``clone`` is ``q.clone(), k.clone()``, the floor of any rotation that
+  ``torch.compile`` (inductor: one fused pass, rounding once in bf16), ``compiled-exact`` the same
+  compiled with inductor's ``emulate_precision_casts`` (rounding after every operation as eager
+  does: bit-exact to transformers in bf16 too); ``clone`` is ``q.clone(), k.clone()``, the floor of any rotation that
   returns new tensors (reading q and k and writing fresh memory);
 * **into existing storage** (a KV-cache slot, a fused QKV buffer): ``mmpos-into`` is
   ``Rotation.rotate(q, k, out=(q_out, k_out))``, ``mmpos-in-place`` ``Rotation.rotate_`` on
@@ -65,7 +67,7 @@ from mmpos.rotary import apply_rotary
 
 HEADS, KV_HEADS, HEAD_DIM, SECTION, THETA = 28, 4, 128, [16, 24, 24], 1e6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-ROTATIONS = ("hf", "mmpos", "mmpos-fast", "mmpos-compiled", "clone")  # each returns new tensors
+ROTATIONS = ("hf", "mmpos", "mmpos-fast", "mmpos-compiled", "compiled-exact", "clone")  # each returns new tensors
 INTO = ("mmpos-into", "mmpos-in-place", "compiled-into", "copy-into")  # each writes into existing tensors
 FLOOR = "copy-into"
 
@@ -155,9 +157,12 @@ def setup(length: int, dtype: torch.dtype, device: str, compiled: bool) -> dict:
         into_compiled = torch.compile(_rotate_into, dynamic=False)
         fns["mmpos-compiled"] = lambda: rotate_compiled(q, k, exact.cos, exact.sin)
         fns["compiled-into"] = lambda: into_compiled(q, k, q_out, k_out, exact.cos, exact.sin)
+        # inductor rounding after every operation as eager does: bit-exact to transformers in bf16 too
+        emulated = torch.compile(_rotate, dynamic=False, options={"emulate_precision_casts": True})
+        fns["compiled-exact"] = lambda: emulated(q, k, exact.cos, exact.sin)
     ref = fns["hf"]()
     notes = {}
-    for name in ("mmpos", "mmpos-fast", "mmpos-compiled", "mmpos-into", "compiled-into"):
+    for name in ("mmpos", "mmpos-fast", "mmpos-compiled", "compiled-exact", "mmpos-into", "compiled-into"):
         if name in fns:
             notes[name] = _describe(fns[name](), ref)
     q_in.copy_(q), k_in.copy_(k)
@@ -189,17 +194,22 @@ def rotation_table(rows: list, key: str) -> str:
     lines = [
         "| L | dtype | "
         + " | ".join(f"{n} ms" for n in names)
-        + " | hf / mmpos | hf / fast | compiled / clone | hf tables ms | mmpos tables ms | mmpos vs hf |",
-        "|---" * (len(names) + 8) + "|",
+        + " | hf / mmpos | hf / fast | compiled / clone | compiled-exact / clone | hf tables ms | mmpos tables ms "
+        "| mmpos vs hf |",
+        "|---" * (len(names) + 9) + "|",
     ]
     for length, dname, r in rows:
         ms = r[key]
-        compiled = f"{ms['mmpos-compiled'] / ms['clone']:.2f}x" if "mmpos-compiled" in ms else "-"
+        compiled = [f"{ms[n] / ms['clone']:.2f}x" if n in ms else "-" for n in ("mmpos-compiled", "compiled-exact")]
         cells = [str(length), dname, *(f"{ms[n]:.1f}" for n in names)]
-        cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['hf'] / ms['mmpos-fast']:.2f}x", compiled]
+        cells += [f"{ms['hf'] / ms['mmpos']:.2f}x", f"{ms['hf'] / ms['mmpos-fast']:.2f}x", *compiled]
         cells += [f"{ms['hf-tables']:.2f}", f"{ms['mmpos-tables']:.2f}"]
         cells += [
-            "; ".join(f"{n}: {r['notes'][n]}" for n in ("mmpos", "mmpos-fast", "mmpos-compiled") if n in r["notes"])
+            "; ".join(
+                f"{n}: {r['notes'][n]}"
+                for n in ("mmpos", "mmpos-fast", "mmpos-compiled", "compiled-exact")
+                if n in r["notes"]
+            )
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
