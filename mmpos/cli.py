@@ -11,16 +11,25 @@
 use dotted keys with YAML values (``optim.lr=3e-4 encoders=[none,rope]``). Under
 ``torchrun --nproc_per_node N -m mmpos.cli run ...`` the run uses DDP.
 
-Every command imports only what it uses: ``list recipes``, ``cp`` and ``info`` load no
-model library (timm, open_clip, transformers); ``list`` loads the encoder modules.
+Every command imports only what it uses: ``--help``, ``list recipes`` and ``cp`` do not
+import torch; ``info`` loads no model library (timm, open_clip, transformers); ``list`` loads
+the encoder modules.
+
+Every mistake is one line on stderr and exit status 2 (no traceback); a run that failed (its
+loss diverged, a write failed: full disk, read-only folder) is one line and status 1; Ctrl-C
+during a run prints the ``--resume`` command that continues it and exits with 130. Warnings
+are one line each (``mmpos run: warning: ...``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.metadata
 import platform
+import shlex
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -80,6 +89,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Interrupted(Exception):
+    """Ctrl-C during ``mmpos run``: the message is the one line to print (with the ``--resume`` command)."""
+
+
+def _resume_hint(folder: Path | None) -> str:
+    return f"mmpos run --resume {shlex.quote(str(folder))}" if folder is not None else ""
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import run_recipe
 
@@ -88,7 +105,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         recipe, overrides = None, [recipe, *overrides]
     if not recipe and not args.resume:
         raise ValueError("name a recipe (mmpos list recipes) or a run folder to continue with --resume")
-    run_recipe(recipe, overrides, out=args.out, resume=args.resume)
+    try:
+        run_recipe(recipe, overrides, out=args.out, resume=args.resume)
+    except KeyboardInterrupt as e:
+        folder = getattr(e, "run_folder", None)
+        if folder is None and args.resume:
+            folder = Path(args.resume)
+        if folder is None:
+            raise _Interrupted("interrupted before anything was saved; nothing to resume") from None
+        raise _Interrupted(f"interrupted; continue the run with: {_resume_hint(folder)}") from None
     return 0
 
 
@@ -120,9 +145,16 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         return e.code if isinstance(e.code, int) else 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """``argparse`` whose mistakes are one line (``mmpos run: error: ...``), exit status 2, no usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mmpos", description="Position encoders for multimodal and structured data.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,cp,info,plot}")
+    p = _Parser(prog="mmpos", description="Position encoders for multimodal and structured data.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,cp,info,plot}", parser_class=_Parser)
     lst = sub.add_parser("list", help="list the registered encoders, or the shipped recipes")
     lst.add_argument("what", nargs="?", choices=("encoders", "recipes"), default="encoders")
     lst.set_defaults(fn=_cmd_list)
@@ -151,6 +183,38 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_RUN_OPTIONS = ("--resume", "--out", "--help")
+
+
+def _unknown_option_hint(extra: list[str], positional: list[str]) -> str:
+    """``--steps 10`` / ``--steps=10`` -> ``; ... write steps=10`` (``positional``: what argparse took as overrides)."""
+    option = next((e for e in extra if e.startswith("--")), None)
+    if option is None:
+        return ""
+    key, sep, value = option[2:].partition("=")
+    if not sep:
+        i = extra.index(option)
+        loose = [p for p in positional if "=" not in p]  # argparse may have taken the value as a positional
+        if i + 1 < len(extra) and not extra[i + 1].startswith("-"):
+            value = extra[i + 1]
+        else:
+            value = loose[0] if loose else "VALUE"
+    close = difflib.get_close_matches(f"--{key}", _RUN_OPTIONS, n=1, cutoff=0.75)
+    if close:
+        return f"; did you mean {close[0]}?"
+    return f"; config overrides are key=value, not options: write {key.replace('-', '_')}={value}"
+
+
+def _one_line_warnings(command: str):
+    """``warnings.showwarning`` that prints ``mmpos <command>: warning: <message>`` (no source path or line)."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        print(f"mmpos {command}: warning: {text}", file=file or sys.stderr)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mmpos`` console script; returns the exit status."""
     parser = _parser()
@@ -158,19 +222,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command == "run" and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]  # key=value after --resume DIR / --out DIR
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        hint = _unknown_option_hint(extra, [args.recipe or "", *args.overrides]) if args.command == "run" else ""
+        print(f"mmpos {args.command}: error: unrecognized arguments: {' '.join(extra)}{hint}", file=sys.stderr)
+        return 2
+    show = warnings.showwarning
+    warnings.showwarning = _one_line_warnings(args.command)
     try:
         return args.fn(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:  # bad recipe, override or folder: no traceback
-        print(f"mmpos {args.command}: error: {e}", file=sys.stderr)
+    except _Interrupted as e:
+        print(f"mmpos {args.command}: {e}", file=sys.stderr)
+        return 130
+    except (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError) as e:
+        # a bad recipe, override, encoder name or folder: one line, no traceback
+        text = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"mmpos {args.command}: error: {' '.join(str(text).split())}", file=sys.stderr)
         return 2
-    except RuntimeError as e:  # a run that failed (e.g. its loss diverged): one line, marked failed, status 1
-        from .runner.runner import TrainingDiverged
+    except RuntimeError as e:  # a run that failed (its loss diverged, a write failed): one line, status 1
+        from .runner.train import TrainingDiverged, WriteFailed
 
-        if not isinstance(e, TrainingDiverged):
+        if not isinstance(e, (TrainingDiverged, WriteFailed)):
             raise
-        print(f"mmpos {args.command}: failed: {e}", file=sys.stderr)
+        message = str(e)
+        resume = getattr(args, "resume", None)
+        folder = getattr(e, "run_folder", None) or (Path(resume) if resume else None)
+        if isinstance(e, WriteFailed) and folder is not None:
+            message += f"; once fixed, continue with: {_resume_hint(folder)}"
+        print(f"mmpos {args.command}: failed: {message}", file=sys.stderr)
         return 1
+    finally:
+        warnings.showwarning = show
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """Recipe configs: YAML (a ``yaml.SafeLoader``), profiles, dotted ``key=value`` overrides, validation.
 
-Shipped recipes are package data of the installed *recipe packages*: every package registered under
-the entry-point group :data:`ENTRY_POINT_GROUP` (``mmpos.recipes``; mmpos's own is the top-level
-:mod:`recipes` package) holds ``configs/NAME.yaml`` and a ``tasks`` subpackage. They are found with
-:mod:`importlib.metadata` and :mod:`importlib.resources` (:func:`recipe_packages`, :func:`list_recipes`,
+Shipped recipes are package data of the installed *recipe packages* (:mod:`mmpos.runner.packages`;
+mmpos's own is the top-level :mod:`recipes` package): each holds ``configs/NAME.yaml`` and a ``tasks``
+subpackage. They are found with :mod:`importlib.resources` (:func:`list_recipes`,
 :func:`find_recipe`): a YAML file added to such a folder is a recipe, with no registration, and the
 library never imports a recipe package by its name.
 
@@ -17,7 +16,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import importlib.resources
+import json
 import math
 import re
 import warnings
@@ -27,21 +28,27 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from . import packages
+
 if TYPE_CHECKING:  # importlib.resources.abc is Python >= 3.11
     from importlib.resources.abc import Traversable
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
     "LOGGERS",
+    "RESUME_OVERRIDABLE",
     "RUNNER_DEFAULTS",
     "ConfigError",
+    "RunError",
+    "check_folder_name",
+    "config_digest",
+    "dump_run_config",
     "find_recipe",
     "list_recipes",
     "load_yaml",
     "merge",
     "parse_overrides",
+    "read_run_config",
     "recipe_description",
-    "recipe_packages",
     "resolve_config",
     "shipped_recipe",
 ]
@@ -82,8 +89,16 @@ RUNNER_DEFAULTS: dict[str, Any] = {
 LOGGERS = ("jsonl", "tensorboard")
 
 
+#: Keys that may change when resuming (they do not change the results; ``baseline`` changes only the table).
+RESUME_OVERRIDABLE = ("device", "threads", "progress", "baseline")
+
+
 class ConfigError(ValueError):
     """A recipe config that cannot be used; the message names the key."""
+
+
+class RunError(ValueError):
+    """A run folder that cannot be used (damaged beyond recovery, busy, not a folder); names the file."""
 
 
 class SafeLoader(yaml.SafeLoader):
@@ -107,8 +122,13 @@ def safe_load(text: str) -> Any:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping with :func:`safe_load` (an empty file gives ``{}``)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the file as UTF-8") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a folder, not a YAML file") from None
     try:
         data = safe_load(text)
     except yaml.YAMLError as e:  # one line: where and what
@@ -122,23 +142,87 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-#: The entry-point group under which packages of recipes register (``pyproject.toml``:
-#: ``[project.entry-points."mmpos.recipes"]``); each value names an importable package.
-ENTRY_POINT_GROUP = "mmpos.recipes"
+_DIGEST_LINE = "# mmpos sha256 "  # the last line of a run folder's config.yaml: the digest of the lines above
 
 
-def recipe_packages() -> list[str]:
-    """Names of the installed recipe packages (the values of :data:`ENTRY_POINT_GROUP`), sorted."""
-    from importlib.metadata import entry_points
+def config_digest(cfg: Mapping[str, Any]) -> str:
+    """SHA-256 of the resolved config ``cfg`` without the :data:`RESUME_OVERRIDABLE` keys (canonical JSON).
 
-    return sorted({ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    Each checkpoint records it; a resume whose config has another digest is refused.
+    """
+    kept = {k: v for k, v in cfg.items() if k not in RESUME_OVERRIDABLE}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=repr, allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def dump_run_config(cfg: Mapping[str, Any]) -> str:
+    """The text of a run folder's ``config.yaml``: the resolved config, then a line with its SHA-256.
+
+    :func:`read_run_config` checks that line, so a file cut short or changed on disk is named
+    on ``--resume`` instead of being filled with defaults.
+    """
+    body = yaml.safe_dump(dict(cfg), sort_keys=False, allow_unicode=True)
+    return f"{body}{_DIGEST_LINE}{hashlib.sha256(body.encode('utf-8')).hexdigest()} (checked on --resume)\n"
+
+
+def read_run_config(path: str | Path) -> dict[str, Any]:
+    """Read back a run folder's ``config.yaml`` written by :func:`dump_run_config`, verifying its digest.
+
+    Raises :class:`RunError` naming the file when it is missing, not UTF-8, cut short, edited
+    or otherwise damaged (its last line does not hold the digest of the lines above).
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RunError(f"{path} is missing; the run folder cannot be resumed without it") from None
+    except OSError as e:
+        raise RunError(f"{path} cannot be read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RunError(
+            f"{path} is damaged: not UTF-8 text (byte {e.start}); the run cannot be resumed from it"
+        ) from None
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    body += "\n"
+    if not last.startswith(_DIGEST_LINE):
+        raise RunError(
+            f"{path} is damaged: its last line is not the '{_DIGEST_LINE.strip()}' line (cut short?); "
+            "the run cannot be resumed from it"
+        )
+    digest = last[len(_DIGEST_LINE) :].split()[0] if last[len(_DIGEST_LINE) :].split() else ""
+    if hashlib.sha256(body.encode("utf-8")).hexdigest() != digest:
+        raise RunError(
+            f"{path} is damaged or was edited (its content does not match its sha256 line); "
+            "the run cannot be resumed from it"
+        )
+    cfg = safe_load(body)
+    if not isinstance(cfg, dict):
+        raise RunError(f"{path} is damaged: not a YAML mapping")
+    return cfg
+
+
+def check_folder_name(value: Any, what: str) -> str:
+    """A name that becomes one folder of a run path: a non-empty string, no separators, not ``.`` / ``..``."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string (it names a folder), got {value!r}")
+    if (
+        not value
+        or value.strip() != value
+        or value in (".", "..")
+        or any(c in value for c in "/\\\0:")
+        or Path(value).is_absolute()
+    ):
+        raise ConfigError(f"{what} must be one folder name inside --out (no '/', '\\', ':' or '..'), got {value!r}")
+    return value
 
 
 def _shipped() -> dict[str, Traversable]:
     """``{recipe name: its YAML resource}`` over every recipe package; a name two packages ship is an error."""
     found: dict[str, Traversable] = {}
     owner: dict[str, str] = {}
-    for package in recipe_packages():
+    for package in packages.recipe_packages():
         folder = importlib.resources.files(package) / "configs"
         if not folder.is_dir():
             continue
@@ -245,12 +329,18 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
     if not isinstance(cfg["task"], str) or not cfg["task"]:
         fail("task", "the name of a registered task")
     for key in ("encoders", "seeds"):
-        if isinstance(cfg[key], (str, int)):
-            cfg[key] = [cfg[key]]  # type: ignore[index]
-        if not isinstance(cfg[key], list) or not cfg[key]:
+        value = cfg[key]
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):  # a scalar where a list is wanted
+            raise ConfigError(
+                f"config key {key!r} must be a list, got the single value {value!r}; write {key}=[{value}] "
+                f"(in YAML: {key}: [{value}])"
+            )
+        if not isinstance(value, list) or not value:
             fail(key, "a non-empty list")
     if not all(isinstance(e, str) and e for e in cfg["encoders"]):
         fail("encoders", "a list of encoder names")
+    for e in cfg["encoders"]:
+        check_folder_name(e, f"encoder name {e!r} (config key 'encoders')")
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in cfg["seeds"]):
         fail("seeds", "a list of integers")
     for key in ("encoders", "seeds"):
@@ -270,10 +360,15 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
     for key in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
         if not isinstance(o[key], (int, float)) or isinstance(o[key], bool) or not 0 <= o[key] < math.inf:
             fail(f"optim.{key}", "a finite number >= 0")
-    if not isinstance(o["warmup_steps"], int) or o["warmup_steps"] < 0:
+    if not isinstance(o["warmup_steps"], int) or isinstance(o["warmup_steps"], bool) or o["warmup_steps"] < 0:
         fail("optim.warmup_steps", "an integer >= 0")
-    if not (isinstance(o["betas"], list) and len(o["betas"]) == 2):
-        fail("optim.betas", "a list of two numbers")
+    betas = o["betas"]
+    if not (
+        isinstance(betas, list)
+        and len(betas) == 2
+        and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
+    ):
+        fail("optim.betas", "a list of two numbers in [0, 1)")
     if not isinstance(cfg["device"], str):
         fail("device", "'auto', 'cpu', 'cuda' or 'cuda:N'")
     if cfg["description"] is not None and not isinstance(cfg["description"], str):
@@ -288,22 +383,20 @@ def cfg_get(cfg: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def _drop_unswept_baseline(cfg: dict[str, Any], over: Mapping[str, Any]) -> None:
-    """The recipe's ``baseline`` gives way (with a warning) when the caller sweeps other encoders.
+def _drop_unswept_baseline(cfg: dict[str, Any], over: Mapping[str, Any]) -> str | None:
+    """The recipe's ``baseline`` gives way when the caller sweeps other encoders; returns the warning to give.
 
-    A baseline the caller names itself must be swept (checked with the other values).
+    A baseline the caller names itself must be swept (checked with the other values). The
+    warning is given once the config is valid, so a mistake is not preceded by it.
     """
     baseline, encoders = cfg.get("baseline"), cfg.get("encoders")
-    encoders = [encoders] if isinstance(encoders, str) else encoders
     if "baseline" in over or baseline is None or not isinstance(encoders, list) or baseline in encoders:
-        return
-    warnings.warn(
-        f"the recipe's baseline {baseline!r} is not among encoders {encoders}: no paired-difference table "
-        "(name one with baseline=<encoder>)",
-        UserWarning,
-        stacklevel=3,
-    )
+        return None
     cfg["baseline"] = None
+    return (
+        f"the recipe's baseline {baseline!r} is not among encoders {encoders}: no paired-difference table "
+        "(name one with baseline=<encoder>)"
+    )
 
 
 def resolve_config(
@@ -330,7 +423,7 @@ def resolve_config(
         if "profile" in profiles[profile] or "profiles" in profiles[profile]:
             raise ConfigError(f"profiles.{profile} may not set 'profile' or 'profiles'")
         cfg = merge(merge(recipe, profiles[profile]), over)  # overrides win over the profile
-    _drop_unswept_baseline(cfg, over)
+    dropped = _drop_unswept_baseline(cfg, over)
     if not cfg.get("task"):
         raise ConfigError("the recipe must name its task: task: <name> (see docs/recipes.md)")
     if task_defaults is None:
@@ -353,4 +446,6 @@ def resolve_config(
     _check_keys(cfg, defaults)
     cfg = merge(defaults, cfg)
     _check_runner_values(cfg)
+    if dropped:
+        warnings.warn(dropped, UserWarning, stacklevel=2)
     return cfg

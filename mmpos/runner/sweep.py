@@ -29,20 +29,35 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import yaml
 
-from .config import ConfigError, find_recipe, load_yaml, resolve_config
+from .config import (
+    RESUME_OVERRIDABLE,
+    ConfigError,
+    check_folder_name,
+    dump_run_config,
+    find_recipe,
+    load_yaml,
+    read_run_config,
+    resolve_config,
+)
 from .stats import learning_curve_area, paired_differences, summarize, verdicts
-from .train import Dist, RunError, atomic_write, init_distributed, require_tensorboard, seed_everything, train_run
+from .train import (
+    Dist,
+    RunError,
+    WriteFailed,
+    atomic_write,
+    init_distributed,
+    remove_temporaries,
+    require_tensorboard,
+    seed_everything,
+    train_run,
+)
 
 __all__ = [
     "RESUME_OVERRIDABLE",
     "results_table",
     "run_recipe",
 ]
-
-#: Keys that may change when resuming (they do not change the results; ``baseline`` changes only the table).
-RESUME_OVERRIDABLE = ("device", "threads", "progress", "baseline")
 
 
 def _cell(row: dict[str, Any], key: str, seeds: int) -> str:
@@ -170,12 +185,15 @@ def _new_run_dir(root: Path, recipe_name: str, name: str | None) -> Path:
 
 
 def _resume_dir(path: str | Path) -> Path:
-    """The run folder holding ``path`` (the folder itself, a pair folder or a file inside)."""
-    path = Path(path).resolve()
-    for folder in [path, *path.parents]:
-        if (folder / "config.yaml").is_file():
-            return folder
-    raise FileNotFoundError(f"--resume {path}: no config.yaml in it or in a folder above it; is it a run folder?")
+    """The run folder ``path`` itself: it must hold its own ``config.yaml`` (no folder above is searched)."""
+    folder = Path(path).resolve()
+    if (folder / "config.yaml").is_file():
+        return folder
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--resume {path}: not a folder; name a run folder (it holds config.yaml)")
+    above = next((p for p in folder.parents if (p / "config.yaml").is_file()), None)
+    hint = f"; the run folder above it is {above}: --resume {above}" if above else "; is it a run folder?"
+    raise FileNotFoundError(f"--resume {path}: no config.yaml in it{hint}")
 
 
 def _check_pos_kwargs(cfg: Mapping[str, Any]) -> None:
@@ -287,7 +305,7 @@ def run_recipe(
                 )
         if out is not None and Path(out).resolve() != folder.parent.parent:
             raise ConfigError(f"--out {out} with --resume {folder}: the run stays in {folder.parent.parent}")
-        saved = load_yaml(folder / "config.yaml")
+        saved = read_run_config(folder / "config.yaml")  # RunError names a cut, edited or damaged file
         # config.yaml is the resolved config: read it as is (its profile was applied when it was written)
         cfg = resolve_config({**saved, "profile": None}, overrides)
         cfg["profile"] = saved.get("profile")
@@ -298,7 +316,7 @@ def run_recipe(
             path = find_recipe(recipe)
             raw, name = load_yaml(path), path.stem
         cfg = resolve_config(raw, overrides)
-        recipe_name = name
+        recipe_name = check_folder_name(name, "the recipe name (name=)")
         _check_name(cfg["name"])
         _check_root(Path(out if out is not None else cfg["out"]))
     _check_pos_kwargs(cfg)
@@ -328,7 +346,11 @@ def _run(
             dist.broadcast_object_list(shared, src=0)
             folder = Path(shared[0])  # type: ignore[arg-type]
         if ddp.is_main:
-            atomic_write(folder / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))  # type: ignore[operator]
+            try:
+                atomic_write(folder / "config.yaml", dump_run_config(cfg))  # type: ignore[operator]
+            except WriteFailed:
+                shutil.rmtree(folder, ignore_errors=True)  # type: ignore[arg-type]  # no folder without its config
+                raise
     assert folder is not None
     try:
         with _locked(folder, ddp.is_main):
@@ -336,8 +358,10 @@ def _run(
     except BaseException as e:
         if ddp.is_main and not resume and _only_config(folder):
             shutil.rmtree(folder, ignore_errors=True)  # nothing was trained: leave no half-written folder
-        elif ddp.is_main and isinstance(e, Exception) and not isinstance(e, RunError):  # not an interruption
-            atomic_write(folder / "failed.json", json.dumps({"error": f"{type(e).__name__}: {e}"}, indent=2) + "\n")
+        elif ddp.is_main and isinstance(e, Exception) and not isinstance(e, (RunError, WriteFailed)):
+            with contextlib.suppress(WriteFailed):  # not an interruption: mark the run failed, if the disk lets us
+                atomic_write(folder / "failed.json", json.dumps({"error": f"{type(e).__name__}: {e}"}, indent=2) + "\n")
+        e.run_folder = folder if folder.is_dir() else None  # type: ignore[union-attr]  # mmpos run: the --resume hint
         raise
 
 
@@ -354,6 +378,7 @@ def _train_all(
     """Train every (encoder, seed) pair into ``folder`` and write the results."""
     if ddp.is_main:
         (folder / "failed.json").unlink(missing_ok=True)
+        remove_temporaries(folder)  # left by a killed run (we hold the lock: nobody else writes here)
     pairs = [(e, s) for e in cfg["encoders"] for s in cfg["seeds"]]
     finals = []
     for i, (encoder, seed) in enumerate(pairs, 1):

@@ -12,20 +12,30 @@ Checkpoints hold only tensors and plain containers and are read back with
 step, a resumed run ends with exactly the metrics of an uninterrupted one.
 
 Files are written atomically (a temporary file, ``fsync``, then a rename): a killed run
-leaves the previous version, never half of a new one. ``last.pt`` keeps its predecessor as
-``prev.pt``; resuming falls back to it when ``last.pt`` is damaged, and drops a torn last
-line of ``metrics.jsonl`` (both with a warning naming the file). A run whose loss becomes
-non-finite stops with :class:`TrainingDiverged`, writes ``failed.json`` and no ``final.json``.
+leaves the previous version, never half of a new one; temporary files left by a crash are
+removed when a run starts. Each checkpoint carries the SHA-256 of its payload, the digest
+of the resolved config it was trained with (:func:`mmpos.runner.config.config_digest`) and
+the number of ``metrics.jsonl`` records written up to it. ``last.pt`` keeps its predecessor
+as ``prev.pt``; resuming verifies all three and falls back to ``prev.pt`` when ``last.pt``
+fails (a warning names the file and the reason), drops a torn last line of ``metrics.jsonl``,
+and raises :class:`RunError` naming the damaged files when no checkpoint passes. A write that
+fails (full disk, read-only folder) raises :class:`WriteFailed` naming the file, with no
+temporary file left. A run whose loss becomes non-finite stops with :class:`TrainingDiverged`,
+writes ``failed.json`` and no ``final.json``.
 See ``docs/reliability.md``. With ``logger: tensorboard`` every ``metrics.jsonl`` record is
 also written as TensorBoard scalars in the pair's folder (:func:`require_tensorboard`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import math
 import os
 import random
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -39,13 +49,14 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .config import ConfigError
+from .config import ConfigError, RunError, config_digest
 from .tasks import Task, get_task
 
 __all__ = [
     "Dist",
     "RunError",
     "TrainingDiverged",
+    "WriteFailed",
     "fit",
     "init_distributed",
     "make_optimizer",
@@ -59,24 +70,103 @@ __all__ = [
 ]
 
 
-class RunError(ValueError):
-    """A run folder that cannot be used (damaged beyond recovery, busy, not a folder); names the file."""
-
-
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite; the run is marked failed (``failed.json``)."""
 
 
+class WriteFailed(RuntimeError):
+    """A file of the run folder could not be written (full disk, read-only folder, ...).
+
+    The message is one line, ``"no space left on device while writing .../last.pt"``; the file
+    keeps its previous version and no temporary file is left, so the run resumes once the
+    cause is gone. ``mmpos run`` prints it and exits with status 1.
+    """
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def _write_failed(error: OSError, path: Path) -> WriteFailed:
+    reason = os.strerror(error.errno) if error.errno else (error.strerror or str(error))
+    return WriteFailed(f"{reason[:1].lower()}{reason[1:]} while writing {path}", path)
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp\d+")  # atomic_write's temporary names: .<name>.tmp<pid>
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def remove_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files (``.<name>.tmp<pid>``) a killed run left in ``folder`` and below; returns them.
+
+    Called under the run folder's lock, when no other process writes there.
+    """
+    found = [p for p in Path(folder).rglob(".*.tmp*") if _TEMPORARY.fullmatch(p.name) and p.is_file()]
+    for p in found:
+        p.unlink(missing_ok=True)
+    return found
+
+
+def _write_file(path: Path, write) -> None:
+    """``write(f)`` into a temporary file, ``fsync``, rename over ``path``, ``fsync`` of the folder.
+
+    Any ``OSError`` (``ENOSPC``, ``EROFS``, ``EACCES``...) removes the temporary file and becomes a
+    :class:`WriteFailed` naming ``path``; ``path`` keeps its previous version.
+    """
+    tmp = _temporary(path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise _write_failed(e, path) from None
+
+
 def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``path`` as a whole or not at all: a temporary file, ``fsync``, rename, ``fsync`` of the folder."""
+    """Write ``path`` as a whole or not at all (see :func:`_write_file`); :class:`WriteFailed` when it cannot."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    _write_file(path, lambda f: f.write(payload))
+
+
+def payload_digest(obj: Any) -> str:
+    """SHA-256 of a checkpoint payload: tensors (dtype, shape, bytes) and plain containers, in order.
+
+    Independent of the file format, so a checkpoint is verified by recomputing it after
+    ``torch.load``; a flipped bit in any tensor or number changes it.
+    """
+    h = hashlib.sha256()
+    _feed(h, obj)
+    return h.hexdigest()
+
+
+def _feed(h: Any, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().to("cpu").contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)};".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
+    elif isinstance(obj, dict):
+        h.update(f"D{len(obj)};".encode())
+        for key, value in obj.items():
+            _feed(h, key)
+            _feed(h, value)
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"{'L' if isinstance(obj, list) else 'U'}{len(obj)};".encode())
+        for value in obj:
+            _feed(h, value)
+    elif obj is None or isinstance(obj, (bool, int, float, str, bytes)):
+        h.update(f"{type(obj).__name__}:{obj!r};".encode())
+    else:
+        raise TypeError(f"a checkpoint holds tensors and plain containers only, got {type(obj).__name__}")
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -303,13 +393,20 @@ def require_tensorboard() -> type:
 
 
 class _Writer:
-    """Rank-0 file output of one run folder (no-ops on other ranks); every file is written atomically."""
+    """Rank-0 file output of one run folder (no-ops on other ranks); every file is written atomically.
+
+    ``records`` counts the lines of ``metrics.jsonl`` (each checkpoint records it).
+    """
 
     def __init__(self, folder: Path, active: bool) -> None:
         self.folder, self.active = folder, active
         self.tensorboard = None
+        self.records = 0
         if active:
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise _write_failed(e, folder) from None
 
     def open_tensorboard(self, step: int) -> None:
         """Also write every record as TensorBoard scalars (event files in the folder).
@@ -325,11 +422,29 @@ class _Writer:
     def log(self, record: dict[str, Any]) -> None:
         """Append one line to ``metrics.jsonl`` (made durable with the next checkpoint); TensorBoard too if open.
 
-        TensorBoard tags: ``train/<key>`` for the training record's values, ``eval/<metric>``.
+        A failed append is cut back to the file's previous length (no torn line) and raises
+        :class:`WriteFailed`. TensorBoard tags: ``train/<key>`` for the training record's values,
+        ``eval/<metric>``.
         """
         if self.active:
-            with open(self.folder / "metrics.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            path = self.folder / "metrics.jsonl"
+            line = (json.dumps(record) + "\n").encode("utf-8")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+                try:
+                    size = os.fstat(fd).st_size
+                    try:
+                        if os.write(fd, line) != len(line):  # a short write: the disk filled up
+                            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    except OSError:
+                        with contextlib.suppress(OSError):
+                            os.ftruncate(fd, size)
+                        raise
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                raise _write_failed(e, path) from None
+            self.records += 1
         if self.tensorboard is not None:
             step = record["step"]
             scalars = (
@@ -346,23 +461,25 @@ class _Writer:
             self.tensorboard.close()
             self.tensorboard = None
 
-    def truncate_after(self, step: int) -> None:
-        """Drop records written after ``step`` (by an interrupted run past its last checkpoint).
+    def read_records(self) -> list[tuple[int, str]]:
+        """``(step, line)`` of every record of ``metrics.jsonl`` (``[]`` when there is none).
 
         A torn last line (a run killed mid-write) is dropped with a warning; a damaged line
         before the last one raises :class:`RunError` naming the file and line.
         """
         path = self.folder / "metrics.jsonl"
-        if not (self.active and path.exists()):
-            return
+        if not path.exists():
+            return []
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        keep = []
+        records = []
         for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
                 record_step = record["step"]
+                if not isinstance(record_step, int) or isinstance(record_step, bool):
+                    raise TypeError("step")
             except (ValueError, KeyError, TypeError):
                 if i == len(lines):
                     warnings.warn(
@@ -370,57 +487,112 @@ class _Writer:
                     )
                     continue
                 raise RunError(f"{path}: line {i} is damaged ({line[:60]!r}); the log cannot be resumed") from None
-            if record_step <= step:
-                keep.append(line)
-        atomic_write(path, "".join(line + "\n" for line in keep))
+            records.append((record_step, line))
+        return records
 
-    def save(self, name: str, obj: dict[str, Any]) -> None:
-        """Save a checkpoint atomically; ``last.pt`` moves to ``prev.pt`` first (a fallback for resume)."""
+    def truncate_after(self, step: int, records: list[tuple[int, str]]) -> None:
+        """Keep the ``records`` up to ``step``, dropping those an interrupted run wrote past its checkpoint."""
+        keep = [line for s, line in records if s <= step]
+        self.records = len(keep)
+        if self.active and (self.folder / "metrics.jsonl").exists():
+            atomic_write(self.folder / "metrics.jsonl", "".join(line + "\n" for line in keep))
+
+    def save(self, name: str, obj: dict[str, Any], config: str) -> None:
+        """Save a checkpoint atomically with its integrity record; ``last.pt`` moves to ``prev.pt`` first.
+
+        ``obj["integrity"]``: ``payload_sha256`` (:func:`payload_digest` of the rest), ``config_sha256``
+        (``config``), ``records`` (lines of ``metrics.jsonl`` so far).
+        """
         if not self.active:
             return
+        integrity = {"payload_sha256": payload_digest(obj), "config_sha256": config, "records": self.records}
+        obj = {**obj, "integrity": integrity}
         log = self.folder / "metrics.jsonl"
-        if log.exists():  # the log up to this checkpoint is durable before the checkpoint is
-            with open(log, "rb+") as f:
-                os.fsync(f.fileno())
-        tmp = self.folder / f".{name}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
         target = self.folder / name
-        if name == "last.pt" and target.exists():
-            os.replace(target, self.folder / "prev.pt")
-        os.replace(tmp, target)
-        _fsync_dir(self.folder)
+        tmp = _temporary(target)
+        try:
+            if log.exists():  # the log up to this checkpoint is durable before the checkpoint is
+                with open(log, "rb+") as f:
+                    os.fsync(f.fileno())
+            with open(tmp, "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if name == "last.pt" and target.exists():
+                os.replace(target, self.folder / "prev.pt")
+            os.replace(tmp, target)
+            _fsync_dir(self.folder)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise _write_failed(e, target) from None
 
     def json(self, name: str, obj: dict[str, Any]) -> None:
         if self.active:
             atomic_write(self.folder / name, json.dumps(obj, indent=2) + "\n")
 
 
-def _load_checkpoint(folder: Path) -> dict[str, Any] | None:
-    """The newest readable of ``last.pt`` and ``prev.pt`` (a warning names a damaged one), or ``None``."""
-    damaged = []
+_CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "step", "best", "best_step", "elapsed", "integrity"}
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    """``torch.load`` a ``last.pt`` / ``prev.pt`` and verify its payload digest; ``ValueError`` says what is wrong."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- any unreadable file is damaged; the reason is named
+        raise ValueError(f"unreadable ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
+    if not isinstance(ckpt, dict) or not _CHECKPOINT_KEYS <= set(ckpt):
+        missing = sorted(_CHECKPOINT_KEYS - set(ckpt)) if isinstance(ckpt, dict) else "all"
+        raise ValueError(f"not a runner checkpoint (missing {missing})")
+    integrity = ckpt.pop("integrity")
+    if not (isinstance(integrity, dict) and {"payload_sha256", "config_sha256", "records"} <= set(integrity)):
+        raise ValueError("its integrity record is damaged")
+    try:
+        digest = payload_digest(ckpt)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    if digest != integrity["payload_sha256"]:
+        raise ValueError("its content does not match its sha256 (a damaged or altered file)")
+    ckpt["integrity"] = integrity
+    return ckpt
+
+
+def _resume_point(folder: Path, config: str, writer: _Writer) -> tuple[dict[str, Any] | None, list[tuple[int, str]]]:
+    """The newest of ``last.pt`` / ``prev.pt`` that passes every check, and the log's records.
+
+    A checkpoint passes when its payload digest holds, it was trained with the config of digest
+    ``config``, and ``metrics.jsonl`` holds exactly the records it counted up to its step. A
+    fallback to ``prev.pt`` is a warning naming what failed; when checkpoints exist and none
+    passes, :class:`RunError` names each file and reason. ``(None, records)`` when there is none.
+    """
+    records = writer.read_records()
+    problems: list[str] = []
     for name in ("last.pt", "prev.pt"):
         path = folder / name
         if not path.exists():
             continue
         try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-            if not isinstance(ckpt, dict) or not {"model", "optimizer", "scheduler", "rng", "step"} <= set(ckpt):
-                raise ValueError("not a runner checkpoint")
-        except Exception as e:  # noqa: BLE001 -- any unreadable file: fall back, naming it
-            damaged.append(path)
-            warnings.warn(
-                f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}); trying an older checkpoint", stacklevel=2
+            ckpt = _read_checkpoint(path)
+        except ValueError as e:
+            problems.append(f"{path} is damaged: {e}")
+            continue
+        integrity = ckpt["integrity"]
+        if integrity["config_sha256"] != config:
+            problems.append(f"{path} was trained with another config than the run folder's config.yaml")
+            continue
+        kept = sum(1 for s, _ in records if s <= ckpt["step"])
+        if kept != integrity["records"]:
+            problems.append(
+                f"{folder / 'metrics.jsonl'} holds {kept} records up to step {ckpt['step']}, "
+                f"{name} counted {integrity['records']} (the log was shortened or altered)"
             )
             continue
-        return ckpt
-    if damaged:
-        warnings.warn(
-            f"{folder}: no readable checkpoint ({', '.join(p.name for p in damaged)}); starting over", stacklevel=2
-        )
-    return None
+        if problems:
+            warnings.warn(f"{'; '.join(problems)}; resuming from {path} (step {ckpt['step']})", stacklevel=3)
+        return ckpt, records
+    if problems:
+        raise RunError(f"{'; '.join(problems)}; no checkpoint can be trusted: delete {folder} to train this pair again")
+    return None, records
 
 
 def _diverged(folder: Path, writer: _Writer, encoder: str, seed: int, step: int, loss: float) -> TrainingDiverged:
@@ -448,9 +620,19 @@ def train_run(
     """
     folder, ddp = Path(folder), ddp or Dist()
     final_path = folder / "final.json"
+    if ddp.is_main and folder.is_dir():
+        remove_temporaries(folder)
     if resume and final_path.exists():
         try:
-            return json.loads(final_path.read_text(encoding="utf-8"))
+            final = json.loads(final_path.read_text(encoding="utf-8"))
+            if not (
+                isinstance(final, dict)
+                and final.get("encoder") == encoder
+                and final.get("seed") == seed
+                and isinstance(final.get("metrics"), dict)
+            ):
+                raise ValueError("not this pair's final.json")
+            return final
         except ValueError:
             warnings.warn(f"{final_path} is damaged; finishing the run from its checkpoint again", stacklevel=2)
     if ddp.enabled and cfg["batch_size"] % ddp.world_size:
@@ -475,14 +657,21 @@ def train_run(
     out = _Writer(folder, ddp.is_main)
     sign = 1.0 if task.higher_is_better else -1.0
     step, best, best_step, elapsed = 0, -math.inf, -1, 0.0
-    ckpt = _load_checkpoint(folder) if resume else None
+    config = config_digest(cfg)
+    ckpt, records = _resume_point(folder, config, out) if resume else (None, [])
     if ckpt is not None:
-        raw.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
-        _set_rng_state(ckpt["rng"])
+        try:
+            raw.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            sched.load_state_dict(ckpt["scheduler"])
+            _set_rng_state(ckpt["rng"])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:  # verified, yet not this model's
+            raise RunError(
+                f"the checkpoint in {folder} does not fit the model this config builds ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:120]})"
+            ) from None
         step, best, best_step, elapsed = ckpt["step"], ckpt["best"], ckpt["best_step"], ckpt["elapsed"]
-        out.truncate_after(step)
+        out.truncate_after(step, records)
     elif ddp.is_main and folder.exists():
         for name in ("metrics.jsonl", "last.pt", "prev.pt", "best.pt", "final.json"):
             (folder / name).unlink(missing_ok=True)
@@ -541,7 +730,7 @@ def train_run(
                 out.log({"step": step, "eval": metrics})
                 if sign * metrics[task.metric] > best:
                     best, best_step = sign * metrics[task.metric], step
-                    out.save("best.pt", {"model": raw.state_dict(), "step": step, "metrics": metrics})
+                    out.save("best.pt", {"model": raw.state_dict(), "step": step, "metrics": metrics}, config)
                 out.save(
                     "last.pt",
                     {
@@ -554,6 +743,7 @@ def train_run(
                         "best_step": best_step,
                         "elapsed": time.perf_counter() - start,
                     },
+                    config,
                 )
                 bar.set_postfix(
                     loss=f"{loss.item():.4f}", **{task.metric: f"{metrics[task.metric]:.4f}"}, refresh=False
@@ -571,6 +761,7 @@ def train_run(
         "metrics": metrics,
         "metric": task.metric,
         "higher_is_better": task.higher_is_better,
+        "chance": task.chance,
         "best": {"step": best_step, task.metric: sign * best},
         "seconds": round(time.perf_counter() - start, 2),
         "params": sum(p.numel() for p in raw.parameters()),

@@ -165,6 +165,7 @@ def test_run_writes_folder_and_checkpoints_load_weights_only(tmp_path):
     assert folder == tmp_path / "toy" / "a"
     run = folder / "none" / "seed0"
     assert {p.name for p in run.iterdir()} == {"metrics.jsonl", "last.pt", "prev.pt", "best.pt", "final.json"}
+    assert (folder / "config.yaml").read_text().splitlines()[-1].startswith("# mmpos sha256 ")
     records = _records(folder)
     assert [r["step"] for r in records if "eval" in r] == [4, 8, 12]
     assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8, 10, 12]
@@ -172,7 +173,7 @@ def test_run_writes_folder_and_checkpoints_load_weights_only(tmp_path):
     assert last["step"] == 12 and set(last) >= {"model", "optimizer", "scheduler", "rng"}
     best = torch.load(run / "best.pt", weights_only=True)
     assert best["metrics"]["acc"] == max(r["eval"]["acc"] for r in records if "eval" in r)
-    assert resolve_config(__import__("yaml").safe_load((folder / "config.yaml").read_text()))["steps"] == 12
+    assert resolve_config(yaml.safe_load((folder / "config.yaml").read_text()))["steps"] == 12
     assert _final(folder)["metrics"] == records[-1]["eval"] and _final(folder)["metrics"]["acc"] > 0.5
     with pytest.raises(FileExistsError, match="--resume"):
         run_recipe(_toy(name="a"), out=tmp_path, name="toy")
@@ -191,7 +192,9 @@ def test_resume_after_interruption_ends_with_identical_metrics(tmp_path):
     assert torch.load(cut / "none" / "seed0" / "last.pt", weights_only=True)["step"] == 4
     with pytest.raises(ConfigError, match="only"):
         run_recipe(None, ["steps=20"], resume=cut)
-    resumed = run_recipe(None, ["progress=false"], resume=cut / "none")["folder"]
+    with pytest.raises(FileNotFoundError, match=f"no config.yaml in it; the run folder above it is {cut}"):
+        run_recipe(None, resume=cut / "none")  # --resume DIR reads DIR's own config.yaml, never one above
+    resumed = run_recipe(None, ["progress=false"], resume=cut)["folder"]
     assert resumed == cut
     a, b = _final(full), _final(cut)
     assert a["metrics"] == b["metrics"] and a["best"] == b["best"]  # exactly equal, not approximately
@@ -502,3 +505,231 @@ def test_missing_tensorboard_is_named_before_training(tmp_path, monkeypatch, cap
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'tensorboard' package" in err and not (tmp_path / "quickstart").exists()
+
+
+# ---------------------------------------------------------------------------- integrity on resume (issue 22)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An uninterrupted toy run: what every resumed run below must end with, exactly."""
+    return run_recipe(_toy(name="full"), out=tmp_path_factory.mktemp("ref"), name="toy")["folder"]
+
+
+def _same_as(reference: Path, folder: Path) -> None:
+    assert _final(folder)["metrics"] == _final(reference)["metrics"] and _records(folder) == _records(reference)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
+def test_checkpoints_carry_payload_and_config_digests_and_the_record_count(tmp_path):
+    from mmpos.runner.config import config_digest
+    from mmpos.runner.train import payload_digest
+
+    cut = _interrupted(tmp_path, 10, name="cut")  # checkpoints at steps 4 (prev.pt) and 8 (last.pt)
+    run = cut / "none" / "seed0"
+    cfg = resolve_config(yaml.safe_load((cut / "config.yaml").read_text()))
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    for name, step in (("prev.pt", 4), ("last.pt", 8), ("best.pt", None)):
+        ckpt = torch.load(run / name, weights_only=True)
+        integrity = ckpt.pop("integrity")
+        assert integrity["payload_sha256"] == payload_digest(ckpt)
+        assert integrity["config_sha256"] == config_digest(cfg)
+        if step is not None:
+            assert integrity["records"] == sum(json.loads(line)["step"] <= step for line in lines)
+    assert config_digest(cfg) == config_digest({**cfg, "progress": True, "device": "cuda"})  # resume may change them
+    assert config_digest(cfg) != config_digest({**cfg, "steps": 13})
+
+
+def _flip_a_weight(path: Path) -> None:
+    """One bit of one weight changes; the file stays a loadable checkpoint with its old digest."""
+    ckpt = torch.load(path, weights_only=True)
+    w = ckpt["model"]["0.weight"]
+    w.view(torch.int32)[0, 0] ^= 1
+    torch.save(ckpt, path)
+
+
+@pytest.mark.parametrize("damage", ["weight bit", "byte flip", "zeroed tail"])
+def test_a_damaged_last_checkpoint_falls_back_to_prev(tmp_path, reference, damage):
+    cut = _interrupted(tmp_path, 10, name="cut")
+    last = cut / "none" / "seed0" / "last.pt"
+    if damage == "weight bit":
+        _flip_a_weight(last)
+    else:
+        data = bytearray(last.read_bytes())
+        if damage == "byte flip":
+            data[len(data) // 2] ^= 0x10
+        else:
+            data[-200:] = bytes(200)
+        last.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match=r"last.pt is damaged: .*; resuming from .*prev.pt \(step 4\)"):
+        run_recipe(None, resume=cut)
+    _same_as(reference, cut)
+
+
+def test_both_checkpoints_damaged_stop_with_one_line_naming_them(tmp_path):
+    cut = _interrupted(tmp_path, 10, name="cut")
+    run = cut / "none" / "seed0"
+    _flip_a_weight(run / "last.pt")
+    (run / "prev.pt").write_bytes(b"not a checkpoint")
+    before = _snapshot(cut)
+    with pytest.raises(RunError) as e:
+        run_recipe(None, resume=cut)
+    message = str(e.value)
+    assert "\n" not in message and "last.pt is damaged" in message and "prev.pt is damaged" in message
+    assert f"delete {run}" in message
+    assert _snapshot(cut) == before  # nothing was changed
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "a section lost", "edited value", "not utf-8", "emptied"])
+def test_a_damaged_config_yaml_is_refused_before_anything_changes(tmp_path, damage):
+    cut = _interrupted(tmp_path, 6, name="cut")
+    path = cut / "config.yaml"
+    text = path.read_text()
+    if damage == "cut in half":  # still parses as YAML: missing keys would silently take defaults
+        path.write_text(text[: len(text) // 2].rsplit("\n", 1)[0] + "\n")
+        assert isinstance(yaml.safe_load(path.read_text()), dict)
+    elif damage == "a section lost":
+        path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("  ")) + "\n")
+    elif damage == "edited value":
+        path.write_text(text.replace("steps: 12", "steps: 20"))
+    elif damage == "not utf-8":
+        path.write_bytes(text.encode().replace(b"toy_blobs", b"toy_\xffblobs"))
+    else:
+        path.write_text("")
+    before = _snapshot(cut)
+    with pytest.raises(RunError, match=r"config.yaml (is damaged|is missing)") as e:
+        run_recipe(None, resume=cut)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+    assert _snapshot(cut) == before
+
+
+def test_a_shortened_metrics_log_falls_back_or_stops(tmp_path, reference):
+    cut = _interrupted(tmp_path, 10, name="cut")  # prev.pt: step 4, last.pt: step 8
+    log = cut / "none" / "seed0" / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= 6))  # lost steps 7-8
+    with pytest.warns(UserWarning, match=r"metrics.jsonl holds \d+ records up to step 8, last.pt counted \d+"):
+        run_recipe(None, resume=cut)  # prev.pt's records are all there: it resumes from step 4
+    _same_as(reference, cut)
+
+    cut = _interrupted(tmp_path, 10, name="cut2")
+    log = cut / "none" / "seed0" / "metrics.jsonl"
+    for text in ("", "\n".join(log.read_text().splitlines()[1:]) + "\n"):  # emptied; first record lost
+        log.write_text(text)
+        with pytest.raises(RunError, match=r"metrics.jsonl holds \d+ records up to step 8.*up to step 4") as e:
+            run_recipe(None, resume=cut)
+        assert "\n" not in str(e.value)
+
+
+def test_checkpoints_of_another_config_are_refused(tmp_path):
+    cut = _interrupted(tmp_path, 6, name="cut")
+    other = _interrupted(tmp_path, 6, name="other", optim={"lr": 0.03})
+    for name in ("last.pt", "prev.pt"):
+        src = other / "none" / "seed0" / name
+        if src.exists():
+            (cut / "none" / "seed0" / name).write_bytes(src.read_bytes())
+    with pytest.raises(RunError, match="was trained with another config than the run folder's config.yaml"):
+        run_recipe(None, resume=cut)
+
+
+def test_leftover_temporary_files_are_removed_on_start(tmp_path, reference):
+    cut = _interrupted(tmp_path, 6, name="cut")
+    leftovers = [cut / ".results.md.tmp4242", cut / "none" / "seed0" / ".last.pt.tmp999"]
+    for p in leftovers:
+        p.write_bytes(b"half a file")
+    keep = cut / "none" / "seed0" / "notes.tmp1"  # not a name atomic_write makes: left alone
+    keep.write_text("mine")
+    run_recipe(None, resume=cut)
+    assert not any(p.exists() for p in leftovers) and keep.exists()
+    _same_as(reference, cut)
+
+
+@pytest.mark.parametrize(
+    "code, reason", [(28, "no space left on device"), (30, "read-only file system"), (13, "permission denied")]
+)
+def test_a_failed_checkpoint_write_is_one_line_leaks_nothing_and_resumes(
+    tmp_path, reference, monkeypatch, code, reason
+):
+    import os
+
+    from mmpos.runner import train
+
+    real = torch.save
+
+    def failing_save(obj, f):
+        if obj["step"] == 8:  # the first checkpoint write at step 8 fails after writing part of the file
+            f.write(b"partial")
+            raise OSError(code, os.strerror(code))
+        real(obj, f)
+
+    monkeypatch.setattr(train.torch, "save", failing_save)
+    with pytest.raises(train.WriteFailed) as e:
+        run_recipe(_toy(name="full-disk"), out=tmp_path, name="toy")
+    folder = tmp_path / "toy" / "full-disk"
+    run = folder / "none" / "seed0"
+    message = str(e.value)
+    assert message in (f"{reason} while writing {run / 'best.pt'}", f"{reason} while writing {run / 'last.pt'}")
+    assert not [p for p in folder.rglob("*") if ".tmp" in p.name]  # nothing leaked
+    assert not (folder / "failed.json").exists() and not (run / "final.json").exists()
+    monkeypatch.setattr(train.torch, "save", real)  # the cause is gone: the run resumes and ends as it should
+    run_recipe(None, resume=folder)
+    _same_as(reference, folder)
+
+
+def test_a_failed_log_append_leaves_no_torn_line(tmp_path, monkeypatch):
+    import os
+
+    from mmpos.runner import train
+
+    writer = train._Writer(tmp_path, active=True)
+    writer.log({"step": 1, "loss": 0.5})
+    real = os.write
+
+    def short_write(fd, data):
+        return real(fd, data[:5])  # the disk fills up mid-line
+
+    monkeypatch.setattr(train.os, "write", short_write)
+    with pytest.raises(train.WriteFailed, match=r"^no space left on device while writing .*metrics.jsonl$"):
+        writer.log({"step": 2, "loss": 0.25})
+    monkeypatch.undo()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "loss": 0.5}\n' and writer.records == 1
+
+
+def test_a_failed_config_write_leaves_no_run_folder(tmp_path, monkeypatch):
+    from mmpos.runner import sweep, train
+
+    def full(path, data):
+        raise train.WriteFailed(f"no space left on device while writing {path}", path)
+
+    monkeypatch.setattr(sweep, "atomic_write", full)
+    with pytest.raises(train.WriteFailed, match="config.yaml"):
+        run_recipe(_toy(name="x"), out=tmp_path, name="toy")
+    assert not (tmp_path / "toy" / "x").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "..", "a/b", "/tmp/abs", "", "c:x"])
+def test_recipe_names_from_python_stay_inside_out(tmp_path, name):
+    with pytest.raises(ConfigError, match="one folder name inside --out|must be a string"):
+        run_recipe(_toy(name="a"), out=tmp_path / "runs", name=name)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("encoder", ["../x", "a/b", ".."])
+def test_encoder_names_that_would_leave_the_run_folder_are_refused(encoder):
+    with pytest.raises(ConfigError, match="one folder name inside --out"):
+        resolve_config(_toy(encoders=[encoder]))
+
+
+@pytest.mark.parametrize(("key", "value"), [("encoders", "rope"), ("seeds", 0)])
+def test_a_scalar_for_a_list_is_refused_with_the_fix(key, value):
+    with pytest.raises(ConfigError, match=rf"'{key}' must be a list, got the single value .*; write {key}=\[{value}\]"):
+        resolve_config(_toy(**{key: value}))
+
+
+@pytest.mark.parametrize("betas", [[0.9, "x"], [0.9, 1.5], [0.9], "0.9"])
+def test_optim_betas_are_checked_before_the_optimizer(betas):
+    with pytest.raises(ConfigError, match="optim.betas' must be a list of two numbers"):
+        resolve_config(_toy(optim={"betas": betas}))
