@@ -305,6 +305,26 @@ class _FloorSDPA(torch.nn.Module):
         return layer.proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
+def flex_backward_on(device: str) -> str:
+    """Whether this torch's FlexAttention runs a backward on ``device`` with a learnable bias table in ``score_mod``."""
+    try:
+        from torch.nn.attention.flex_attention import flex_attention
+    except ImportError as err:
+        return f"no FlexAttention ({err})"
+    q, k, v = (torch.randn(1, 1, 16, 8, device=device, requires_grad=True) for _ in range(3))
+    table = torch.zeros(4, device=device, requires_grad=True)
+    ids = torch.arange(16, device=device).remainder(4)
+
+    def score_mod(score, b, h, i, j):
+        return score + table[ids[(i - j).abs()]]
+
+    try:
+        flex_attention(q, k, v, score_mod=score_mod).sum().backward()
+    except (NotImplementedError, RuntimeError) as err:  # NotImplementedError on CPU in torch <= 2.15
+        return f"no ({type(err).__name__}: {str(err).split('.')[0]})"
+    return "yes (eager)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -330,7 +350,8 @@ def main() -> None:
     runs = [*ref_runs.values(), *deit_runs.values()]
     for run in runs:  # the allocator as found: what users get
         run["t"] = interleaved_medians(run["models"], run["x"], run["coords"], args.device, args.repeats)
-    headline = header(args.device, note=f"median of {args.repeats} ({clock_name} time)")
+    flex = f"FlexAttention backward on {args.device}: {flex_backward_on(args.device)}"
+    headline = header(args.device, note=f"median of {args.repeats} ({clock_name} time); {flex}")
     if args.device == "cpu":
         map_large_blocks()  # from here on RSS follows live memory (and every large block is fresh)
     for run in runs:
