@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .._deprecate import renamed_arguments
 from .._validate import check_ints
 from ..coords import Coords
 from .base import BiasEncoder, resolve_head_dim
@@ -93,7 +92,6 @@ def piecewise_index(offset: Tensor, alpha: float, beta: float, gamma: float) -> 
     return torch.where(magnitude > alpha, far, near)
 
 
-@renamed_arguments(prefix="num_prefix_tokens")
 def num_buckets(method: str, ratio: float, num_prefix_tokens: int = 0) -> int:
     """Table size: ``(2 int(beta) + 1) ** 2`` for ``product``, ``2 int(beta) + 1`` otherwise
     (per direction for ``cross``), plus one shared bucket when ``num_prefix_tokens > 0``."""
@@ -102,7 +100,6 @@ def num_buckets(method: str, ratio: float, num_prefix_tokens: int = 0) -> int:
     return (side**2 if method == "product" else side) + (1 if num_prefix_tokens > 0 else 0)
 
 
-@renamed_arguments(prefix="num_prefix_tokens")
 def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, num_prefix_tokens: int = 0) -> tuple[Tensor, int]:
     """Bucket id of every (query, key) pair of ``num_prefix_tokens`` tokens followed by a row-major grid.
 
@@ -225,8 +222,7 @@ class IRPE(BiasEncoder):
         ratio: bucket ratio (reference default 1.9: 7 x 7 product buckets).
         rpe_on: any of ``"q"``, ``"k"``, ``"v"`` (e.g. ``"qkv"``); ``v`` needs contextual mode.
         shared_head: one table for all heads (reference default) or one per head.
-        num_prefix_tokens: prefix (class) tokens expected (the reference's ``skip``, also
-            this argument's deprecated name); ``> 0`` adds the one bucket all pairs touching a
+        num_prefix_tokens: prefix (class) tokens expected (the reference's ``skip``); ``> 0`` adds the one bucket all pairs touching a
             prefix token share. Any ``coords.num_prefix_tokens`` works with it; without it,
             coords with prefix tokens are refused.
         grid_size: the training grid ``(H, W)``, whose bucket ids (with ``num_prefix_tokens``
@@ -236,7 +232,6 @@ class IRPE(BiasEncoder):
     Tables start at zero, as in the reference.
     """
 
-    @renamed_arguments(skip="num_prefix_tokens")
     def __init__(
         self,
         dim: int | None = None,
@@ -386,7 +381,6 @@ class IRPE(BiasEncoder):
 def _preset(name: str):
     config = PRESETS[name]
 
-    @renamed_arguments(skip="num_prefix_tokens")
     def factory(
         dim: int | None = None,
         num_heads: int | None = None,

@@ -43,7 +43,6 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from .._deprecate import module_aliases
 from .._validate import check_ints
 from ..coords import Coords
 from ..rotary import FrequencyPlan, rope_frequencies
@@ -65,10 +64,6 @@ __all__ = [
     "mrope_plan",
     "vrope_plan",
 ]
-# old names, deprecated
-__getattr__ = module_aliases(
-    __name__, {"MRope": "MRoPE", "MRopeInterleaved": "MRoPEInterleaved", "MHRope": "MHRoPE", "VRope": "VRoPE"}
-)
 
 THW = ("t", "h", "w")
 VROPE_AXES = ("c0", "c1", "c2", "c3")

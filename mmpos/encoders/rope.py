@@ -10,7 +10,6 @@ Shapes: q, k ``(B, H, N, D)``; angles ``(B, N, rotary_dim / 2)``.
 
 from __future__ import annotations
 
-from .._deprecate import module_aliases
 from .._validate import check_float
 from ..coords import Coords
 from ..rotary import FrequencyPlan
@@ -19,7 +18,6 @@ from .base import RotaryEncoder, resolve_head_dim
 from .registry import register_encoder
 
 __all__ = ["RoPE1d"]
-__getattr__ = module_aliases(__name__, {"Rope1d": "RoPE1d"})  # old names, deprecated
 
 
 @register_encoder(

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .._deprecate import module_aliases
 from .._validate import check_axes, check_float, check_ints
 from ..rotary import FrequencyPlan
 from ..scaling import RopeScaling
@@ -39,7 +38,6 @@ from .base import RotaryEncoder, resolve_head_dim
 from .registry import register_encoder
 
 __all__ = ["AxialRoPE", "MixedRoPE", "mixed_frequencies"]
-__getattr__ = module_aliases(__name__, {"AxialRope": "AxialRoPE", "MixedRope": "MixedRoPE"})  # old names, deprecated
 
 
 def _random_frames(num_heads: int, num_axes: int, rotate: bool, generator: torch.Generator | None) -> Tensor:

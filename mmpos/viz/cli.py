@@ -200,7 +200,6 @@ def _map_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", required=True, help="query coordinates, one per axis, e.g. 7,7")
     p.add_argument(
         "--num-prefix-tokens",
-        "--prefix",  # the old name
         type=int,
         default=0,
         dest="num_prefix_tokens",

@@ -22,7 +22,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
-from .._deprecate import renamed_arguments
 from ..coords import Coords, Modality
 from ..encoders.base import PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
@@ -134,7 +133,6 @@ def plot_similarity(
     return plot_similarity_map(smap, path, head, title or type(encoder).__name__, dpi)
 
 
-@renamed_arguments(prefix="num_prefix_tokens")
 def plot_extrapolation(
     encoder: PositionEncoder,
     grid: Sequence[int],

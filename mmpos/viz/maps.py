@@ -28,14 +28,12 @@ first sample (``H`` = heads of the encoder, 1 when it has none or shares one map
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from .._deprecate import renamed_arguments
 from ..coords import Coords, Modality
 from ..encoders.base import AdditiveEncoder, BiasEncoder, ConvEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
@@ -65,7 +63,7 @@ class SimilarityMap:
             and for rotary plans and bias tables shared by all heads).
         query: token index of the query.
         grid_shape: the token grid after the prefix tokens, or ``None`` (then drawn as a curve).
-        num_prefix_tokens: leading position-less tokens (not drawn); ``prefix`` is its deprecated name.
+        num_prefix_tokens: leading position-less tokens (not drawn).
         kind: the encoder kind (``"rotary"``, ``"bias"``, ``"additive"``, ``"conv"``).
     """
 
@@ -74,13 +72,6 @@ class SimilarityMap:
     grid_shape: tuple[int, ...] | None
     num_prefix_tokens: int
     kind: str
-
-    @property
-    def prefix(self) -> int:
-        warnings.warn(
-            "SimilarityMap.prefix is deprecated; use SimilarityMap.num_prefix_tokens", DeprecationWarning, stacklevel=2
-        )
-        return self.num_prefix_tokens
 
     def on_grid(self, head: int | str = "mean") -> Tensor:
         """The grid tokens' values, ``grid_shape`` (or ``(N - num_prefix_tokens,)``): one head or the mean."""
@@ -241,7 +232,6 @@ def similarity_map(
     return SimilarityMap(values.contiguous(), q, coords.grid_shape, coords.num_prefix_tokens, encoder.kind)
 
 
-@renamed_arguments(prefix="num_prefix_tokens")
 def extrapolation_maps(
     encoder: PositionEncoder,
     grid: Sequence[int],
