@@ -47,11 +47,25 @@ def _save(fig: Figure, path: str | Path, dpi: int) -> None:
     fig.savefig(path, dpi=dpi)
 
 
+def _shared(smap: SimilarityMap) -> bool:
+    """Whether every head has the same map (one shared plan or table, or identical per-head ones)."""
+    return smap.values.shape[0] == 1 or bool((smap.values == smap.values[:1]).all())
+
+
 def _heads(smap: SimilarityMap, head: int | str) -> list[int | str]:
+    """The heads to draw: ``"all"`` gives one panel per head only where the heads' maps differ."""
     if head == "all":
-        return list(range(smap.values.shape[0]))
+        return [0] if _shared(smap) else list(range(smap.values.shape[0]))
     smap.on_grid(head)  # validates
     return [head]
+
+
+def _panel_name(label: str, smap: SimilarityMap, head: int | str, asked: int | str) -> str:
+    if asked == "all" and _shared(smap):
+        return f"{label} (one map: the heads do not differ)"
+    if smap.values.shape[0] == 1:
+        return label
+    return f"{label}, {'mean of heads' if head == 'mean' else f'head {head}'}"
 
 
 def _limits(values: Tensor, kind: str) -> tuple[str, float, float]:
@@ -75,7 +89,7 @@ def _draw_map(fig: Figure, smaps: Sequence[tuple[str, SimilarityMap]], head: int
         grid = smap.on_grid(h).numpy()
         cmap, lo, hi = _limits(smap.values, smap.kind)
         cell = smap.query_cell
-        name = label if smap.values.shape[0] == 1 else f"{label}, {'mean of heads' if h == 'mean' else f'head {h}'}"
+        name = _panel_name(label, smap, h, head)
         if smap.grid_shape is None or len(smap.grid_shape) == 1:
             ax = axes[r, 0]
             ax.plot(grid, lw=1)
@@ -88,30 +102,39 @@ def _draw_map(fig: Figure, smaps: Sequence[tuple[str, SimilarityMap]], head: int
         images = grid[None] if grid.ndim == 2 else grid
         for f in range(frames):
             ax = axes[r, f]
-            ax.set_xticks([])
-            ax.set_yticks([])
             if f >= images.shape[0]:
                 ax.axis("off")
                 continue
             im = ax.imshow(images[f], cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+            ax.tick_params(labelsize=7)
+            ax.set_xlabel("column (w)", fontsize=7)
+            if f == 0:
+                ax.set_ylabel("row (h)", fontsize=7)
             if len(cell) == 2 or cell[0] == f:
                 ax.plot(cell[-1], cell[-2], marker="+", color="k", ms=6)
             title = name if images.shape[0] == 1 else (f"t={f}" if r else f"{name}\nt={f}")
             ax.set_title(title, fontsize=7)
         if not side or r == len(rows) - 1:
-            fig.colorbar(im, ax=list(axes.flat) if side else list(axes[r]), shrink=0.8)
+            bar = fig.colorbar(im, ax=list(axes.flat) if side else list(axes[r]), shrink=0.8)
+            bar.ax.tick_params(labelsize=7)
     fig.suptitle(_TITLES.get(rows[0][1].kind, ""), fontsize=9)
 
 
 def plot_similarity_map(
-    smap: SimilarityMap, path: str | Path, head: int | str = "mean", title: str = "", dpi: int = 90
+    smap: SimilarityMap, path: str | Path, head: int | str = "mean", title: str = "", dpi: int = 120
 ):
-    """Draw an already computed :class:`~mmpos.viz.maps.SimilarityMap` to ``path``; returns it."""
+    """Draw an already computed :class:`~mmpos.viz.maps.SimilarityMap` to ``path``; returns it.
+
+    Panels of about 3.4 x 3.4 in (at the default 120 dpi about 400 px each) with row and column
+    labels and a colour bar; ``head="all"`` draws one panel per head only where the heads differ.
+    """
     heads = len(_heads(smap, head))
     frames = smap.grid_shape[0] if smap.grid_shape and len(smap.grid_shape) == 3 else 1
     if smap.grid_shape is not None and len(smap.grid_shape) == 2:
         frames, heads = heads, 1  # heads side by side
-    fig = Figure(figsize=(min(2.2 * frames + 1.2, 16), 2.6 * heads + 0.4), layout="constrained")
+    fig = Figure(figsize=(min(3.4 * frames + 1.4, 24), 3.4 * heads + 0.6), layout="constrained")
     _draw_map(fig, [(title or smap.kind, smap)], head)
     _save(fig, path, dpi)
     return smap
@@ -126,7 +149,7 @@ def plot_similarity(
     content: str | Tensor = "constant",
     seed: int = 0,
     title: str = "",
-    dpi: int = 90,
+    dpi: int = 120,
 ) -> SimilarityMap:
     """:func:`~mmpos.viz.maps.similarity_map` drawn to ``path`` (``head``: an index, ``"mean"`` or ``"all"``)."""
     smap = similarity_map(encoder, coords, query, content, seed)
@@ -199,26 +222,27 @@ def _categorical(n: int):
     return ListedColormap(colours[:n] if n <= len(colours) else colours + ["black"] * (n - len(colours)))
 
 
-def plot_layout(layouts, path: str | Path, sample: int = 0, dpi: int = 90) -> list[LayoutRows]:
+def plot_layout(layouts, path: str | Path, sample: int = 0, dpi: int = 110) -> list[LayoutRows]:
     """One panel per layout (e.g. per scheme), one row per axis coloured by position value."""
     layouts = list(layouts) if isinstance(layouts, (list, tuple)) else [layouts]
     if not layouts:
         raise ValueError("layouts must hold at least one Layout")
     rows = [layout_rows(layout, sample) for layout in layouts]
     length = max(r.values.shape[1] for r in rows)
-    fig = Figure(figsize=(min(3 + 0.12 * length, 16), 0.5 + sum(0.55 + 0.3 * r.values.shape[0] for r in rows)))
+    # cells of about 0.28 in (labelled up to 64 tokens), the figure at most 28 in wide
+    fig = Figure(figsize=(min(3 + 0.28 * length, 28), 0.6 + sum(0.7 + 0.36 * r.values.shape[0] for r in rows)))
     fig.set_layout_engine("constrained")
     axes = fig.subplots(len(rows), 1, squeeze=False, height_ratios=[0.5 + r.values.shape[0] for r in rows])[:, 0]
     for ax, r in zip(axes, rows):
         values = r.values.numpy()
         im = ax.imshow(values, aspect="auto", cmap="viridis", interpolation="nearest")
-        ax.set_yticks(range(len(r.axes)), r.axes, fontsize=7)
-        ax.set_title(f"{r.scheme}: position ids along the sequence", fontsize=8, loc="left")
+        ax.set_yticks(range(len(r.axes)), r.axes, fontsize=8)
+        ax.set_title(f"{r.scheme}: position ids along the sequence", fontsize=9, loc="left")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if values.shape[1] <= 64:
             for a in range(values.shape[0]):
                 for n in range(values.shape[1]):
-                    ax.text(n, a, f"{values[a, n]:g}", ha="center", va="center", fontsize=5, color="w")
+                    ax.text(n, a, f"{values[a, n]:g}", ha="center", va="center", fontsize=7, color="w")
         for start, stop, mod in r.blocks:
             colour = _MODALITY_COLOURS.get(mod, "tab:red")
             ax.axvspan(start - 0.5, stop - 0.5, ymin=0, ymax=1, fill=False, edgecolor=colour, lw=1.5)
