@@ -222,3 +222,45 @@ def build_text_scaling(cfg: dict, encoder: str, seed: int, device: torch.device)
     return Task(
         model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric="bpb", higher_is_better=False
     )
+
+
+# --------------------------------------------------------------------------- the results page
+def rule_differences(finals: list[dict], key: str, higher_is_better: bool) -> str:
+    """A markdown table: per encoder and rule, ``key:<rule>`` and its paired difference from ``key`` (no rule).
+
+    Differences are seed by seed within a run (same weights), with the 95% bootstrap interval of their mean
+    (:func:`mmpos.runner.stats.bootstrap_interval`) and how many seeds the rule improved.
+    """
+    from statistics import fmean, stdev
+
+    from mmpos.runner.stats import bootstrap_interval
+
+    lines = [
+        f"| encoder | rule | {key} mean ± sd | paired diff vs no rule | 95% CI | seeds better |",
+        "|---|---|---|---|---|---|",
+    ]
+    encoders = list(dict.fromkeys(f["encoder"] for f in finals))
+    for encoder in encoders:
+        runs = [f["metrics"] for f in finals if f["encoder"] == encoder]
+        base = [m[key] for m in runs]
+        rules = [k.split(":", 1)[1] for k in runs[0] if k.startswith(f"{key}:")]
+        lines.append(f"| {encoder} | none | {fmean(base):.4f} ± {stdev(base) if len(base) > 1 else 0:.4f} | | | |")
+        for rule in rules:
+            values = [m[f"{key}:{rule}"] for m in runs]
+            diffs = [v - b for v, b in zip(values, base)]
+            low, high = bootstrap_interval(diffs) if len(diffs) > 1 else (math.nan, math.nan)
+            better = sum((d > 0) if higher_is_better else (d < 0) for d in diffs)
+            spread = stdev(values) if len(values) > 1 else 0.0
+            lines.append(
+                f"| {encoder} | {rule} | {fmean(values):.4f} ± {spread:.4f} | {fmean(diffs):+.4f} | "
+                f"[{low:+.4f}, {high:+.4f}] | {better}/{len(diffs)} |"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m recipes.tasks.scaling runs/<recipe>/<name>/results.json KEY [lower]
+    import json
+    import sys
+
+    results, metric = sys.argv[1], sys.argv[2]
+    print(rule_differences(json.loads(Path(results).read_text()), metric, "lower" not in sys.argv[3:]))
