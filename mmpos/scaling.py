@@ -246,6 +246,11 @@ class RopeScaling:
             params.pop(key, None)  # plan settings, not scaling
         if rule in ("default", "mrope"):
             return None
+        if rule == "proportional":
+            raise ValueError(
+                "rope_type 'proportional' is a plan, not a scaling rule: its first pairs keep the full-head spectrum "
+                "and the rest are NoPE (FrequencyPlan.from_assignment with axis -1), under rule 'linear'"
+            )
         original = params.pop("original_max_position_embeddings", None)
         if rule == "dynamic":
             original = max_position_embeddings

@@ -353,6 +353,9 @@ def test_wrong_axis_count_and_learned_plans_are_refused():
         mmpos.create("rope-mixed", head_dim=16, num_heads=2, scaling=RopeScaling("yarn", 2.0, 14))
     with pytest.raises(ValueError, match="unknown keys"):
         mmpos.create("rope", head_dim=16, scaling={"rule": "linear", "scale": 2.0})
+    with pytest.raises(ValueError, match="'proportional' is a plan"):
+        RopeScaling.from_hf({"rope_type": "proportional", "factor": 2.0})
+    assert RopeScaling.from_hf({"rope_type": "default", "rope_theta": 1e6}) is None
     with pytest.raises(ValueError, match="length applies to the dynamic rules"):
         scale_plan(plan, RopeScaling("linear", 2.0), length=10)
 
