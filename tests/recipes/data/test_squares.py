@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
 import torch
 
+from mmpos.nn import VisionTransformer
 from recipes.data.squares import (
     RELATIONS,
     FreeSquares,
@@ -18,7 +18,6 @@ from recipes.data.squares import (
     sample_free,
     sample_grid,
 )
-from mmpos.nn import VisionTransformer
 
 _WORDS = {"left": (0, -1), "right": (0, 1), "above": (-1, 0), "below": (1, 0)}  # (dy, dx), rows grow downwards
 
@@ -260,59 +259,3 @@ def test_free_scene_centre_scales_with_the_image():
 def test_bad_input_raises(call, error, match):
     with pytest.raises(error, match=match):
         call()
-
-
-# ---------------------------------------------------------------- deprecated old modules
-
-_OLD = {
-    "recipes.data.spatial": ["RELATIONS", "SpatialLayout", "paint_boxes", "relation", "render", "sample_layout",
-                           "spatial_relations"],
-    "recipes.data.layout_images": ["OBJECT_SCALES", "RELATIONS", "Scene", "layout_images", "relation", "render",
-                                 "sample_scenes"],
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("module, name", [(m, n) for m, names in _OLD.items() for n in names])
-def test_old_names_warn_and_name_their_replacement(module, name):
-    mod = importlib.import_module(module)
-    with pytest.warns(DeprecationWarning, match=rf"{module}\.{name} is deprecated; use mmpos\.data\.squares\."):
-        getattr(mod, name)
-    with pytest.raises(AttributeError, match="no attribute"):
-        mod.no_such_name  # noqa: B018
-
-
-def _old(module: str, *names: str) -> list:
-    """``from module import names``, each access checked to warn."""
-    mod = importlib.import_module(module)
-    out = []
-    for name in names:
-        with pytest.warns(DeprecationWarning):
-            out.append(getattr(mod, name))
-    return out
-
-
-def test_old_spatial_names_give_the_old_results():
-    SpatialLayout, render, sample_layout, spatial_relations = _old(
-        "recipes.data.spatial", "SpatialLayout", "render", "sample_layout", "spatial_relations"
-    )
-    assert SpatialLayout is GridSquares
-    scenes = sample_layout(6, 2, 4, 8, 0.4)  # old positional signature
-    assert torch.equal(scenes.cell, sample_grid(6, 2, cells=4, num_relations=8, min_side=0.4).cell)
-    old = render(scenes, 32, 3, 0.2, 0.1)  # noise and color_jitter positional
-    assert all(torch.equal(a, b) for a, b in zip(old, render(scenes, 32, 3, noise=0.2, color_jitter=0.1)))
-    old = spatial_relations(6, 32, 1, 4, 8, 0.5, 0.4)  # its old defaults: noise 0.5
-    new = make_squares(6, 32, 1, placement="grid", cells=4, num_relations=8, min_side=0.4)
-    assert all(torch.equal(a, b) for a, b in zip(old, new))
-
-
-def test_old_layout_images_names_give_the_old_results():
-    OLD_RELATIONS, Scene, layout_images, render, sample_scenes = _old(
-        "recipes.data.layout_images", "RELATIONS", "Scene", "layout_images", "render", "sample_scenes"
-    )
-    assert OLD_RELATIONS == RELATIONS[4] and Scene is FreeSquares
-    scenes = sample_scenes(6, 2, 32, (3.0, 6.0), 6.0, 2.0)
-    old = render(scenes, 64, 3, "image")  # object_scale positional; its old defaults: noise 0.3
-    assert all(torch.equal(a, b) for a, b in zip(old, render(scenes, 64, 3, noise=0.3, object_scale="image")))
-    old = layout_images(6, 48, 1, 32, "pixels")
-    new = make_squares(6, 48, 1, placement="free", noise=0.3, base_size=32)
-    assert all(torch.equal(a, b) for a, b in zip(old, new))
