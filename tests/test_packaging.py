@@ -125,8 +125,9 @@ def test_shipped_recipe_is_found_from_any_folder_and_a_path_wins(tmp_path, monke
 
 
 @pytest.mark.parametrize("name", list_recipes())
-def test_every_shipped_recipe_has_a_one_line_description_and_a_smoke_profile(name):
+def test_every_shipped_recipe_has_a_one_line_description_and_smoke_cpu_gpu_profiles(name):
     raw = config.load_yaml(CONFIGS / f"{name}.yaml")
     assert isinstance(raw.get("description"), str) and raw["description"].strip(), f"{name}: add description:"
     assert "\n" not in raw["description"].strip()  # `mmpos list recipes` shows one line per recipe
-    assert "smoke" in (raw.get("profiles") or {}), f"{name}: add a smoke profile"
+    for profile in ("smoke", "cpu", "gpu"):  # tests, a CPU run, one modern GPU in minutes (DESIGN.md)
+        assert profile in (raw.get("profiles") or {}), f"{name}: add a {profile} profile"
