@@ -30,7 +30,9 @@ Shapes: images ``(B, C, H, W)``; tokens ``(B, prefix + h * w, embed_dim)`` with
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import timm
@@ -38,26 +40,33 @@ import torch
 from timm.layers import Attention
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
+from timm.models.eva import Eva
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
 from ..coords import Coords
+from ..encoders.base import RotaryEncoder
 from ..encoders.registry import list_encoders
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import PositionalBackbone, convert_backbone, model_context, module_key
+from ..nn.placement import Placement, PositionalBackbone, convert_backbone, model_context, module_key
 from ..rotary import Rotation
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
 
 __all__ = [
+    "FROM_CHECKPOINT",
     "TIMM_ALIASES",
+    "EvaRotary",
     "PositionalAttention",
     "PositionalBlock",
     "PositionalVisionTransformer",
     "convert",
     "create_vit",
+    "eva_rope",
     "load_state_dict_report",
+    "save_checkpoint",
+    "table_aliases",
 ]
 
 
@@ -276,18 +285,226 @@ class PositionalVisionTransformer(PositionalBackbone, VisionTransformer):
         return super().no_weight_decay() | placement.no_weight_decay(self)
 
 
+# ---------------------------------------------------------------------------------- timm's Eva RoPE ViTs
+def _eva_convention(model: Eva) -> str:
+    """The rotation layout the Eva blocks apply: ``"half"`` (``rotate_half``) or ``"interleaved"``."""
+    attn = model.blocks[0].attn
+    return "half" if getattr(attn, "rotate_half", False) else "interleaved"
+
+
+def _eva_axes(rope: nn.Module) -> tuple[str, str]:
+    """mmpos axes in the order of timm's coordinate channels: ``xy`` indexing puts the column (``w``) first."""
+    return ("w", "h") if getattr(rope, "grid_indexing", "ij") == "xy" else ("h", "w")
+
+
+def eva_rope(model: Eva) -> tuple[str, dict[str, Any]]:
+    """``(name, kwargs)`` of the mmpos encoder that reproduces ``model``'s own RoPE.
+
+    timm's axial ``RotaryEmbeddingCat`` (``vit_*_rope_*``, EVA-02) is ``rope-axial`` with the model's
+    ``temperature`` as ``theta``, its axis order and rotation layout; the learned ``RotaryEmbeddingMixed``
+    (``vit_*_rope_mixed_*``) is ``rope-mixed`` (:func:`convert` copies the learned frequencies). Other
+    timm RoPE types (DINOv3's, M-RoPE, pixel-frequency bands) raise ``ValueError``.
+    """
+    if not isinstance(model, Eva):
+        raise TypeError(f"model must be a timm Eva model, got {type(model).__name__}")
+    rope = model.rope
+    if isinstance(rope, EvaRotary) or rope is None:
+        raise ValueError("model has no timm RoPE of its own (it has none, or it was converted already)")
+    kind = type(rope).__name__
+    base = {"theta": float(rope.temperature), "axes": _eva_axes(rope), "convention": _eva_convention(model)}
+    if kind == "RotaryEmbeddingMixed" and isinstance(getattr(rope, "freqs", None), Tensor):
+        return "rope-mixed", base
+    grid_type = getattr(rope, "grid_type", "pixel" if getattr(rope, "in_pixels", True) else "index")
+    if kind == "RotaryEmbeddingCat" and grid_type == "index" and not getattr(rope, "linear_bands", False):
+        return "rope-axial", base
+    raise ValueError(
+        f"model's RoPE ({kind}, grid {grid_type!r}) has no mmpos counterpart: axial RotaryEmbeddingCat on an index "
+        "grid (vit_*_rope_*, EVA-02) and RotaryEmbeddingMixed (vit_*_rope_mixed_*) are supported"
+    )
+
+
+class EvaRotary(nn.Module):
+    """mmpos rotary encoders in place of an Eva model's ``rope`` module (set on the instance by :func:`convert`).
+
+    timm's ``Eva`` asks its ``rope`` for ``get_embed(shape)`` and rotates q / k of the patch tokens (prefix
+    tokens are left unrotated) with ``apply_rot_embed_cat``; this module answers with the sin / cos of the
+    mmpos encoders at the patch grid, in timm's layout: ``(N, 2 * head_dim)`` for an encoder shared by all
+    blocks, ``(H, N, 2 * head_dim)`` for a per-head plan, ``(depth, H, N, 2 * head_dim)`` for per-layer
+    encoders (RoPE-Mixed; the model's ``rope_mixed`` flag is set to match).
+
+    Coordinates: patch ``(i, j)`` sits at ``(i + offset, j + offset)``, rescaled by ``ref_feat_shape / grid``
+    when the model's RoPE had a reference grid (EVA-02's scheme), computed as timm computes them.
+
+    Args:
+        shared: encoders shared by all blocks (by name); layers: each block's encoders (by name).
+        feat_shape: the model's patch grid ``(h, w)``; offset, ref_feat_shape: see above.
+        convention: the rotation layout of the model's attention.
+    """
+
+    def __init__(
+        self,
+        shared: nn.ModuleDict,
+        layers: Sequence[nn.ModuleDict],
+        feat_shape: Sequence[int],
+        convention: str,
+        offset: float = 0.0,
+        ref_feat_shape: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.pos_rotary = shared
+        self.pos_layers = nn.ModuleList(layers) if any(len(d) for d in layers) else nn.ModuleList()
+        encoders = [*shared.values(), *(e for d in self.pos_layers for e in d.values())]
+        names = {*shared, *(k for d in self.pos_layers for k in d)}
+        if len(names) > 1:
+            raise ValueError(f"timm Eva models apply one rotary encoder, got {sorted(names)}")
+        for enc in encoders:
+            if not isinstance(enc, RotaryEncoder):
+                raise TypeError(f"timm Eva models take rotary encoders only, got {type(enc).__name__}")
+            if enc.weight.shape[-1] * 2 != enc.head_dim:
+                raise ValueError(f"{type(enc).__name__} rotates part of a head (rotary_dim); Eva rotates whole heads")
+            if enc.convention != convention:
+                raise ValueError(
+                    f"{type(enc).__name__} has convention={enc.convention!r} but the model rotates {convention!r} "
+                    f"pairs; pass pos_kwargs={{name: {{'convention': {convention!r}}}}}"
+                )
+        self.feat_shape = list(feat_shape)
+        self.convention = convention
+        self.offset = float(offset)
+        self.ref_feat_shape = None if ref_feat_shape is None else list(ref_feat_shape)
+
+    @property
+    def per_layer(self) -> bool:
+        """``True`` when every block has its own encoder (the model indexes the table by block)."""
+        return len(self.pos_layers) > 0
+
+    def update_feat_shape(self, feat_shape: Sequence[int]) -> None:
+        """timm's hook when the model's input size changes."""
+        self.feat_shape = list(feat_shape)
+
+    def coords(self, shape: Sequence[int], device: torch.device | None = None) -> Coords:
+        """Coordinates of a patch grid ``(h, w)`` (no prefix tokens: Eva leaves them unrotated)."""
+        t = [torch.arange(n, device=device, dtype=torch.int64).to(torch.float32) + self.offset for n in shape]
+        if self.ref_feat_shape is not None:  # as timm: t / feat_shape * ref_feat_shape
+            t = [x / f * r for x, f, r in zip(t, shape, self.ref_feat_shape)]
+        pos = torch.stack(torch.meshgrid(t, indexing="ij"), dim=-1).reshape(1, -1, 2)  # (1, h * w, (h, w))
+        return Coords(pos, ("h", "w"), grid_shape=tuple(int(n) for n in shape))
+
+    def _table(self, encoder: RotaryEncoder, coords: Coords, dtype: torch.dtype | None) -> Tensor:
+        angles = encoder.angles(coords)[0]  # (N, P) or (H, N, P), float32
+        sin, cos = angles.sin(), angles.cos()
+        if self.convention == "half":  # [f0 f1 .. f0 f1 ..]
+            sin, cos = torch.cat([sin, sin], -1), torch.cat([cos, cos], -1)
+        else:  # [f0 f0 f1 f1 ..]
+            sin, cos = sin.repeat_interleave(2, -1), cos.repeat_interleave(2, -1)
+        table = torch.cat([sin, cos], -1)
+        return table if dtype is None else table.to(dtype)
+
+    def get_embed(self, shape: Sequence[int] | None = None, dtype: torch.dtype | None = None) -> Tensor:
+        """sin / cos of the patch grid ``shape`` (default: the model's grid) in timm's ``cat`` layout."""
+        shape = self.feat_shape if shape is None else list(shape)
+        device = next(iter(self.buffers()), torch.empty(0)).device
+        coords = self.coords(shape, device)
+        if self.per_layer:
+            return torch.stack([self._table(next(iter(d.values())), coords, dtype) for d in self.pos_layers])
+        if not len(self.pos_rotary):
+            raise ValueError("EvaRotary holds no encoder")
+        return self._table(next(iter(self.pos_rotary.values())), coords, dtype)
+
+    def no_weight_decay(self) -> set[str]:
+        """Learned frequencies (RoPE-Mixed), as :func:`mmpos.nn.placement.no_weight_decay` names them."""
+        return placement.no_weight_decay(self)
+
+
+def _copy_mixed(own: nn.Module, rope: EvaRotary) -> None:
+    """Copy the learned frequencies of timm's ``RotaryEmbeddingMixed`` ``(2, depth, H, P)`` into the
+    per-layer ``rope-mixed`` weights ``(H, A, P)`` (axis channels matched by name)."""
+    freqs = own.freqs.detach()
+    channel = {a: i for i, a in enumerate(_eva_axes(own))}
+    for layer, encoders in enumerate(rope.pos_layers):
+        for enc in encoders.values():
+            weight = torch.stack([freqs[channel[a], layer] for a in enc.axes], dim=1)  # (H, A, P)
+            if weight.shape != enc.weight.shape:
+                raise ValueError(
+                    f"the model's mixed frequencies {tuple(weight.shape)} do not fit {type(enc).__name__}'s weight "
+                    f"{tuple(enc.weight.shape)}"
+                )
+            with torch.no_grad():
+                enc.weight.copy_(weight.to(enc.weight.dtype))
+
+
+def _convert_eva(model: Eva, pos: str | Sequence[str] | None, pos_kwargs: dict[str, dict[str, Any]] | None) -> Eva:
+    own = model.rope
+    if isinstance(own, EvaRotary):
+        offset, ref, own_mixed = own.offset, own.ref_feat_shape, None
+    elif own is None:
+        offset, ref, own_mixed = 0.0, None, None
+    else:
+        eva_rope(model)  # ValueError for RoPE types mmpos does not reproduce
+        offset = float(getattr(own, "grid_offset", 0.0))
+        ref = getattr(own, "ref_feat_shape", None)
+        own_mixed = own if type(own).__name__ == "RotaryEmbeddingMixed" else None
+    attn = model.blocks[0].attn
+    convention = _eva_convention(model)
+    context = model_context(
+        model.embed_dim,
+        attn.num_heads,
+        len(model.blocks),
+        head_dim=attn.head_dim,
+        grid_size=model.patch_embed.grid_size,
+        axes=("h", "w"),
+    )
+    kwargs = {k: dict(v) for k, v in (pos_kwargs or {}).items()}
+    setup = Placement(pos, kwargs, context)
+    for name in setup.names:
+        if setup.kinds[name] != "rotary":
+            raise ValueError(
+                f"timm Eva models take rotary encoders only (their RoPE hook); {name!r} is {setup.kinds[name]}"
+            )
+        if "convention" in inspect.signature(setup.records[name].factory).parameters:
+            setup.pos_kwargs.setdefault(name, {}).setdefault("convention", convention)
+    layers = [setup.layer(i) for i in range(len(model.blocks))]
+    device = model.patch_embed.proj.weight.device
+    if not setup.names:
+        model.rope, model.rope_mixed = None, False
+        return model
+    rope = EvaRotary(setup.shared(), layers, model.patch_embed.grid_size, convention, offset, ref).to(device)
+    if own_mixed is not None and rope.per_layer and all(k == "rope-mixed" for d in rope.pos_layers for k in d):
+        _copy_mixed(own_mixed, rope)
+    model.rope = rope
+    model.rope_mixed = rope.per_layer
+    return model
+
+
+def _record(model: nn.Module, pos: Any, pos_kwargs: Any, keep_abs_pos: Any, conv_after: Any) -> None:
+    """Write the encoder choice into ``model.pretrained_cfg["mmpos"]`` (read back by :func:`create_vit`)."""
+    cfg = dict(getattr(model, "pretrained_cfg", None) or {})
+    old = cfg.get("mmpos", {})
+    cfg["mmpos"] = {
+        "model_name": old.get("model_name"),
+        "model_kwargs": old.get("model_kwargs"),
+        "pos": pos if pos is None or isinstance(pos, str) else list(pos),
+        "pos_kwargs": {k: dict(v) for k, v in (pos_kwargs or {}).items()},
+        "keep_abs_pos": keep_abs_pos,
+        "conv_after": list(conv_after),
+    }
+    model.pretrained_cfg = cfg
+
+
 def convert(
-    model: VisionTransformer,
+    model: VisionTransformer | Eva,
     pos: str | Sequence[str] | None,
     pos_kwargs: dict[str, dict[str, Any]] | None = None,
     keep_abs_pos: bool | None = None,
     conv_after: Sequence[int] = (0,),
-) -> PositionalVisionTransformer:
-    """Convert a timm ``VisionTransformer`` in place to use mmpos encoders; returns it.
+) -> PositionalVisionTransformer | Eva:
+    """Convert a timm ``VisionTransformer`` (or ``Eva`` RoPE ViT) in place to use mmpos encoders; returns it.
 
     Args:
         model: a ``timm.models.vision_transformer.VisionTransformer`` with plain ``Block`` /
-            ``Attention`` layers (or an already converted model, whose encoders are replaced).
+            ``Attention`` layers (or an already converted model, whose encoders are replaced); or a
+            ``timm.models.eva.Eva`` (``vit_*_rope_*``, EVA-02), whose ``rope`` becomes an :class:`EvaRotary`
+            holding one mmpos rotary encoder (``pos="none"`` removes it). ``convert(model, *eva_rope(model))``
+            reproduces the model's own RoPE (RoPE-Mixed keeps the learned frequencies).
         pos: encoder name or list of names (``mmpos.list_encoders()``); ``"none"`` adds none.
         pos_kwargs: keyword arguments per encoder name, e.g. ``{"rope-axial": {"theta": 100}}``.
         keep_abs_pos: keep the model's own ``pos_embed`` (``None``: only when every encoder
@@ -298,10 +515,18 @@ def convert(
     ``dim``, ``num_heads``, ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size`` (the model's patch
     grid), ``axes=("h", "w")``, ``prefix_rows`` (the rows of timm's table: ``num_prefix_tokens``, 0 with
     ``no_embed_class``; ``learned`` reads it) and, for attention and conv encoders, ``layer``. Placement and
-    conversion: :func:`mmpos.nn.placement.convert_backbone`, shared with open_clip.
+    conversion: :func:`mmpos.nn.placement.convert_backbone`, shared with open_clip. The encoder choice is
+    written into ``model.pretrained_cfg["mmpos"]`` (:func:`save_checkpoint` keeps it, :func:`create_vit`
+    rebuilds from it).
     """
+    if isinstance(model, Eva):
+        if keep_abs_pos is not None or tuple(conv_after) != (0,):
+            raise ValueError("keep_abs_pos and conv_after do not apply to Eva models (their encoder is rotary)")
+        _convert_eva(model, pos, pos_kwargs)
+        _record(model, pos, pos_kwargs, keep_abs_pos, conv_after)
+        return model
     if type(model) not in (VisionTransformer, PositionalVisionTransformer):
-        raise ValueError(f"model must be a timm VisionTransformer, got {type(model).__name__}")
+        raise ValueError(f"model must be a timm VisionTransformer or a timm Eva RoPE ViT, got {type(model).__name__}")
     blocks = [b if isinstance(b, PositionalBlock) else PositionalBlock(b) for b in model.blocks]
     attn = blocks[0].attn
     context = model_context(
@@ -332,25 +557,68 @@ def convert(
         cls=PositionalVisionTransformer,
         device=model.patch_embed.proj.weight.device,
     )
+    _record(model, pos, pos_kwargs, keep_abs_pos, conv_after)
     return model
 
 
+#: ``create_vit(pos=...)`` left out: the encoders come from the checkpoint
+FROM_CHECKPOINT = "from-checkpoint"
+
+
 def create_vit(
-    model_name: str,
-    pos: str | Sequence[str] | None,
+    model_name: str | None = None,
+    pos: str | Sequence[str] | None = FROM_CHECKPOINT,
     pos_kwargs: dict[str, dict[str, Any]] | None = None,
     keep_abs_pos: bool | None = None,
     conv_after: Sequence[int] = (0,),
+    *,
+    checkpoint: str | Path | None = None,
     **timm_kwargs: Any,
-) -> PositionalVisionTransformer:
+) -> PositionalVisionTransformer | Eva:
     """``timm.create_model(model_name, **timm_kwargs)`` converted by :func:`convert`.
+
+    ``model_name`` may name a ``VisionTransformer`` or an ``Eva`` RoPE ViT (``vit_*_rope_*``). With
+    ``checkpoint`` (a file written by :func:`save_checkpoint`), the model name, the timm arguments and the
+    encoders recorded there rebuild the model (arguments given here win) and its weights are loaded
+    (strictly); without it, ``pos`` is required.
 
     Example: ``create_vit("vit_tiny_patch16_224", pos="rope", img_size=64, dynamic_img_size=True)``.
     """
+    state = None
+    if checkpoint is not None:
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        if not isinstance(saved, Mapping) or "state_dict" not in saved or "mmpos" not in saved:
+            raise ValueError(f"checkpoint={str(checkpoint)!r} was not written by save_checkpoint (no 'mmpos' record)")
+        record, state = saved["mmpos"], saved["state_dict"]
+        model_name = model_name or record.get("model_name")
+        timm_kwargs = {**(record.get("model_kwargs") or {}), **timm_kwargs}
+        if pos == FROM_CHECKPOINT:
+            pos, pos_kwargs = record["pos"], record["pos_kwargs"]
+            keep_abs_pos, conv_after = record["keep_abs_pos"], tuple(record["conv_after"])
+    if model_name is None:
+        raise ValueError("model_name is required (or a checkpoint that records it)")
+    if pos == FROM_CHECKPOINT:
+        raise ValueError("pos is required without a checkpoint: an encoder name or a list of names")
     model = timm.create_model(model_name, **timm_kwargs)
-    if type(model) is not VisionTransformer:
+    if type(model) is not VisionTransformer and not isinstance(model, Eva):
         raise ValueError(f"model_name {model_name!r} builds a {type(model).__name__}, not a timm VisionTransformer")
-    return convert(model, pos, pos_kwargs, keep_abs_pos, conv_after)
+    model = convert(model, pos, pos_kwargs, keep_abs_pos, conv_after)
+    model.pretrained_cfg["mmpos"].update(model_name=model_name, model_kwargs=dict(timm_kwargs))
+    if state is not None:
+        model.load_state_dict(state)
+    return model
+
+
+def save_checkpoint(model: nn.Module, path: str | Path) -> None:
+    """Save ``model``'s weights with its encoder record (``pretrained_cfg["mmpos"]``), for ``create_vit(checkpoint=)``.
+
+    The file holds ``{"state_dict": ..., "mmpos": {model_name, model_kwargs, pos, pos_kwargs, keep_abs_pos,
+    conv_after}}`` (loadable with ``torch.load(..., weights_only=True)``).
+    """
+    record = (getattr(model, "pretrained_cfg", None) or {}).get("mmpos")
+    if record is None:
+        raise ValueError("model has no mmpos record: convert it with convert() or build it with create_vit()")
+    torch.save({"state_dict": model.state_dict(), "mmpos": record}, path)
 
 
 def load_state_dict_report(model: nn.Module, state_dict: Mapping[str, Tensor]) -> TransferReport:

@@ -1,6 +1,7 @@
 import copy
 
 import pytest
+import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
@@ -343,3 +344,88 @@ def test_learned_checkpoint_into_irpe_starts_from_the_same_function():
     x = _images(24, 40)
     with torch.no_grad():
         torch.testing.assert_close(target(x), source(x))
+
+
+# ---------------------------------------------------------------- timm's own RoPE ViTs (Eva)
+EVA_TINY = {"img_size": 32, "patch_size": 8, "embed_dim": 64, "num_heads": 4, "depth": 2, "num_classes": 3}
+EVA_MODELS = [
+    ("vit_small_patch16_rope_224", {}),  # rope-vit axial: xy order, theta 100, class token
+    ("vit_small_patch16_rope_mixed_224", {}),  # rope-vit mixed: learned per-layer frequencies
+    ("vit_medium_patch16_rope_reg1_gap_256", {}),  # axial with ref_feat_shape rescaling, a register token
+    ("vit_small_patch16_rope_224", {"dynamic_img_size": True}),
+]
+
+
+def _eva(name, seed=0, **kwargs):
+    if name not in timm.list_models(name):
+        pytest.skip(f"this timm has no {name}")
+    torch.manual_seed(seed)
+    return timm.create_model(name, pretrained=False, **{**EVA_TINY, **kwargs}).eval()
+
+
+@pytest.mark.parametrize(("name", "kwargs"), EVA_MODELS, ids=[f"{n}{'-dyn' if k else ''}" for n, k in EVA_MODELS])
+def test_eva_own_rope_through_mmpos_gives_the_models_outputs(name, kwargs):
+    ref = _eva(name, **kwargs)
+    encoder, enc_kwargs = mt.eva_rope(ref)
+    model = mt.convert(copy.deepcopy(ref), encoder, {encoder: enc_kwargs})
+    assert isinstance(model.rope, mt.EvaRotary) and model.rope_mixed == (encoder == "rope-mixed")
+    sizes = [(32, 32), (24, 40)] if kwargs else [(32, 32)]
+    for h, w in sizes:
+        x = _images(h, w)
+        with torch.no_grad():
+            assert torch.equal(model(x), ref(x)), (h, w)  # bit-identical: same frequencies, positions, layout
+        feats = model.forward_intermediates(x, indices=1, intermediates_only=True)
+        assert torch.equal(feats[0], ref.forward_intermediates(x, indices=1, intermediates_only=True)[0])
+
+
+def test_eva_swaps_its_rope_for_another_mmpos_encoder():
+    ref = _eva("vit_small_patch16_rope_224")
+    model = mt.convert(copy.deepcopy(ref), "rope-mixed")  # axial -> learned per layer
+    assert model.rope_mixed and len(model.rope.pos_layers) == 2
+    assert model.rope.pos_layers[0]["rope-mixed"].convention == "interleaved"  # the model's rotation layout
+    assert {"rope.pos_layers.0.rope-mixed.weight", "rope.pos_layers.1.rope-mixed.weight"} <= model.no_weight_decay()
+    x = _images()
+    out = model(x)
+    out.sum().backward()
+    assert model.rope.pos_layers[1]["rope-mixed"].weight.grad.abs().sum() > 0
+    nope = mt.convert(copy.deepcopy(ref), "none")
+    assert nope.rope is None
+    with torch.no_grad():  # init_values=1e-5 layer scale: the blocks barely move the tokens, yet they differ
+        assert not torch.equal(nope(x), ref(x))
+    with pytest.raises(ValueError, match="rotary encoders only"):
+        mt.convert(copy.deepcopy(ref), "learned")
+    with pytest.raises(ValueError, match="convention='half' but the model rotates 'interleaved'"):
+        mt.convert(copy.deepcopy(ref), "rope", {"rope": {"convention": "half"}})
+    with pytest.raises(ValueError, match="one rotary encoder"):
+        mt.convert(copy.deepcopy(ref), ["rope", "rope-mixed"])
+    with pytest.raises(TypeError, match="timm Eva model"):
+        mt.eva_rope(_vit())
+
+
+@pytest.mark.parametrize(
+    ("name", "pos", "extra"),
+    [
+        ("vit_small_patch16_rope_mixed_224", "rope-mixed", {}),
+        ("vit_tiny_patch16_224", "irpe", {"depth": 2, "embed_dim": 32, "num_heads": 4}),
+    ],
+)
+def test_checkpoint_records_the_encoder_and_create_vit_rebuilds_it(tmp_path, name, pos, extra):
+    kwargs = {**EVA_TINY, **extra} if "rope" in name else {"img_size": 32, "patch_size": 8, "num_classes": 3, **extra}
+    if name not in timm.list_models(name):
+        pytest.skip(f"this timm has no {name}")
+    torch.manual_seed(0)
+    model = mt.create_vit(name, pos=pos, **kwargs).eval()
+    record = model.pretrained_cfg["mmpos"]
+    assert record["model_name"] == name and record["pos"] == pos and record["model_kwargs"] == kwargs
+    path = tmp_path / "model.pt"
+    mt.save_checkpoint(model, path)
+    torch.manual_seed(1)  # another init: the weights must come from the file
+    rebuilt = mt.create_vit(checkpoint=path).eval()
+    x = _images()
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x), model(x))
+    with pytest.raises(ValueError, match="pos is required"):
+        mt.create_vit(name, **kwargs)
+    torch.save(model.state_dict(), tmp_path / "plain.pt")
+    with pytest.raises(ValueError, match="not written by save_checkpoint"):
+        mt.create_vit(checkpoint=tmp_path / "plain.pt")
