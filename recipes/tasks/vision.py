@@ -99,7 +99,7 @@ def _render_kwargs(data: dict) -> dict:
     return {"noise": data["noise"], "color_jitter": data["color_jitter"]}
 
 
-def build_model(cfg: dict, names: list[str]) -> nn.Module:
+def build_model(cfg: dict, names: list[str], num_classes: int = _NUM_CLASSES) -> nn.Module:
     """The timm ViT of ``cfg["model"]`` with encoders ``names``, for ``cfg["data"]["image_size"]`` images."""
     m, size = cfg["model"], cfg["data"]["image_size"]
     if size % m["patch_size"]:
@@ -118,7 +118,7 @@ def build_model(cfg: dict, names: list[str]) -> nn.Module:
         num_heads=m["num_heads"],
         mlp_ratio=m["mlp_ratio"],
         weight_init=m["weight_init"],
-        num_classes=_NUM_CLASSES,
+        num_classes=num_classes,
         dynamic_img_size=True,
     )
 
