@@ -13,7 +13,8 @@ construction (their predictions for a graph and its reversal are the same); no n
 ``maglap_programs`` (:mod:`recipes.data.program_graphs`): program graphs of the installed standard
 library's functions (AST + next-statement + data-flow edges, node feature = AST class); for every
 ordered pair ``(u, v)`` where one node reaches the other, does ``u`` reach ``v`` ("``u`` is an
-ancestor of ``v``")? Exactly half the pairs are positive. Train on functions of
+ancestor of ``v``")? Exactly half the pairs are positive. ``data.node_features: false`` drops the
+AST classes (the structure alone: the classes tell much of the direction by themselves). Train on functions of
 ``data.train_nodes`` nodes, test on larger ones (``data.test_nodes``); ``id_acc`` on held-out
 functions of the training sizes.
 
@@ -75,6 +76,7 @@ PROGRAM_DEFAULTS: dict[str, Any] = {
         "train_graphs": 1000,
         "test_graphs": 200,
         "id_graphs": 200,
+        "node_features": True,
         "k": 16,
         "q": 0.25,
         "q_relative": True,
@@ -257,7 +259,7 @@ def build_programs(cfg: dict[str, Any], encoder: str, seed: int, device: torch.d
         _with_pe((*key, "train"), encoder, *pe),
         {k: _with_pe((*key, k), encoder, *pe) for k in ("test", "id")},
     )
-    model = _model(encoder, m, d, len(NODE_TYPES) + 1, 2, "pair")
+    model = _model(encoder, m, d, len(NODE_TYPES) + 1 if d["node_features"] else None, 2, "pair")
 
     def pair_logits(model: nn.Module, batch):
         sizes = batch.ptr[1:] - batch.ptr[:-1]
