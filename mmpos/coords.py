@@ -13,11 +13,19 @@ A :class:`Coords` describes, for a batch of token sequences, where each token is
 
 Coordinates are data: build them once (in a data loader, or from static shapes)
 and pass them through the model, so ``forward`` holds no data-dependent Python.
+
+``Coords`` is a registered pytree node (``torch.utils._pytree``): its tensors ``pos``,
+``mask``, ``modality`` are the children and ``axes``, ``num_prefix_tokens``, ``grid_shape``
+the static context, so ``torch.export.export(model, (x, coords))``, ``torch.compile`` and
+``torch.onnx.export(..., dynamo=True)`` take a ``Coords`` as an ordinary input (as transformers
+passes ``position_ids``). ``dynamic_shapes`` for it is a list of three specs, one per child
+(``[{0: b, 1: n}, None, None]``; ``None`` for a child that is ``None``).
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -369,3 +377,68 @@ class Coords:
                 f"pass num_prefix_tokens={p} (Coords.grid({grid}, num_prefix_tokens={p}))"
             )
         return ""
+
+
+# --------------------------------------------------------------------------- pytree node
+_CHILDREN = ("pos", "mask", "modality")
+
+
+def _flatten(c: Coords) -> tuple[list, tuple]:
+    """Children: the tensors ``pos``, ``mask``, ``modality`` (the last two may be ``None``);
+    context: the static fields."""
+    return [c.pos, c.mask, c.modality], (c.axes, c.num_prefix_tokens, c.grid_shape)
+
+
+def _unflatten(children, context) -> Coords:
+    """Rebuild from the children of a valid ``Coords`` without re-validating: under tracing the
+    checks would add guards on symbolic sizes (and the values came from a checked ``Coords``)."""
+    pos, mask, modality = children
+    axes, num_prefix_tokens, grid_shape = context
+    out = object.__new__(Coords)
+    for name, value in zip(
+        ("pos", "axes", "mask", "num_prefix_tokens", "grid_shape", "modality"),
+        (pos, axes, mask, num_prefix_tokens, grid_shape, modality),
+    ):
+        object.__setattr__(out, name, value)
+    return out
+
+
+def _dump_context(context: tuple) -> str:
+    axes, num_prefix_tokens, grid_shape = context
+    return json.dumps([list(axes), num_prefix_tokens, None if grid_shape is None else list(grid_shape)])
+
+
+def _load_context(dumped: str) -> tuple:
+    axes, num_prefix_tokens, grid_shape = json.loads(dumped)
+    return tuple(axes), num_prefix_tokens, None if grid_shape is None else tuple(grid_shape)
+
+
+def _register_pytree() -> None:
+    """Register :class:`Coords` with torch's pytree (feature-detected: ``flatten_with_keys_fn``
+    and ``GetAttrKey``, which ``torch.export`` uses for input names, exist from torch 2.3 on)."""
+    import inspect
+
+    from torch.utils import _pytree as pytree
+
+    if Coords in pytree.SUPPORTED_NODES:
+        return
+    kwargs: dict = {
+        "serialized_type_name": f"{Coords.__module__}.{Coords.__qualname__}",
+        "to_dumpable_context": _dump_context,  # torch.export.save writes the context as JSON
+        "from_dumpable_context": _load_context,
+    }
+    if "flatten_with_keys_fn" in inspect.signature(pytree.register_pytree_node).parameters and hasattr(
+        pytree, "GetAttrKey"
+    ):
+
+        def flatten_with_keys(c: Coords):
+            children, context = _flatten(c)
+            return [(pytree.GetAttrKey(n), v) for n, v in zip(_CHILDREN, children)], context
+
+        kwargs["flatten_with_keys_fn"] = flatten_with_keys
+    pytree.register_pytree_node(Coords, _flatten, _unflatten, **kwargs)
+    if hasattr(torch.serialization, "add_safe_globals"):  # torch.export.load reads example inputs weights-only
+        torch.serialization.add_safe_globals([Coords])  # fields are tensors, tuples and ints: no code runs
+
+
+_register_pytree()

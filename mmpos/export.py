@@ -63,14 +63,37 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _tensor_specs(value: Any, spec: Any) -> list:
+    """The per-tensor specs of one input, in the order its tensors are flattened: a pytree input
+    (a ``Coords``, a tuple, a dict) takes one spec per child, as ``torch.export`` reads it."""
+    from torch.utils import _pytree as pytree
+
+    if isinstance(value, torch.Tensor):
+        return [spec]
+    node = pytree._get_node_type(value)
+    if value is None or node not in pytree.SUPPORTED_NODES:
+        return []
+    children, context = pytree.SUPPORTED_NODES[node].flatten_fn(value)
+    if spec is None:
+        specs = [None] * len(children)
+    elif isinstance(value, dict):
+        specs = [spec.get(k) for k in context]
+    else:
+        specs = list(spec)
+    return [s for child, child_spec in zip(children, specs) for s in _tensor_specs(child, child_spec)]
+
+
 def _specialized(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> list[str]:
     """Input dimensions asked to be dynamic that the program fixed to the example's size."""
+    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
     names = list(program.graph_signature.user_inputs)
     if isinstance(dynamic_shapes, dict):
         specs = [(name, dynamic_shapes.get(name)) for name in names]
-    else:
-        specs = list(zip(names, dynamic_shapes))
-    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    else:  # a Coords input (a pytree node) is several tensor inputs: coords_pos, coords_mask, ...
+        args = program.example_inputs[0] if program.example_inputs else ()
+        flat = [s for a, spec in zip(args, dynamic_shapes) for s in _tensor_specs(a, spec)]
+        tensors = [n for n in names if isinstance(values.get(n), torch.Tensor)]
+        specs = list(zip(tensors, flat)) if len(flat) == len(tensors) else list(zip(names, dynamic_shapes))
     fixed = []
     for name, spec in specs:
         if not spec or not isinstance(values.get(name), torch.Tensor):
