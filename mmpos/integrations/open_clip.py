@@ -2,6 +2,8 @@
 
 ``create_model("ViT-B-32", pos="rope-axial")`` builds an open_clip model (random
 initialisation unless ``pretrained`` is given) and converts its visual tower;
+``create_model_and_transforms("ViT-B-32", pos="rope-axial")`` also returns open_clip's train and
+validation transforms;
 ``convert(model, pos=...)`` converts a ``CLIP`` / ``CustomTextCLIP`` (its ``.visual``)
 or an ``open_clip.transformer.VisionTransformer`` in place. What changes:
 
@@ -67,6 +69,7 @@ __all__ = [
     "PositionalResidualBlock",
     "convert",
     "create_model",
+    "create_model_and_transforms",
     "load_state_dict_report",
 ]
 
@@ -342,6 +345,36 @@ def create_model(
     text_cfg={"context_length": 16, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1})``.
     """
     return convert(open_clip.create_model(model_name, **open_clip_kwargs), pos, pos_kwargs, keep_abs_pos, conv_after)
+
+
+def create_model_and_transforms(
+    model_name: str,
+    pretrained: str | None = None,
+    *,
+    pos: str | Sequence[str] | None,
+    pos_kwargs: dict[str, dict[str, Any]] | None = None,
+    keep_abs_pos: bool | None = None,
+    conv_after: Sequence[int] = (0,),
+    **open_clip_kwargs: Any,
+) -> tuple[nn.Module, Any, Any]:
+    """``open_clip.create_model_and_transforms`` with the visual tower converted: ``(model, preprocess_train,
+    preprocess_val)``.
+
+    Args:
+        model_name, pretrained, open_clip_kwargs: as ``open_clip.create_model_and_transforms`` (``precision``,
+            ``device``, ``force_image_size``, ``aug_cfg``, model config overrides, ...); ``jit=True`` is refused
+            (a scripted model cannot be converted).
+        pos, pos_kwargs, keep_abs_pos, conv_after: as :func:`convert`; a pretrained tower converted to another
+            encoder loses its ``positional_embedding`` (``keep_abs_pos=True`` keeps it).
+
+    The transforms are open_clip's own, unchanged (they resize to the model's image size).
+    """
+    if open_clip_kwargs.get("jit"):
+        raise ValueError("jit=True gives a TorchScript model, which cannot be converted; pass jit=False")
+    model, preprocess_train, preprocess_val = open_clip.create_model_and_transforms(
+        model_name, pretrained, **open_clip_kwargs
+    )
+    return convert(model, pos, pos_kwargs, keep_abs_pos, conv_after), preprocess_train, preprocess_val
 
 
 def load_state_dict_report(model: nn.Module, state_dict: Mapping[str, Tensor]) -> TransferReport:

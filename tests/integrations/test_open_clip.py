@@ -234,3 +234,29 @@ def test_vision_encoders_in_open_clip(name):
     with torch.no_grad():
         x = _images()
         assert not torch.allclose(model.encode_image(x), mo.convert(copy.deepcopy(ref), pos="none").encode_image(x))
+
+
+def test_create_model_and_transforms_converts_the_tower_and_keeps_open_clips_transforms():
+    from PIL import Image
+
+    kwargs = {"embed_dim": 32, "vision_cfg": _vision(), "text_cfg": TEXT}
+    torch.manual_seed(0)
+    model, train, val = mo.create_model_and_transforms("ViT-B-32", pos="rope-axial", **kwargs)
+    torch.manual_seed(0)
+    _, ref_train, ref_val = open_clip.create_model_and_transforms("ViT-B-32", **kwargs)
+    assert isinstance(model.visual, mo.PositionalCLIPVisionTransformer) and model.visual.positional_embedding is None
+    assert set(model.visual.pos_rotary) == {"rope-axial"}
+    assert repr(train) == repr(ref_train) and repr(val) == repr(ref_val)
+    image = Image.fromarray((torch.rand(40, 56, 3) * 255).to(torch.uint8).numpy())
+    x = val(image).unsqueeze(0)  # (1, 3, 32, 32): resized and cropped to the model's image size
+    assert torch.equal(x, ref_val(image).unsqueeze(0))
+    model.eval()
+    with torch.no_grad():
+        feats = model.encode_image(x)
+    assert feats.shape == (1, 32) and torch.isfinite(feats).all()
+    kept, *_ = mo.create_model_and_transforms("ViT-B-32", pos="none", keep_abs_pos=True, **kwargs)
+    assert kept.visual.positional_embedding is not None
+    with pytest.raises(ValueError, match="jit=True"):
+        mo.create_model_and_transforms("ViT-B-32", pos="rope", jit=True, **kwargs)
+    with pytest.raises(TypeError, match="pos"):
+        mo.create_model_and_transforms("ViT-B-32", **kwargs)
