@@ -163,7 +163,7 @@ def _direction_graphs(sizes: tuple[int, int], num: int, seed: int) -> tuple:
     return tuple(out)
 
 
-@register_task("maglap_direction", defaults=DIRECTION_DEFAULTS)
+@register_task("maglap_direction", defaults={**DIRECTION_DEFAULTS, "validation": {}})
 def build_direction(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) -> Task:
     from torch_geometric.data import Batch
 
@@ -242,7 +242,7 @@ def _program_graphs(train: tuple[int, int], test: tuple[int, int], counts: tuple
     return out
 
 
-@register_task("maglap_programs", defaults=PROGRAM_DEFAULTS)
+@register_task("maglap_programs", defaults={**PROGRAM_DEFAULTS, "validation": {}})
 def build_programs(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) -> Task:
     from torch_geometric.data import Batch
 

@@ -159,7 +159,7 @@ def _margins(scheme: str, theta: float, dim: int, heads: int, kv: int, frames: i
     return plan_margin(angles, query, target, others), plan_margin(angles, query, target, same_cell)
 
 
-@register_task("temporal_copy", defaults=DEFAULTS)
+@register_task("temporal_copy", defaults={**DEFAULTS, "validation": {}})
 def build_task(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task:
     ((scheme, option),) = parse_encoders(encoder, {"hope": (NUMBER,)}, combine=False).items
     if scheme not in SCHEMES_TAKEN:

@@ -94,7 +94,7 @@ def neighbour_batch(values: Tensor, num_values: int) -> tuple[Tensor, Tensor]:
     return tokens, torch.cat([none, targets, none], 1)
 
 
-@register_task("tpe_neighbours", defaults=DEFAULTS)
+@register_task("tpe_neighbours", defaults={**DEFAULTS, "validation": {}})
 def build_task(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) -> Task:
     ((name, option),) = parse_encoders(encoder, {"2d-tpe": ("anneal",)}, combine=False).items
     if name not in ENCODERS:

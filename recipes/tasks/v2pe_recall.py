@@ -104,7 +104,7 @@ def recall_positions(strides: Tensor, cells: int, queries: int) -> Tensor:
     return pos
 
 
-@register_task("v2pe_recall", defaults=DEFAULTS)
+@register_task("v2pe_recall", defaults={**DEFAULTS, "validation": {}})
 def build_task(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task:
     ((name, option),) = parse_encoders(encoder, _VARIANTS, combine=False).items
     if name not in _ENCODER:
