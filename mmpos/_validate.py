@@ -71,3 +71,49 @@ def check_choice(value: Any, name: str, choices: tuple[Any, ...]) -> Any:
     if not isinstance(value, type(choices[0])) or value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+#: Default bound of one allocation a constructor or builder makes (bytes); ``MMPOS_MAX_BYTES`` overrides it.
+MAX_BYTES = 8 * 2**30
+
+
+def _human(nbytes: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if nbytes < 1024 or unit == "PiB":
+            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError  # unreachable
+
+
+def max_bytes() -> int:
+    """The allocation bound: ``MMPOS_MAX_BYTES`` (an int of bytes) when set, else :data:`MAX_BYTES`."""
+    import os
+
+    text = os.environ.get("MMPOS_MAX_BYTES")
+    if text is None:
+        return MAX_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"MMPOS_MAX_BYTES must be an int number of bytes, got {text!r}") from None
+    return value
+
+
+def check_bytes(nbytes: float, what: str) -> None:
+    """Refuse, before allocating, what would need more than :func:`max_bytes` (the estimate is named).
+
+    ``what`` says what would be allocated and from which arguments (``"iRPE tables of ratio=1e6"``).
+    """
+    limit = max_bytes()
+    if nbytes > limit:
+        raise ValueError(
+            f"{what} would need about {_human(nbytes)} ({nbytes:,.0f} bytes), more than the {_human(limit)} "
+            "mmpos allocates at once; use smaller sizes (or set MMPOS_MAX_BYTES to allow it)"
+        )
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """A real ``bool`` (``0`` / ``1`` / ``"yes"`` are not); raises ``TypeError`` naming ``name``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+    return value

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, replace
@@ -53,6 +54,34 @@ _HALF_EXACT = {torch.float16: 2048, torch.bfloat16: 256}
 _MAX_TOKENS = 2**31 - 1
 #: Up to this many tokens more than a grid's are read as missing class / register tokens in error hints.
 _MAX_HINTED_PREFIX = 16
+
+
+#: Largest integer below which every integer is exact in float32; float64 holds them up to 2**53.
+_FLOAT32_EXACT = 2**24
+_warned_inexact: set[torch.dtype] = set()
+
+
+def _position_dtype(dtype: torch.dtype | None, largest: float) -> torch.dtype:
+    """The builders' dtype: float32 by default, float64 when positions pass float32's exact range (2**24).
+
+    An explicit dtype that cannot hold ``largest`` exactly is kept, with a warning (once per dtype).
+    """
+    if dtype is None:
+        return torch.float64 if largest > _FLOAT32_EXACT else torch.float32
+    if dtype == torch.float32 and largest > _FLOAT32_EXACT:  # (half precision warns in Coords itself)
+        _warn_inexact(dtype, largest)
+    return dtype
+
+
+def _warn_inexact(dtype: torch.dtype, largest: float) -> None:
+    if dtype not in _warned_inexact:
+        _warned_inexact.add(dtype)
+        warnings.warn(
+            f"positions up to {largest:.0f} in {dtype}: above {_FLOAT32_EXACT} (2**24) float32 cannot hold every "
+            "integer, so neighbouring tokens share one position; build the coordinates in float64 "
+            "(dtype=torch.float64, the builders' default for such positions)",
+            stacklevel=4,
+        )
 
 
 def _half_warning(dtype: torch.dtype) -> str:
@@ -113,8 +142,12 @@ class Coords:
                     f"but pos has N={n}"
                 )
         checked = not _trusted and not torch.compiler.is_compiling() and pos.device.type != "meta"
-        if checked and not bool(torch.isfinite(pos).all()):  # a host sync: builders and direct construction only
-            raise ValueError("pos must be finite: found NaN or inf coordinates")
+        if checked and pos.numel():  # one host sync: builders and direct construction only
+            largest = float(pos.abs().amax())  # NaN or inf when any position is
+            if not math.isfinite(largest):
+                raise ValueError("pos must be finite: found NaN or inf coordinates")
+            if pos.dtype == torch.float32 and largest > _FLOAT32_EXACT:
+                _warn_inexact(pos.dtype, largest)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -124,16 +157,21 @@ class Coords:
         batch: int = 1,
         start: float = 0,
         *,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> Coords:
-        """1-D positions ``start, start+1, ...``: ``pos`` ``(batch, n, 1)``, axis ``"seq"``."""
+        """1-D positions ``start, start+1, ...``: ``pos`` ``(batch, n, 1)``, axis ``"seq"``.
+
+        ``dtype``: float32 by default, float64 when a position passes 2**24 (where float32 would
+        merge neighbouring integers); an explicit float32 there warns once.
+        """
         (n, batch) = _positive_sizes((n, batch), "n and batch")
         if n > _MAX_TOKENS:
             raise ValueError(f"n={n:,} tokens is more than the {_MAX_TOKENS:,} a Coords may hold")
-        if not math.isfinite(start):
-            raise ValueError(f"start must be finite, got {start!r}")
-        pos = torch.arange(n, dtype=dtype, device=device).add_(start)
+        if isinstance(start, bool) or not isinstance(start, numbers.Real) or not math.isfinite(start):
+            raise ValueError(f"start must be a finite number, got {start!r}")
+        dtype = _position_dtype(dtype, max(abs(start), abs(start + n - 1)))
+        pos = torch.arange(n, dtype=torch.float64, device=device).add_(start).to(dtype)  # one rounding, exact sum
         pos = pos.view(1, n, 1).expand(batch, n, 1)
         modality = torch.full((batch, n), int(Modality.TEXT), dtype=torch.long, device=device)
         return cls(pos, ("seq",), modality=modality, _trusted=True)
@@ -145,10 +183,12 @@ class Coords:
         num_prefix_tokens: int = 0,
         axes: Sequence[str] | None = None,
         batch: int = 1,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> Coords:
         """Row-major grid positions (integer indices) after ``num_prefix_tokens`` position-less tokens.
+
+        ``dtype``: float32 by default, float64 for an axis longer than 2**24 (exact integer indices).
 
         ``Coords.grid(h, w)`` gives axes ``("h", "w")``, ``Coords.grid(t, h, w)`` gives
         ``("t", "h", "w")``; ``pos`` is ``(batch, num_prefix_tokens + prod(sizes), len(sizes))``.
@@ -171,6 +211,9 @@ class Coords:
                 f"sizes {sizes} with num_prefix_tokens={prefix} make {math.prod(sizes) + prefix:,} tokens, more than the "
                 f"{_MAX_TOKENS:,} a Coords may hold"
             )
+        if dtype is None and any(isinstance(s, torch.SymInt) for s in sizes):
+            dtype = torch.float32  # a dynamic size under torch.export: no guard on its value
+        dtype = _position_dtype(dtype, max(sizes) - 1)
         ranges = [torch.arange(s, dtype=dtype, device=device) for s in sizes]
         cells = torch.stack(torch.meshgrid(*ranges, indexing="ij"), dim=-1).reshape(-1, len(sizes))
         pos = torch.cat([cells.new_zeros(prefix, len(sizes)), cells], dim=0)

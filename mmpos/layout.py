@@ -59,6 +59,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._validate import check_bytes
 from .coords import Coords, Modality
 from .schemes import BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
 
@@ -663,6 +664,8 @@ def build(
     unit_sample = np.repeat(np.arange(batch), per_sample)
     sample_len = np.bincount(unit_sample, weights=tokens, minlength=batch).astype(np.int64)
     length = int(sample_len.max())
+    # ~100 bytes a token: ids rows, coordinates, mask, modality and the packer's int64 work arrays
+    check_bytes(100 * batch * length, f"a layout of {batch} x {length:,} tokens")
 
     # the padded batch as runs: every unit, and one padding run per sample (before or after its units)
     left = padding_side == "left"

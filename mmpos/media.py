@@ -51,6 +51,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -192,8 +193,24 @@ def _name(source: object) -> str:
     return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"<{type(source).__name__}>"
 
 
-def _to_rgb(image: PILImage.Image) -> PILImage.Image:
-    """Transparency onto a white background, anything else converted to RGB."""
+#: PIL modes of more than 8 bits per sample: ``convert("RGB")`` clips them at 255 (saturating to white)
+_WIDE_MODES = ("I", "F", "I;16", "I;16B", "I;16L", "I;16N", "I;16S")
+
+
+def _to_rgb(image: PILImage.Image, name: str = "<PIL.Image>") -> PILImage.Image:
+    """Transparency onto a white background, anything else converted to RGB.
+
+    A 16-bit, 32-bit integer (``I``) or float (``F``) image whose values exceed 255 is refused
+    (``ValueError`` naming it): converting it to 8 bits would clip every brighter pixel to white.
+    """
+    if image.mode in _WIDE_MODES:
+        low, high = image.getextrema()
+        if low < 0 or high > 255:
+            raise ValueError(
+                f"image {name} has mode {image.mode!r} (more than 8 bits per pixel) with values in [{low}, {high}]: "
+                "converting it to 8-bit RGB would clip them to [0, 255] (bright areas turn white); scale it to "
+                f"uint8 first, e.g. load_image((np.asarray(img) / {high} * 255).astype(np.uint8))"
+            )
     if "A" in image.getbands() or image.info.get("transparency") is not None:
         rgba = image.convert("RGBA")
         background = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -218,7 +235,7 @@ def load_image(source: ImageSource) -> PILImage.Image:
         array = source[..., 0] if source.ndim == 3 and source.shape[2] == 1 else source
         return _to_rgb(PILImage.fromarray(np.ascontiguousarray(array)))
     if isinstance(source, PILImage.Image):
-        return _to_rgb(ImageOps.exif_transpose(source))
+        return _to_rgb(ImageOps.exif_transpose(source), _name(source))
     if isinstance(source, (bytes, bytearray, memoryview)):
         opener: object = io.BytesIO(bytes(source))
     elif isinstance(source, (str, os.PathLike)):
@@ -230,9 +247,26 @@ def load_image(source: ImageSource) -> PILImage.Image:
     try:
         with PILImage.open(opener) as image:  # type: ignore[arg-type]
             image.load()  # decode now: a truncated file fails here, not later
-            return _to_rgb(ImageOps.exif_transpose(image))
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+            return _to_rgb(ImageOps.exif_transpose(image), _name(source))
+    except PILImage.DecompressionBombError as err:  # a header claiming far more pixels than PIL's limit
+        raise ValueError(
+            f"image {_name(source)} is refused as a possible decompression bomb: {err} (raise "
+            "PIL.Image.MAX_IMAGE_PIXELS if you trust the file)"
+        ) from None
+    except ValueError as err:
+        if str(err).startswith("image "):  # _to_rgb's own message already names the file
+            raise
         raise ValueError(f"cannot decode image {_name(source)}: {err}") from err
+    except (UnidentifiedImageError, OSError, SyntaxError, EOFError, struct.error) as err:
+        raise ValueError(f"cannot decode image {_name(source)}: {type(err).__name__}: {err}") from err
+
+
+def _check_pixels(min_pixels: object, max_pixels: object) -> None:
+    """Area bounds: ints with ``1 <= min_pixels <= max_pixels`` (0 or less would divide by zero or leave a 0 side)."""
+    _check_int(min_pixels, "min_pixels", 1)
+    _check_int(max_pixels, "max_pixels", 1)
+    if min_pixels > max_pixels:  # type: ignore[operator]
+        raise ValueError(f"min_pixels={min_pixels} must be <= max_pixels={max_pixels}")
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -243,6 +277,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     """
     for value, name in ((height, "height"), (width, "width"), (factor, "factor")):
         _check_int(value, name, 1)
+    _check_pixels(min_pixels, max_pixels)
     if max(height, width) / min(height, width) > 200:
         raise ValueError(f"aspect ratio must be at most 200, got {height}x{width}")
     h_bar = round(height / factor) * factor
@@ -266,6 +301,8 @@ def smart_resize_video(
     scaled up. Needs ``num_frames >= temporal_factor`` (the reference raises otherwise)."""
     for value, name in ((num_frames, "num_frames"), (height, "height"), (width, "width"), (factor, "factor")):
         _check_int(value, name, 1)
+    _check_int(temporal_factor, "temporal_factor", 1)
+    _check_pixels(min_pixels, max_pixels)
     if num_frames < temporal_factor:
         raise ValueError(
             f"Qwen3-VL resizing needs at least temporal_patch_size={temporal_factor} frames, got {num_frames}"

@@ -468,6 +468,18 @@ class Rotation:
         """
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
+        if not (q.is_floating_point() and k.is_floating_point()):  # an int rotation would truncate to integers
+            raise TypeError(f"q and k must be floating-point tensors, got {q.dtype} and {k.dtype}")
+        if q.dim() != 4 or k.dim() != 4:
+            raise ValueError(f"q and k must be (B, H, N, D), got shapes {tuple(q.shape)} and {tuple(k.shape)}")
+        n, b = self.cos.shape[-2], self.cos.shape[0]
+        if q.shape[2] != n or k.shape[2] != n:  # never broadcast one token's angles over every token
+            raise ValueError(
+                f"this Rotation holds angles for {n} tokens, got q with {q.shape[2]} and k with {k.shape[2]} "
+                "tokens; compute it from the coordinates of these tokens (encoder.rotation(coords))"
+            )
+        if b not in (1, q.shape[0]) or b not in (1, k.shape[0]):
+            raise ValueError(f"this Rotation holds angles for batch {b}, got q batch {q.shape[0]}, k batch {k.shape[0]}")
         if self.cos.dim() == 4 and (k.shape[1] != self.cos.shape[1] or q.shape[1] % self.cos.shape[1]):
             raise ValueError(
                 f"per-head rotary angles for {self.cos.shape[1]} key heads: k must have {self.cos.shape[1]} heads and "

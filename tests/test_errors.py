@@ -120,7 +120,7 @@ def _use_rope_unknown_attention():
     model = _qwen2_vl()
     attn = model.model.language_model.layers[0].self_attn
     attn.q_proj = None  # neither q_norm/k_norm nor q_proj/k_proj: where would MHRoPE hook?
-    use_rope(model, "mhrope")
+    use_rope(model, "mhrope", head_sections=[1, 0, 1])  # 2 KV heads
 
 
 class _OddRotary(nn.Module):
@@ -148,6 +148,210 @@ def _read_empty_video():
         path = os.path.join(tmp, "empty.avi")
         cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), 8.0, (32, 32)).release()  # a container, no frame
         media.read_video(path, "qwen2-vl")
+
+
+# ---------------------------------------------------------------- encoders refuse what they cannot encode (issue 22)
+def _rope_rotation(n: int):
+    return mmpos.create("rope", head_dim=8).rotation(Coords.sequence(n))
+
+
+def _int32_ids_beyond_range():
+    pytest.importorskip("transformers")
+    from transformers import Qwen2_5_VLConfig
+
+    from mmpos.integrations.hf_rope_index import get_rope_index
+
+    config = Qwen2_5_VLConfig()
+    config.vision_config.tokens_per_second = 2
+    ids = torch.tensor([[151652, 151656, 151656, 151656, 151653]], dtype=torch.int32)  # START, 3 video, END
+    get_rope_index(config, ids, video_grid_thw=torch.tensor([[3, 2, 2]]), second_per_grid_ts=torch.tensor([1e9]))
+
+
+ENCODER_CASES = [
+    *(
+        row(
+            f"mhrope-{kv}-kv-heads",
+            lambda kv=kv: mmpos.create("mhrope", head_dim=16, num_kv_heads=kv),
+            ValueError,
+            rf"3 axes \(t, h, w\): num_kv_heads={kv} cannot hold the default head_sections",
+        )
+        for kv in (1, 2, 3)
+    ),
+    row(
+        "rotation-of-one-token-for-six",
+        lambda: attention(*_qkv(), coords=Coords.sequence(6), encoders=[_rope_rotation(1)]),
+        ValueError,
+        r"this Rotation holds angles for 1 tokens, got q with 6 and k with 6 tokens",
+    ),
+    row(
+        "rotation-integer-q",
+        lambda: _rope_rotation(6).rotate(torch.ones(1, 2, 6, 8, dtype=torch.int64), torch.randn(1, 2, 6, 8)),
+        TypeError,
+        r"q and k must be floating-point tensors, got torch.int64 and torch.float32",
+    ),
+    row(
+        "rope-bool-k",
+        lambda: mmpos.create("rope", head_dim=8).rotate(
+            torch.randn(1, 2, 6, 8), torch.ones(1, 2, 6, 8, dtype=torch.bool), Coords.sequence(6)
+        ),
+        TypeError,
+        r"q and k must be floating-point tensors",
+    ),
+    row(
+        "additive-integer-x",
+        lambda: mmpos.create("sincos", dim=8)(torch.ones(1, 6, 8, dtype=torch.int32), Coords.sequence(6)),
+        TypeError,
+        r"x must be a floating-point tensor, got torch.int32",
+    ),
+    row(
+        "attention-integer-v",
+        lambda: attention(torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8), torch.ones(1, 2, 6, 8, dtype=torch.long)),
+        TypeError,
+        r"q, k, v must be floating-point tensors",
+    ),
+    row(
+        "attention-3d-q",
+        lambda: attention(torch.randn(2, 6, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 8)),
+        ValueError,
+        r"q, k, v must be \(B, H, N, Dh\) tensors, got shapes \(2, 6, 8\)",
+    ),
+    row(
+        "get-rope-index-int32-wraps",
+        _int32_ids_beyond_range,
+        ValueError,
+        r"position ids reach 4000000002, beyond the range of input_ids' dtype torch.int32",
+        marks=pytest.mark.hf,
+    ),
+]
+
+
+def _png_bytes(array) -> bytes:
+    import io
+
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.fromarray(array).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width x height`` pixels (a decompression bomb's header, no pixel data)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
+
+
+def _media(name: str, *args):
+    from mmpos import media
+
+    return getattr(media, name)(*args)
+
+
+def _sixteen_bit():
+    import numpy as np
+
+    return _media("load_image", _png_bytes((np.arange(64 * 64).reshape(64, 64) * 15).astype(np.uint16)))
+
+
+def _float_image():
+    import numpy as np
+    from PIL import Image as PILImage
+
+    return _media("load_image", PILImage.fromarray(np.full((4, 4), 1000.0, dtype=np.float32)))
+
+
+ENCODER_CASES += [
+    row(
+        "irpe-ratio-allocates-95-GiB",
+        lambda: mmpos.create("irpe", head_dim=16, ratio=1e4),
+        ValueError,
+        r"iRPE tables of ratio=10000.0 \(1,600,080,002 buckets, rpe_on='k'\) would need about 95.4 GiB",
+    ),
+    row(
+        "irpe-grid-ids-32-GiB",
+        lambda: mmpos.create("irpe", head_dim=16, grid_size=(256, 256)),
+        ValueError,
+        r"iRPE bucket ids of a 256 x 256 grid would need about 32.0 GiB",
+    ),
+    row(
+        "irpe-shared-head-int",
+        lambda: mmpos.create("irpe", head_dim=16, shared_head=1),
+        TypeError,
+        r"shared_head must be a bool \(True or False\), got 1",
+    ),
+    row(
+        "layout-allocates-931-GiB",
+        lambda: __import__("mmpos.layout").layout.build(
+            [[__import__("mmpos.layout").layout.Image((1, 200000, 200000))]], "qwen2-vl"
+        ),
+        ValueError,
+        r"a layout of 1 x 10,000,000,000 tokens would need about 931.3 GiB",
+    ),
+    row("image-16-bit-saturates", _sixteen_bit, ValueError, r"mode 'I;16' .* values in \[0, 61425\]: converting it"),
+    row("image-float-saturates", _float_image, ValueError, r"mode 'F' .* would clip them to \[0, 255\]"),
+    row(
+        "image-decompression-bomb",
+        lambda: _media("load_image", _png_header(100_000, 100_000)),
+        ValueError,
+        r"image <bytes> is refused as a possible decompression bomb: Image size \(10000000000 pixels\)",
+    ),
+    row(
+        "smart-resize-max-pixels-0",
+        lambda: _media("smart_resize", 28, 28, 28, 1, 0),
+        ValueError,
+        r"max_pixels must be an int >= 1",
+    ),
+    row(
+        "smart-resize-min-over-max",
+        lambda: _media("smart_resize", 28, 28, 28, 100, 10),
+        ValueError,
+        r"min_pixels=100 must be <= max_pixels=10",
+    ),
+    row(
+        "smart-resize-video-temporal-0",
+        lambda: _media("smart_resize_video", 4, 28, 28, 0, 28, 1, 10**6),
+        ValueError,
+        r"temporal_factor must be an int >= 1, got 0",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, exc, match", ENCODER_CASES)
+def test_encoders_refuse_what_they_cannot_encode(call, exc, match):
+    with pytest.raises(exc, match=match) as info:
+        call()
+    assert type(info.value) is exc
+
+
+def test_large_offsets_keep_integer_positions_exact():
+    """Coords.sequence(start=1e8) in float32 gave 4 tokens 2 positions; the builders now pick float64 there."""
+    c = Coords.sequence(4, start=10**8)
+    assert c.pos.dtype == torch.float64 and c.pos.flatten().tolist() == [1e8, 1e8 + 1, 1e8 + 2, 1e8 + 3]
+    assert Coords.sequence(4, start=10).pos.dtype == torch.float32  # the usual case is unchanged
+    assert Coords.grid(1, 2**24 + 2).pos.dtype == torch.float64
+    angles = mmpos.create("rope", head_dim=8).angles(c)
+    assert angles.dtype == torch.float64 and len(set(angles[0, :, 0].tolist())) == 4
+
+
+def test_float32_positions_beyond_two_to_the_24_warn_once(monkeypatch):
+    import warnings
+
+    from mmpos import coords as coords_module
+
+    monkeypatch.setattr(coords_module, "_warned_inexact", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Coords.sequence(4, start=10**8, dtype=torch.float32)
+        Coords.sequence(4, start=10**8, dtype=torch.float32)
+        Coords.points(torch.tensor([[3.0e7, 0.0], [3.0e7 + 2, 1.0]]))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "above 16777216 (2**24) float32 cannot hold every integer" in messages[0]
 
 
 CASES = [

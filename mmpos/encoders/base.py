@@ -47,6 +47,8 @@ class AdditiveEncoder(PositionEncoder):
         raise NotImplementedError
 
     def forward(self, x: Tensor, coords: Coords) -> Tensor:
+        if not x.is_floating_point():  # x + emb.to(x.dtype) would truncate the encoding to integers
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         coords.check_tokens(x.shape[0], x.shape[1])
         emb = self.embed(coords)
         if emb.shape[-1] != x.shape[-1]:
@@ -123,6 +125,8 @@ class RotaryEncoder(PositionEncoder):
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
+        if not (q.is_floating_point() and k.is_floating_point()):
+            raise TypeError(f"q and k must be floating-point tensors, got {q.dtype} and {k.dtype}")
         coords.check_tokens(q.shape[0], q.shape[2], "q", heads=q.shape[1])
         coords.check_tokens(k.shape[0], k.shape[2], "k", heads=k.shape[1])
         return self.rotation(coords).rotate(q, k)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .._validate import check_ints
+from .._validate import check_bool, check_bytes, check_ints
 from ..coords import Coords
 from .base import BiasEncoder, resolve_head_dim
 from .registry import register_encoder
@@ -125,6 +125,8 @@ def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, num_prefix_
     if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
         raise ValueError(f"num_prefix_tokens must be a non-negative int, got {prefix!r}")
     height, width = grid
+    n = prefix + height * width  # the (maps, N, N) int64 ids (their transient offsets are of the same order)
+    check_bytes((2 if method == "cross" else 1) * n * n * 8, f"iRPE bucket ids of a {height} x {width} grid")
     rows = torch.arange(height).repeat_interleave(width)  # (L,) row of each grid token
     cols = torch.arange(width).repeat(height)
     d_row = rows[:, None] - rows[None, :]  # (L, L) query minus key
@@ -258,8 +260,7 @@ class IRPE(BiasEncoder):
         if "v" in rpe_on and self.mode == "bias":
             raise ValueError("rpe_on with 'v' needs mode='ctx': the reference has no bias mode on values")
         self.rpe_on = "".join(t for t in "qkv" if t in rpe_on)
-        if not isinstance(shared_head, bool):
-            raise TypeError(f"shared_head must be a bool, got {shared_head!r}")
+        check_bool(shared_head, "shared_head")
         if not shared_head and num_heads is None:
             raise ValueError("num_heads must be given when shared_head=False")
         self.shared_head = shared_head
@@ -277,6 +278,8 @@ class IRPE(BiasEncoder):
             "k": (heads, width) if self.mode == "bias" else (heads, self.head_dim, width),
             "v": (heads, width, self.head_dim),
         }
+        elements = sum(math.prod(shapes[t]) for t in self.rpe_on)
+        check_bytes(4 * elements, f"iRPE tables of ratio={ratio!r} ({self.num_buckets:,} buckets, rpe_on={rpe_on!r})")
         for target in "qkv":
             table = nn.Parameter(torch.zeros(shapes[target])) if target in self.rpe_on else None
             self.register_parameter(f"{target}_table", table)

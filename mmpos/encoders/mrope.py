@@ -150,11 +150,18 @@ def mhrope_plan(
     """MHRoPE plan ``(num_kv_heads, 3, P)``: KV heads ``[0, s_t)`` read ``t``, the next
     ``s_h`` read ``h``, the next ``s_w`` read ``w``, each with the full spectrum; heads
     beyond ``sum(head_sections)`` are not rotated. Default ``t = H // 4``,
-    ``h = w = (H - t) // 2`` (``[2, 3, 3]`` for 8 KV heads, as the reference)."""
+    ``h = w = (H - t) // 2`` (``[2, 3, 3]`` for 8 KV heads, as the reference); with fewer than
+    4 KV heads the default would leave an axis without a head, so ``head_sections`` must be given."""
     _pairs(head_dim)
     if not isinstance(num_kv_heads, int) or isinstance(num_kv_heads, bool) or num_kv_heads <= 0:
         raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
     if head_sections is None:
+        if num_kv_heads < 4:  # the default would give an axis no head (t for 3, every axis for 1)
+            raise ValueError(
+                f"mhrope rotates each KV head by one of the 3 axes (t, h, w): num_kv_heads={num_kv_heads} cannot hold "
+                f"the default head_sections (t = num_kv_heads // 4 = {num_kv_heads // 4} heads); use at least 4 KV "
+                "heads, or pass head_sections explicitly (e.g. [1, 1, 1] with 3; a 0 leaves that axis unencoded)"
+            )
         t = num_kv_heads // 4
         head_sections = (t, (num_kv_heads - t) // 2, (num_kv_heads - t) // 2)
     sections = check_ints(head_sections, "head_sections", low=0, length=3)  # no silent int() of 1.5

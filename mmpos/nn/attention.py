@@ -77,6 +77,12 @@ def attention(
         dropout_p: attention dropout, in ``[0, 1]``.
     """
     check_float(dropout_p, "dropout_p", strict=False, high=1.0)  # a Python float: no device sync
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be (B, H, N, Dh) tensors, got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
+        raise TypeError(f"q, k, v must be floating-point tensors, got {q.dtype}, {k.dtype}, {v.dtype}")
     b, hq, n, d = q.shape
     hk = k.shape[1]
     if hq % hk:

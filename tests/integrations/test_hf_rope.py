@@ -127,7 +127,7 @@ if hasattr(transformers, "Qwen3VLMoeForConditionalGeneration"):
 OWN = {"qwen3-vl-moe": "qwen3-vl"}
 SWAPS = [
     ("mrope-i", {}),
-    ("mhrope", {}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),  # 2 KV heads: the default sections are refused
     ("vrope", {}),
     ("v2pe", {"delta": 0.25}),
     ("hope", {"temporal_scale": 0.75}),
@@ -243,7 +243,8 @@ def test_layout_position_ids_give_the_model_logits(family, scheme, options):
     else:
         video = [Text(1), Video((2, 2, 6), 2.0 if name == "qwen2.5-vl" else None), Text(3)]
     samples = [[Text(3), Image((1, 4, 6)), Text(3)] + video, [Text(2), Image((1, 4, 4)), Text(3)]]
-    lay = build(samples, scheme, padding_side="left", rule=RULE, **options)
+    positions = {k: v for k, v in options.items() if k != "head_sections"}  # an encoder option, not a layout one
+    lay = build(samples, scheme, padding_side="left", rule=RULE, **positions)
     assert torch.equal(lay.attention_mask, inputs["attention_mask"])
     for shape in ("3d", "4d"):
         got = model(**dict(inputs, position_ids=lay.hf_position_ids(shape))).logits
@@ -412,7 +413,7 @@ def test_state_dict_and_restore():
     keys = set(model.state_dict())
     own_rotary = model.model.language_model.rotary_emb
     q_proj = model.model.language_model.layers[0].self_attn.q_proj
-    use_rope(model, "mhrope")
+    use_rope(model, "mhrope", head_sections=[0, 1, 1])  # 2 KV heads: name the sections
     assert set(model.state_dict()) == keys  # checkpoints load either way
     assert len(q_proj._forward_hooks) == 1
     use_rope(model, "vrope")  # switching restores first: the hooks are gone
