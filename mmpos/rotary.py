@@ -479,7 +479,9 @@ class Rotation:
                 "tokens; compute it from the coordinates of these tokens (encoder.rotation(coords))"
             )
         if b not in (1, q.shape[0]) or b not in (1, k.shape[0]):
-            raise ValueError(f"this Rotation holds angles for batch {b}, got q batch {q.shape[0]}, k batch {k.shape[0]}")
+            raise ValueError(
+                f"this Rotation holds angles for batch {b}, got q batch {q.shape[0]}, k batch {k.shape[0]}"
+            )
         if self.cos.dim() == 4 and (k.shape[1] != self.cos.shape[1] or q.shape[1] % self.cos.shape[1]):
             raise ValueError(
                 f"per-head rotary angles for {self.cos.shape[1]} key heads: k must have {self.cos.shape[1]} heads and "
