@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_interval", "learning_curve_area", "paired_differences", "summarize", "verdicts"]
+__all__ = [
+    "bootstrap_interval",
+    "check_validation",
+    "learning_curve_area",
+    "paired_differences",
+    "summarize",
+    "verdicts",
+]
 
 
 def summarize(finals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, bool]:
@@ -122,7 +129,10 @@ def _control_failures(finals: list[dict[str, Any]], controls: Sequence[Mapping[s
     failed = []
     for c in controls:
         row = rows.get(c["encoder"])
-        if row is None or c["metric"] not in row["mean"]:
+        if row is None:
+            failed.append(f"control {c['encoder']} was not swept")
+            continue
+        if c["metric"] not in row["mean"]:
             failed.append(f"control {c['encoder']} has no {c['metric']!r}")
             continue
         value, low = row["mean"][c["metric"]], float(c.get("min", 0.9))
@@ -131,7 +141,12 @@ def _control_failures(finals: list[dict[str, Any]], controls: Sequence[Mapping[s
     return failed
 
 
-def _check_validation(validation: Mapping[str, Any], encoders: set[str]) -> None:
+def check_validation(validation: Mapping[str, Any]) -> None:
+    """Check the structure of a recipe's ``validation`` section (``ValueError`` / ``TypeError`` naming the key).
+
+    Encoder names are not checked against a sweep: a claim or control whose encoder was not swept
+    (e.g. after an ``encoders=`` override) gets the verdict "not measured".
+    """
     if not isinstance(validation, Mapping):
         raise TypeError(f"validation must be a mapping with 'claims', got {validation!r}")
     claims = validation.get("claims")
@@ -146,9 +161,6 @@ def _check_validation(validation: Mapping[str, Any], encoders: set[str]) -> None
                 raise ValueError(f"{where}.{key} must be a non-empty string, got {claim.get(key)!r}")
         if claim.get("direction", "higher") not in ("higher", "lower"):
             raise ValueError(f"{where}.direction must be 'higher' or 'lower', got {claim['direction']!r}")
-        for key in ("encoder", "baseline"):
-            if claim[key] not in encoders:
-                raise ValueError(f"{where}.{key}={claim[key]!r} is not among the encoders {sorted(encoders)}")
         for c in [*validation.get("controls", []), *claim.get("controls", [])]:
             if (
                 not isinstance(c, Mapping)
@@ -156,8 +168,6 @@ def _check_validation(validation: Mapping[str, Any], encoders: set[str]) -> None
                 or not isinstance(c.get("metric"), str)
             ):
                 raise TypeError(f"a control must be a mapping with 'encoder' and 'metric' (and 'min'), got {c!r}")
-            if c["encoder"] not in encoders:
-                raise ValueError(f"control encoder {c['encoder']!r} is not among the encoders {sorted(encoders)}")
 
 
 def verdicts(finals: list[dict[str, Any]], validation: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -168,7 +178,8 @@ def verdicts(finals: list[dict[str, Any]], validation: Mapping[str, Any]) -> lis
     mean, min)]``), ``verdict`` (``"confirmed"``, ``"not confirmed"`` or ``"not measured"``) and
     ``reason`` (measured: the failed control, the seed count, or the difference and its interval).
     """
-    _check_validation(validation, {f["encoder"] for f in finals})
+    check_validation(validation)
+    swept = {f["encoder"] for f in finals}
     min_seeds = int(validation.get("min_seeds", 8))
     ranked, _, _ = summarize(finals)
     means = {r["encoder"]: r["mean"] for r in ranked}
@@ -176,7 +187,8 @@ def verdicts(finals: list[dict[str, Any]], validation: Mapping[str, Any]) -> lis
     for claim in validation["claims"]:
         controls = [*validation.get("controls", []), *claim.get("controls", [])]
         metric, higher = claim["metric"], claim.get("direction", "higher") == "higher"
-        rows = paired_differences(finals, claim["baseline"])
+        missing = [claim[k] for k in ("encoder", "baseline") if claim[k] not in swept]
+        rows = [] if missing else paired_differences(finals, claim["baseline"])
         d = next((r["diff"].get(metric) for r in rows if r["encoder"] == claim["encoder"]), None)
         row = {
             **{k: claim[k] for k in ("claim", "encoder", "baseline", "metric")},
@@ -193,7 +205,9 @@ def verdicts(finals: list[dict[str, Any]], validation: Mapping[str, Any]) -> lis
             ],
         }
         failed = _control_failures(finals, controls)
-        if d is None:
+        if missing:
+            row["verdict"], row["reason"] = "not measured", f"{' and '.join(missing)} not swept"
+        elif d is None:
             row["verdict"], row["reason"] = "not measured", f"no paired seeds with metric {metric!r}"
         elif failed:
             row["verdict"], row["reason"] = "not measured", "; ".join(failed)

@@ -40,7 +40,7 @@ from .config import (
     read_run_config,
     resolve_config,
 )
-from .stats import learning_curve_area, paired_differences, summarize, verdicts
+from .stats import check_validation, learning_curve_area, paired_differences, summarize, verdicts
 from .train import (
     Dist,
     RunError,
@@ -379,13 +379,15 @@ def _train_all(
     if ddp.is_main:
         (folder / "failed.json").unlink(missing_ok=True)
         remove_temporaries(folder)  # left by a killed run (we hold the lock: nobody else writes here)
+    validation = cfg.get("validation") or None  # a validation task's section (docs/recipes.md)
+    if validation:
+        check_validation(validation)  # before anything trains
     pairs = [(e, s) for e in cfg["encoders"] for s in cfg["seeds"]]
     finals = []
     for i, (encoder, seed) in enumerate(pairs, 1):
         if ddp.is_main and cfg["progress"]:
             print(f"[{i}/{len(pairs)}] {recipe_name}: encoder={encoder} seed={seed} device={device}", flush=True)
         finals.append(train_run(cfg, encoder, seed, folder / encoder / f"seed{seed}", device, ddp, resume))
-    validation = cfg.get("validation") or None  # a validation task's section (docs/recipes.md)
     if validation:
         for f, (encoder, seed) in zip(finals, pairs):  # area under the learning curve of the metric
             path = folder / encoder / f"seed{seed}" / "metrics.jsonl"

@@ -12,7 +12,13 @@ import pytest
 from mmpos.cli import main
 from mmpos.runner import ConfigError, resolve_config
 from mmpos.runner.config import find_recipe, load_yaml
-from mmpos.runner.stats import bootstrap_interval, learning_curve_area, paired_differences, verdicts
+from mmpos.runner.stats import (
+    bootstrap_interval,
+    check_validation,
+    learning_curve_area,
+    paired_differences,
+    verdicts,
+)
 from mmpos.runner.sweep import results_table
 
 
@@ -188,14 +194,25 @@ def test_verdict_not_confirmed_names_the_interval():
     ("validation", "match"),
     [
         ({"claims": []}, "non-empty list"),
-        ({"claims": [{"claim": "x", "encoder": "z", "baseline": "b", "metric": "acc"}]}, "'z' is not among"),
-        ({"claims": [{"claim": "x", "encoder": "a", "baseline": "b", "metric": "acc", "direction": "up"}]}, "direction"),
-        ({"controls": [{"encoder": "q", "metric": "acc"}], "claims": VALIDATION["claims"]}, "control encoder 'q'"),
+        ({"claims": [{"claim": "x", "encoder": "", "baseline": "b", "metric": "acc"}]}, "encoder must be"),
+        (
+            {"claims": [{"claim": "x", "encoder": "a", "baseline": "b", "metric": "acc", "direction": "up"}]},
+            "direction",
+        ),
+        ({"controls": [{"metric": "acc"}], "claims": VALIDATION["claims"]}, "a control must be"),
     ],
 )
 def test_bad_validation_sections_are_named(validation, match):
-    with pytest.raises(ValueError, match=match):
-        verdicts(_claim_finals([0.1] * 8), validation)
+    with pytest.raises((ValueError, TypeError), match=match):
+        check_validation(validation)
+
+
+def test_encoders_left_out_of_the_sweep_are_not_measured():
+    finals = [f for f in _claim_finals([0.1] * 8) if f["encoder"] != "c"]
+    (v,) = verdicts(finals, VALIDATION)
+    assert (v["verdict"], v["reason"]) == ("not measured", "control c was not swept")
+    claim = {**VALIDATION, "controls": [], "claims": [{**VALIDATION["claims"][0], "baseline": "z"}]}
+    assert verdicts(finals, claim)[0]["reason"] == "z not swept"
 
 
 def test_results_table_with_validation_ends_with_the_verdicts():
