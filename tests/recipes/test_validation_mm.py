@@ -20,8 +20,10 @@ CONFIGS = ROOT / "recipes" / "configs"
 SMOKE = ["profile=smoke", "device=cpu", "progress=false"]
 
 
-def _smoke(tmp_path, name: str, encoders: str) -> list[dict]:
-    result = run_recipe(CONFIGS / f"{name}.yaml", [*SMOKE, f"encoders={encoders}"], out=tmp_path)
+def _smoke(tmp_path, name: str, encoders: str, verdicts: bool = False) -> list[dict]:
+    """Smoke run of some encoders; without ``verdicts`` the claims (which name other encoders) are dropped."""
+    extra = [] if verdicts else ["validation={}"]
+    result = run_recipe(CONFIGS / f"{name}.yaml", [*SMOKE, f"encoders={encoders}", *extra], out=tmp_path)
     finals = result["finals"]
     for f in finals:
         assert not any(math.isnan(v) for v in f["metrics"].values())
@@ -31,10 +33,10 @@ def _smoke(tmp_path, name: str, encoders: str) -> list[dict]:
 # --------------------------------------------------------------------------- magnetic Laplacian
 @pytest.mark.pyg
 def test_maglap_direction_smoke(tmp_path):
-    finals = _smoke(tmp_path, "maglap_direction", "[lap,maglap,oracle]")
+    finals = _smoke(tmp_path, "maglap_direction", "[lap,maglap,oracle]", verdicts=True)
     assert {f["encoder"] for f in finals} == {"lap", "maglap", "oracle"}
     for f in finals:
-        assert set(f["metrics"]) == {"test_acc", "id_acc", "test_pair_consistency"}
+        assert {"test_acc", "id_acc", "test_pair_consistency"} <= set(f["metrics"])
     lap = next(f for f in finals if f["encoder"] == "lap")["metrics"]
     assert (
         lap["test_acc"] == 0.5 and lap["id_acc"] == 0.5 and lap["test_pair_consistency"] == 0.0
@@ -87,7 +89,7 @@ def test_program_graphs_are_dags_with_balanced_ancestor_pairs():
 def test_maglap_programs_smoke(tmp_path):
     finals = _smoke(tmp_path, "maglap_programs", "[maglap,oracle]")
     for f in finals:
-        assert set(f["metrics"]) == {"test_acc", "id_acc"}
+        assert {"test_acc", "id_acc"} <= set(f["metrics"])
 
 
 # --------------------------------------------------------------------------- M-RoPE family
@@ -134,7 +136,7 @@ def test_stride_positions_follow_the_v2pe_rule():
 def test_v2pe_recall_smoke(tmp_path):
     finals = _smoke(tmp_path, "v2pe_recall", "[none,v2pe@rand,stride@rand]")
     for f in finals:
-        assert set(f["metrics"]) == {"acc@2", "acc@4"}
+        assert {"acc@2", "acc@4"} <= set(f["metrics"])
     cfg = resolve_config(load_yaml(CONFIGS / "v2pe_recall.yaml"), SMOKE)
     with pytest.raises(ValueError, match="needs an option"):
         get_task("v2pe_recall").build(cfg, "stride", 0, torch.device("cpu"))
