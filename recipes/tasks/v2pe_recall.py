@@ -50,7 +50,7 @@ DEFAULTS: dict[str, Any] = {
         "num_keys": 128,
         "num_values": 16,
         "train_images": [2, 4],
-        "eval_images": [4, 16, 32],
+        "eval_images": [4, 8, 16],
         "eval_size": 128,
         "eval_delta": 0.0625,
         "strides": [1, 2, 4, 8],
