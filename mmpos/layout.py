@@ -289,6 +289,27 @@ class Layout:
             return ids
         return torch.cat([text.to(ids.dtype).unsqueeze(0), ids])
 
+    def packed(self, shape: str = "4d") -> tuple[Tensor, Tensor, int]:
+        """The batch as one packed row, for FlashAttention's varlen kernels and transformers'
+        packed-sequence path: ``(position_ids, cu_seqlens, max_seqlen)``.
+
+        ``position_ids``: the real tokens of every sample, sample after sample (padding dropped):
+        ``"4d"`` ``(4, 1, N)``, a text row first that restarts at 0 at every sample (from which
+        transformers finds the sample boundaries), then the scheme's three rows; ``"3d"``
+        ``(3, 1, N)``. ``cu_seqlens`` ``(B + 1,)`` int32 sample offsets into the row (0, then the
+        running sum of the real lengths), ``max_seqlen`` the longest sample. Each sample's
+        positions are those it has alone (positions never depend on the other samples).
+        """
+        if shape not in ("3d", "4d"):
+            raise ValueError(f"shape must be '3d' or '4d', got {shape!r}")
+        real = self.attention_mask.bool()  # (B, L)
+        ids = self.hf_position_ids(shape)  # (R, B, L)
+        flat = ids[:, real].unsqueeze(1)  # (R, 1, N), row-major: sample after sample
+        lengths = real.sum(1)
+        cu_seqlens = torch.zeros(real.shape[0] + 1, dtype=torch.int32, device=real.device)
+        cu_seqlens[1:] = lengths.cumsum(0)
+        return flat, cu_seqlens, int(lengths.max()) if lengths.numel() else 0
+
 
 def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_new: int = 1, rows: int = 3) -> Tensor:
     """Positions ``(rows, B, num_new)`` of new tokens at cache positions ``cache_position ..``.

@@ -19,7 +19,9 @@ Every fact about a scheme lives in its :class:`Scheme` entry of :data:`SCHEMES`:
   scheme -> encoder map: read ``SCHEMES[name].encoder``);
 * ``frames`` -- whether a video is one block per frame (Qwen3-VL, timestamps between frames);
 * ``model_types`` -- the Hugging Face ``config.model_type`` values whose own ``get_rope_index``
-  this scheme reproduces (:func:`scheme_for_model_type`).
+  this scheme reproduces (:func:`scheme_for_model_type`); ``rotary_model_types`` -- those of them
+  whose own rotary embedding is ``encoder`` (what :func:`mmpos.integrations.hf_rope.use_rope`
+  can swap, checked logit-exact).
 
 Adding a scheme is one :func:`register_scheme` call (``docs/adding-a-scheme.md``).
 
@@ -241,6 +243,7 @@ class Scheme:
     frames: bool = False
     paper: str = ""
     model_types: tuple[str, ...] = ()
+    rotary_model_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         a = len(self.axes)
@@ -251,6 +254,9 @@ class Scheme:
         if isinstance(self.model_types, str) or not all(isinstance(m, str) for m in self.model_types):
             raise TypeError(f"scheme {self.name!r}: model_types must be a tuple of str, got {self.model_types!r}")
         object.__setattr__(self, "model_types", tuple(self.model_types))
+        object.__setattr__(self, "rotary_model_types", tuple(self.rotary_model_types))
+        if not set(self.rotary_model_types) <= set(self.model_types):
+            raise ValueError(f"scheme {self.name!r}: rotary_model_types must be a subset of model_types")
 
 
 #: every scheme by name (``register_scheme`` adds to it)
@@ -429,7 +435,10 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         paper="Wang et al. 2024, Qwen2-VL (arXiv:2409.12191)",
-        model_types=("qwen2_vl",),
+        # transformers' get_rope_index of these families is Qwen2-VL's (ERNIE-4.5-VL divides a video's t by
+        # vision_config.temporal_merge_size first: a property of its prompt, read from the config)
+        model_types=("qwen2_vl", "paddleocr_vl", "ernie4_5_vl_moe"),
+        rotary_model_types=("qwen2_vl",),
     ),
     Scheme(
         "qwen2.5-vl",
@@ -440,6 +449,7 @@ for _scheme in (
         _IDENTITY,
         paper="Bai et al. 2025, Qwen2.5-VL (arXiv:2502.13923)",
         model_types=("qwen2_5_vl",),
+        rotary_model_types=("qwen2_5_vl",),
     ),
     Scheme(
         "qwen3-vl",
@@ -450,7 +460,23 @@ for _scheme in (
         _IDENTITY,
         frames=True,
         paper="Qwen3-VL (interleaved M-RoPE, timestamped frames)",
-        model_types=("qwen3_vl", "qwen3_vl_moe"),
+        # one get_rope_index in transformers 5.24 for all of these (frames split, text after a block at
+        # start + max(h, w)); their rotary embeddings differ (rotary_model_types: the ones mmpos reproduces)
+        model_types=(
+            "qwen3_vl",
+            "qwen3_vl_moe",
+            "qwen3_5",
+            "qwen3_5_moe",
+            "qwen4_exp",
+            "glm4v",
+            "glm4v_moe",
+            "glm46v",
+            "glm_ocr",
+            "cohere_compass",
+            "cosmos3_edge",
+            "cosmos3_omni",
+        ),
+        rotary_model_types=("qwen3_vl", "qwen3_vl_moe"),
     ),
     Scheme(
         "mrope-i",

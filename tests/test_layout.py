@@ -322,3 +322,30 @@ def test_pack_takes_blocks_in_any_order(scheme):
         pack(real, dataclasses.replace(blocks, first=torch.tensor([9])), scheme, options)
     with pytest.raises(TypeError, match="options must be a SchemeOptions"):
         pack(real, blocks, scheme, {"rule": "original"})
+
+
+# ----------------------------------------------------------------------------- packed batches
+@pytest.mark.parametrize("scheme", ["qwen2-vl", "qwen3-vl", "hope", "v2pe", "vrope"])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_packed_equals_each_sample_alone(scheme, padding_side):
+    """``Layout.packed``: one row, positions reset per sample, equal to building each sample alone;
+    ``cu_seqlens`` as FlashAttention varlen reads it."""
+    samples = [
+        [Text(2), Image((1, 4, 6)), Text(1)],
+        [Text(5)],
+        [Text(1), Video((2, 4, 4), 0.5), Text(2), Image((1, 2, 2)), Text(1)],
+    ]
+    lay = _build(samples, scheme, padding_side=padding_side)
+    ids, cu_seqlens, max_seqlen = lay.packed()
+    alone = [_build([s], scheme) for s in samples]
+    lengths = [a.position_ids.shape[-1] for a in alone]
+    assert cu_seqlens.tolist() == [0, lengths[0], lengths[0] + lengths[1], sum(lengths)]
+    assert cu_seqlens.dtype == torch.int32 and max_seqlen == max(lengths)
+    assert ids.shape == (4, 1, sum(lengths))
+    for a, start, end in zip(alone, cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()):
+        assert torch.equal(ids[1:, 0, start:end], a.hf_position_ids("3d")[:, 0])
+        assert ids[0, 0, start:end].tolist() == list(range(end - start))  # the text row restarts at 0
+    three, _, _ = lay.packed("3d")
+    assert torch.equal(three, ids[1:])
+    with pytest.raises(ValueError, match="shape must be '3d' or '4d'"):
+        lay.packed("text")

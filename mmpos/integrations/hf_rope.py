@@ -178,9 +178,10 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
     model_type = getattr(getattr(core, "config", None), "model_type", None)
-    if model_type not in model_types():
+    swappable = [m for s in SCHEMES.values() for m in s.rotary_model_types]  # the families whose rotary mmpos reproduces
+    if model_type not in swappable:
         raise ValueError(
-            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(model_types())}), "
+            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(swappable)}), "
             f"got {type(model).__name__} with model_type {model_type!r}"
         )
     text = getattr(core, "language_model", None)

@@ -55,6 +55,7 @@ __all__ = [
     "RopeIndexOptions",
     "get_rope_index",
     "installed_rule",
+    "packed_rope_index",
     "scheme_for_config",
     "scheme_rope_index",
     "token_layout",
@@ -96,7 +97,9 @@ class RopeIndexOptions:
     (validated by :func:`mmpos.schemes.resolve_options`, as :func:`mmpos.layout.build` does),
     the model's own scheme ``model_scheme`` (the prompt's token layout: where its ``Scheme.frames``
     is set, every video frame is its own run of tokens), the config's spatial merge size,
-    placeholder token ids, ``tokens_per_second`` and the ``rule``. Checked on creation."""
+    placeholder token ids, ``tokens_per_second``, the ``rule`` and ``temporal_merge`` (video
+    frames merged per token, ERNIE-4.5-VL's ``vision_config.temporal_merge_size``; 1 elsewhere:
+    a video grid ``(t, h, w)`` holds ``t / temporal_merge * h * w / merge**2`` tokens). Checked on creation."""
 
     scheme: str
     model_scheme: str
@@ -108,15 +111,16 @@ class RopeIndexOptions:
     temporal_scale: float | None = None
     training: bool = False
     rule: str | Rule = "original"
+    temporal_merge: int = 1
 
     def __post_init__(self) -> None:
         own = model_types()
         if self.model_scheme not in own.values():
             raise ValueError(f"model_scheme must be one of {sorted(set(own.values()))}, got {self.model_scheme!r}")
-        for name in ("merge", "image_token_id", "video_token_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "merge" else 0):
-                raise ValueError(f"{name} must be an int >= {1 if name == 'merge' else 0}, got {value!r}")
+        for name in ("merge", "image_token_id", "video_token_id", "temporal_merge"):
+            value, low = getattr(self, name), 0 if name.endswith("token_id") else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if not isinstance(self.rule, Rule) and self.rule != "installed" and self.rule not in RULES:
             raise ValueError(f"rule must be 'installed' or one of {tuple(RULES)}, got {self.rule!r}")
         tps = self.tokens_per_second
@@ -154,6 +158,7 @@ class RopeIndexOptions:
             image_token_id=config.image_token_id,
             video_token_id=config.video_token_id,
             tokens_per_second=getattr(vision, "tokens_per_second", 1),
+            temporal_merge=getattr(vision, "temporal_merge_size", None) or 1,
             **options,
         )
 
@@ -249,6 +254,10 @@ def token_layout(
         raise ValueError("mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video)")
     images = _check_grid(image_grid_thw, "image_grid_thw", options.merge)
     videos = _check_grid(video_grid_thw, "video_grid_thw", options.merge)
+    if options.temporal_merge > 1:  # ERNIE-4.5-VL: frames merged in time before the LLM
+        if (videos[:, 0] % options.temporal_merge).any():
+            raise ValueError(f"video_grid_thw: t must be divisible by the temporal merge size {options.temporal_merge}")
+        videos[:, 0] //= options.temporal_merge
     seconds = _check_seconds(second_per_grid_ts, videos.shape[0])
     if get_scheme(options.model_scheme).frames or get_scheme(options.scheme).frames:  # one block per frame
         seconds = np.repeat(seconds, videos[:, 0])
@@ -292,6 +301,10 @@ def scheme_rope_index(
     (``rope_deltas`` too) when the prompt has vision blocks, else the dtype of ``input_ids``.
     """
     rule = options.resolved.rule  # type: ignore[attr-defined]
+    if isinstance(input_ids, Tensor) and (
+        input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool
+    ):
+        raise TypeError(f"input_ids must be an integer tensor of token ids, got {input_ids.dtype}")
     if image_grid_thw is None and video_grid_thw is None and rule.deltas == "next-padded":
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
@@ -309,6 +322,82 @@ def scheme_rope_index(
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
     fractional = ids.is_floating_point() and lay.num_vision_tokens > 0
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
+        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+    return ids, deltas
+
+
+def _check_cu_seqlens(cu_seqlens: Any, total: int) -> np.ndarray:
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
+    cu = _host(cu_seqlens).astype(np.int64)
+    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
+        raise ValueError(
+            f"cu_seqlens must rise strictly from 0 to the packed length {total} (no empty sample), got {cu.tolist()}"
+        )
+    return cu
+
+
+def packed_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    cu_seqlens: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    second_per_grid_ts: Tensor | None = None,
+    mm_token_type_ids: Tensor | None = None,
+    rule: str = "original",
+    scheme: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Position ids of a packed batch: several samples in one row, positions reset per sample.
+
+    Args:
+        config, image_grid_thw, video_grid_thw, second_per_grid_ts, rule: as :func:`get_rope_index`
+            (the grids in order of appearance across the packed row).
+        input_ids: ``(1, N)`` the samples one after the other, no padding.
+        cu_seqlens: ``(B + 1,)`` sample offsets (FlashAttention varlen's ``cu_seqlens``: 0, then the
+            running sum of the sample lengths).
+        mm_token_type_ids: ``(1, N)`` optional, as :func:`get_rope_index`.
+        scheme: another :mod:`mmpos.schemes` scheme than the model's own (default ``None``).
+
+    Returns:
+        ``position_ids`` ``(3, 1, N)`` (each sample's positions as if it were alone, so every
+        sample starts at 0) and ``rope_deltas`` ``(B, 1)``, each sample's own.
+    """
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must be a packed (1, N) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+    total = input_ids.shape[1]
+    cu = _check_cu_seqlens(cu_seqlens, total)
+    lengths = np.diff(cu)
+    b, longest = lengths.shape[0], int(lengths.max())
+    sample = np.repeat(np.arange(b), lengths)  # (N,) each token's sample and column in the padded batch
+    column = np.arange(total) - np.repeat(cu[:-1], lengths)
+    flat = torch.from_numpy(sample * longest + column).to(input_ids.device)
+
+    def unpack(t: Tensor) -> Tensor:
+        out = torch.zeros(b * longest, dtype=t.dtype, device=t.device)
+        out[flat] = t.reshape(-1)
+        return out.view(b, longest)
+
+    if mm_token_type_ids is not None and tuple(mm_token_type_ids.shape) != tuple(input_ids.shape):
+        raise ValueError(f"mm_token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}")
+    mask = unpack(torch.ones_like(input_ids))  # right padding
+    options = RopeIndexOptions.from_config(config, scheme, rule=rule)
+    lay = token_layout(
+        options,
+        unpack(input_ids),
+        image_grid_thw,
+        video_grid_thw,
+        mask,
+        second_per_grid_ts,
+        None if mm_token_type_ids is None else unpack(mm_token_type_ids),
+    )
+    ids, _, _ = lay.packed("3d")
+    deltas = lay.rope_deltas
+    if options.resolved.rule.deltas == "next-padded":  # type: ignore[attr-defined]  # relative to each sample alone
+        deltas = deltas + torch.from_numpy(longest - lengths).view(b, 1).to(deltas)
+    if not ids.is_floating_point():
         ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
     return ids, deltas
 

@@ -485,3 +485,37 @@ def test_generate_uses_layout_positions_and_decode_positions():
     for step, pos in enumerate(seen[1:]):
         assert torch.equal(pos, lay.decode(1, length + step))
     assert len(seen) == 3
+
+
+@pytest.mark.parametrize("scheme", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"])
+def test_packed_rows_equal_each_sample_alone(scheme):
+    """Packed / variable-length batches: one row of several samples with ``cu_seqlens``; each
+    sample's ids and rope_deltas equal the installed ``get_rope_index`` of that sample alone."""
+    from mmpos.integrations.hf_rope_index import packed_rope_index
+
+    rng = random.Random(f"packed-{scheme}")
+    config = CONFIGS[scheme][0]
+    for _ in range(5):
+        parts = []
+        while len(parts) < 3:  # samples with at least one vision block (5.3 has no text-only branch)
+            part = _random_batch(rng, scheme, 1, "right")
+            if part[3] is not None or part[4] is not None:
+                parts.append(part)
+        input_ids = torch.cat([p[0] for p in parts], 1)
+        mm_types = torch.cat([p[1] for p in parts], 1)
+        given = [[p[i] for p in parts if p[i] is not None] for i in (3, 4, 5)]
+        images, videos, seconds = (torch.cat(g) if g else None for g in given)
+        lengths = [p[0].shape[1] for p in parts]
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        ids, deltas = packed_rope_index(
+            config, input_ids, cu, images, videos, seconds, mm_types if RULE == "hf-5.3" else None, rule=RULE
+        )
+        assert ids.shape == (3, 1, sum(lengths)) and deltas.shape == (3, 1)
+        for k, p in enumerate(parts):
+            ref_ids, ref_deltas = _reference(scheme, p[0], p[3], p[4], None, p[5], p[1])
+            assert torch.equal(ids[:, :, cu[k] : cu[k + 1]], ref_ids), (scheme, k)
+            assert torch.equal(deltas[k], ref_deltas.reshape(-1).to(deltas.dtype))
+    with pytest.raises(ValueError, match="cu_seqlens must rise strictly from 0"):
+        packed_rope_index(config, input_ids, torch.tensor([0, 3, 3, sum(lengths)]), images, videos, seconds)
+    with pytest.raises(ValueError, match=r"input_ids must be a packed \(1, N\)"):
+        packed_rope_index(config, input_ids.expand(2, -1), cu, images, videos, seconds)
