@@ -1,22 +1,35 @@
-"""Directed-graph PEs: mmpos against torch-geometric's ``AddLaplacianEigenvectorPE``, on CPU.
+"""Directed-graph PEs: mmpos ``AddMagneticLaplacianPE`` against torch-geometric's ``AddLaplacianEigenvectorPE``.
 
-Two workloads, as in issue 8:
+One process, the methods interleaved round by round (so that a shared machine's load hits
+them alike), the default allocator; versions, threads and the load average are printed.
 
-* ``small``: 10,000 sorting-network graphs (5,000 networks on 7-11 channels, each with its
-  negative; :mod:`recipes.data.sorting_networks`), ``k = 16``;
-* ``big``: one random directed graph of 100,000 nodes and 400,000 edges, ``k = 16``.
+Workloads (``--only``):
 
-Methods: PyG ``AddLaplacianEigenvectorPE(k)`` on the directed graph (its default
-``is_undirected=False``: ``eig``/``eigs`` of the non-symmetric Laplacian, real part) and
-with ``is_undirected=True`` on the symmetrised graph (``eigh``/``eigsh``, the q = 0
-problem); mmpos ``AddMagneticLaplacianPE`` at ``q = 0`` and ``q' = 0.25`` (relative), one
-graph per call (as a dataset transform) and, for the small graphs, ``apply_many`` (one
-batched ``eigh`` per graph size). Every job runs in a fresh subprocess: time is the wall
-time of the PE computation alone; peak memory is the subprocess's peak RSS above its RSS
-before the computation (``resource.getrusage``; Linux reports kilobytes). A job past
-``--timeout`` seconds is reported as such. Threads: ``--threads`` (OpenMP/BLAS).
+* ``big``: one connected random digraph of ``--nodes`` nodes (default 100,000): a directed
+  path through a random node order plus random edges, 2.5 edges per node in all, ``k = 16``.
+  Connected so that both libraries solve the same problem (on a disconnected graph PyG's
+  single ARPACK run misses repeated zero eigenvalues; mmpos solves each component);
+* ``small``: ``--graphs`` sorting-network graphs (``recipes.data.sorting_networks``, 7-11
+  channels), ``k = 16``, one transform call per graph and ``apply_many``.
 
-    python benchmarks/graphs.py [--graphs 10000] [--nodes 100000] [--k 16] [--threads 2] [--out results.json]
+Methods (PyG computes ``k + 1`` pairs and drops the first; mmpos computes ``k``, the first kept):
+
+* ``pyg-f32``: ``AddLaplacianEigenvectorPE(k, is_undirected=True)`` on the symmetrised graph,
+  its default float32 Laplacian (ARPACK ``eigsh(L, k + 1, which="SA")`` in single precision);
+* ``pyg-f64``: the same with ``data.edge_weight`` float64, so PyG's Laplacian and ARPACK run in
+  float64;
+* ``mmpos-q0-f32`` / ``mmpos-q0-f64``: ``AddMagneticLaplacianPE(k, q=0.0, dtype=...)``;
+* ``mmpos-q0.25-f32`` / ``mmpos-q0.25-f64``: relative ``q' = 0.25`` (complex Hermitian ARPACK on
+  the ``n``-dimensional complex problem), and ``mmpos-qa0.01-*`` with absolute ``q = 0.01``
+  (``q_relative=False``: on a large graph the relative ``q`` is tiny, 2.5e-6 here).
+
+Time: median wall and process-CPU seconds over ``--rounds`` rounds. Ratios: the method's median
+CPU time over PyG's at the same precision (``pyg-f32`` for ``*-f32``, ``pyg-f64`` for ``*-f64``).
+Accuracy: the largest difference of the ``k`` non-trivial eigenvalues at ``q = 0`` from
+PyG's float64 ones. Peak memory: tracemalloc's peak during one extra call per method (numpy
+and scipy report their buffers to it), after the timed rounds.
+
+    python benchmarks/graphs.py [--only big|small] [--nodes 100000] [--rounds 3] [--threads 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -26,130 +39,174 @@ import datetime
 import json
 import os
 import platform
-import resource
-import subprocess
-import sys
+import statistics
 import time
-from pathlib import Path
+import tracemalloc
 
-SMALL = ["pyg", "pyg-undirected", "mmpos-q0", "mmpos-q0.25", "mmpos-q0-many", "mmpos-q0.25-many"]
-BIG = ["mmpos-q0", "mmpos-q0.25", "pyg-undirected"]
+BIG = [
+    "pyg-f32",
+    "mmpos-q0-f32",
+    "mmpos-q0.25-f32",
+    "mmpos-qa0.01-f32",
+    "pyg-f64",
+    "mmpos-q0-f64",
+    "mmpos-q0.25-f64",
+    "mmpos-qa0.01-f64",
+]
+SMALL = ["pyg-f32", "mmpos-q0-f64", "mmpos-q0.25-f64", "mmpos-q0-f64-many", "mmpos-q0.25-f64-many"]
 
 
-def _small_graphs(num: int, cache: Path):
+def _big_graph(n: int, seed: int = 0):
     import torch
 
-    if cache.is_file():
-        return torch.load(cache)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(n, generator=g)
+    path = torch.stack([order[:-1], order[1:]])
+    extra = torch.randint(0, n, (2, int(2.5 * n) - (n - 1)), generator=g)
+    ei = torch.cat([path, extra[:, extra[0] != extra[1]]], dim=1)
+    return [(ei, n)]
+
+
+def _small_graphs(num: int):
     from recipes.data.sorting_networks import TRAIN_CHANNELS, build_dataset, network_graph
 
     graphs = []
     for net in build_dataset(TRAIN_CHANNELS, num // 2, seed=0):
         ei, chans = network_graph(net.comparators, net.num_channels)
         graphs.append((ei, len(chans)))
-    torch.save(graphs, cache)
     return graphs
 
 
-def _big_graph(n: int):
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    ei = torch.randint(0, n, (2, 4 * n), generator=g)
-    return [(ei[:, ei[0] != ei[1]], n)]
-
-
-def _job(workload: str, method: str, args) -> dict:
-    """Runs in the subprocess: returns seconds and peak RSS growth (MB)."""
+def _make(method: str, k: int):
+    """``(transform, uses_undirected_input, float64_weights, many)`` for a method name."""
     import torch
     import torch_geometric.transforms as T
-    from torch_geometric.data import Data
-    from torch_geometric.utils import to_undirected
 
     from mmpos.integrations.pyg import AddMagneticLaplacianPE
 
-    graphs = _small_graphs(args.graphs, Path(args.cache)) if workload == "small" else _big_graph(args.nodes)
-    undirected = method == "pyg-undirected"
-    data = [Data(edge_index=to_undirected(ei) if undirected else ei, num_nodes=n) for ei, n in graphs]
     if method.startswith("pyg"):
-        tr = T.AddLaplacianEigenvectorPE(args.k, is_undirected=undirected)
+        return T.AddLaplacianEigenvectorPE(k, is_undirected=True), True, method.endswith("f64"), False
+    _, qname, prec, *rest = method.split("-")
+    dtype = torch.float32 if prec == "f32" else torch.float64
+    if qname.startswith("qa"):
+        tr = AddMagneticLaplacianPE(k, q=float(qname[2:]), q_relative=False, dtype=dtype)
     else:
-        q = float(method.split("-")[1][1:])
-        tr = AddMagneticLaplacianPE(args.k, q=q)
-    torch.manual_seed(0)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        tr = AddMagneticLaplacianPE(k, q=float(qname[1:]), dtype=dtype)
+    return tr, False, False, bool(rest)
+
+
+def _data(graphs, undirected: bool, f64: bool):
+    import torch
+    from torch_geometric.data import Data
+    from torch_geometric.utils import to_undirected
+
+    out = []
+    for ei, n in graphs:
+        e = to_undirected(ei, num_nodes=n) if undirected else ei
+        d = Data(edge_index=e, num_nodes=n)
+        if f64:
+            d.edge_weight = torch.ones(e.shape[1], dtype=torch.float64)
+        out.append(d)
+    return out
+
+
+def _call(method: str, graphs, k: int):
+    tr, undirected, f64, many = _make(method, k)
+    data = _data(graphs, undirected, f64)
     start, cpu = time.perf_counter(), time.process_time()
-    if method.endswith("-many"):
-        tr.apply_many(data)
-    else:
-        for d in data:
-            tr(d)
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "cpu_seconds": cpu, "peak_mb": (peak - base) / 1024, "graphs": len(data)}
+    out = tr.apply_many(data) if many else [tr(d) for d in data]
+    return time.perf_counter() - start, time.process_time() - cpu, out
 
 
-def _run(workload: str, method: str, args) -> dict:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--job",
-        workload,
-        method,
-        "--graphs",
-        str(args.graphs),
-        "--nodes",
-        str(args.nodes),
-    ]
-    cmd += ["--k", str(args.k), "--cache", args.cache]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "OPENBLAS_NUM_THREADS": str(args.threads)}
-    try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=True)
-    except subprocess.TimeoutExpired:
-        return {"workload": workload, "method": method, "seconds": None, "note": f"timeout > {args.timeout} s"}
-    except subprocess.CalledProcessError as e:
-        return {"workload": workload, "method": method, "seconds": None, "note": e.stderr.strip().splitlines()[-1]}
-    return {"workload": workload, "method": method, **json.loads(out.stdout.strip().splitlines()[-1])}
+def _eigvals_pyg_f64(graph, k: int):
+    """PyG's float64 eigenvalues of the big graph (its own Laplacian, its eigsh call)."""
+    import numpy as np
+    import scipy.sparse.linalg as spla
+    import torch
+    from torch_geometric.utils import get_laplacian, to_scipy_sparse_matrix, to_undirected
+
+    ei, n = graph
+    e = to_undirected(ei, num_nodes=n)
+    li, lw = get_laplacian(e, torch.ones(e.shape[1], dtype=torch.float64), normalization="sym", num_nodes=n)
+    val = spla.eigsh(to_scipy_sparse_matrix(li, lw, n), k=k + 1, which="SA", return_eigenvectors=False)
+    return np.sort(val)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--graphs", type=int, default=10_000)
+    p.add_argument("--only", choices=["big", "small"], default="big")
     p.add_argument("--nodes", type=int, default=100_000)
+    p.add_argument("--graphs", type=int, default=2000)
     p.add_argument("--k", type=int, default=16)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--cache", default="/tmp/mmpos_bench_sorting_graphs.pt")
-    p.add_argument("--only", choices=["small", "big"], default=None)
-    p.add_argument("--out", default=None)
-    p.add_argument("--job", nargs=2, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--methods", nargs="*", default=None)
+    p.add_argument("--json", default=None)
     args = p.parse_args()
-    if args.job:
-        print(json.dumps(_job(*args.job, args)))
-        return
-    if args.only != "big":
-        _small_graphs(args.graphs, Path(args.cache))  # generate once, outside the timed jobs
-    rows = []
-    for workload, methods in (("small", SMALL), ("big", BIG)):
-        if args.only and args.only != workload:
-            continue
-        for method in methods:
-            rows.append(_run(workload, method, args))
-            print(json.dumps(rows[-1]), flush=True)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)  # before numpy / scipy load BLAS
+    import numpy as np
+    import scipy
+    import torch
+    import torch_geometric
+
+    torch.set_num_threads(args.threads)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)
+    except ImportError:
+        pass
+    graphs = _big_graph(args.nodes) if args.only == "big" else _small_graphs(args.graphs)
+    methods = args.methods or (BIG if args.only == "big" else SMALL)
     print(
-        f"\n{datetime.date.today()}, {platform.processor() or platform.machine()}, threads={args.threads}, k={args.k}"
+        f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, threads={args.threads}, load average {os.getloadavg()}"
     )
-    print("| workload | method | wall (s) | CPU (s) | vs PyG (CPU) | peak RSS growth (MB) |\n|---|---|---|---|---|---|")
+    print(
+        f"torch {torch.__version__}, torch-geometric {torch_geometric.__version__}, scipy {scipy.__version__}, "
+        f"numpy {np.__version__}; workload {args.only}: {len(graphs)} graph(s), "
+        f"{sum(n for _, n in graphs)} nodes, {sum(e.shape[1] for e, _ in graphs)} edges, k={args.k}"
+    )
+    times: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
+    last = {}
+    for r in range(args.rounds):
+        for m in methods:
+            wall, cpu, out = _call(m, graphs, args.k)
+            times[m].append((wall, cpu))
+            last[m] = out
+            print(f"round {r} {m}: wall {wall:.2f} s, CPU {cpu:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+    ref_val = _eigvals_pyg_f64(graphs[0], args.k) if args.only == "big" else None
+    peaks = {}
+    for m in methods:
+        tracemalloc.start()
+        _call(m, graphs, args.k)
+        peaks[m] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    rows = []
+    for m in methods:
+        wall = statistics.median(t[0] for t in times[m])
+        cpu = statistics.median(t[1] for t in times[m])
+        ref = "pyg-f64" if "f64" in m else "pyg-f32"
+        ratio = cpu / statistics.median(t[1] for t in times[ref]) if ref in times else None
+        err = None
+        if ref_val is not None and "-q0-" in m:
+            err = float(np.abs(last[m][0].maglap_pe_eigval[0].double().numpy() - ref_val[: args.k]).max())
+        rows.append(
+            {"method": m, "wall_s": wall, "cpu_s": cpu, "vs_pyg_cpu": ratio, "peak_mib": peaks[m], "eig_err": err}
+        )
+    print(
+        "\n| method | wall (s) | CPU (s) | CPU / PyG same precision | peak traced (MiB) | max eigenvalue diff vs PyG f64 |"
+    )
+    print("|---|---|---|---|---|---|")
     for r in rows:
-        ref = next((x for x in rows if x["workload"] == r["workload"] and x["method"] == "pyg-undirected"), None)
-        t, c = r.get("seconds"), r.get("cpu_seconds")
-        ratio = f"{ref['cpu_seconds'] / c:.2f}x" if c and ref and ref.get("cpu_seconds") else "–"
-        wall = f"{t:.2f}" if t is not None else r.get("note", "–")
-        cpu = f"{c:.2f}" if c is not None else "–"
-        peak = f"{r['peak_mb']:.0f}" if "peak_mb" in r else "–"
-        print(f"| {r['workload']} | {r['method']} | {wall} | {cpu} | {ratio} | {peak} |")
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        ratio = f"{r['vs_pyg_cpu']:.2f}x" if r["vs_pyg_cpu"] is not None else "-"
+        err = f"{r['eig_err']:.1e}" if r["eig_err"] is not None else "-"
+        print(f"| {r['method']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {ratio} | {r['peak_mib']:.0f} | {err} |")
+    print(f"load average at the end {os.getloadavg()}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rows": rows, "times": times, "args": vars(args)}, f, indent=2)
 
 
 if __name__ == "__main__":
