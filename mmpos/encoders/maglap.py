@@ -48,20 +48,91 @@ Shapes: :meth:`MagLapEncoder.encode` ``eigvec (..., Q, K)`` complex (or real at
 
 from __future__ import annotations
 
+import inspect
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..coords import Coords
 from .base import AdditiveEncoder
 from .registry import register_encoder
 
-__all__ = ["MagLapEncoder"]
+__all__ = ["PRESETS", "MagLapEncoder"]
+
+EIGVAL_MODES = ("phi", "concat", None)
+
+# The reference's MagLapNet configurations (presets.py ``magnetic_laplacian_preset``, models.py);
+# "elem_dim": None means the reference's 2 * (dim // 32).
+PRESETS: dict[str, dict] = {
+    "geisler2023-sorting": {
+        "elem_dim": None,
+        "num_heads": 4,
+        "attention": True,
+        "sign_invariant": False,
+        "eigval": "concat",
+        "phi_layers": 1,
+        "rho_layers": 1,
+        "final_activation": True,
+        "qkv_bias": False,
+        "norm_replaces": True,
+        "dropout": 0.15,
+    },
+    "geisler2023-playground": {
+        "elem_dim": None,
+        "num_heads": 4,
+        "attention": True,
+        "sign_invariant": False,
+        "eigval": "concat",
+        "phi_layers": 1,
+        "rho_layers": 1,
+        "final_activation": True,
+        "qkv_bias": False,
+        "norm_replaces": True,
+        "dropout": 0.1,
+    },
+}
 
 
 def _positive(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def _mlp(in_dim: int, width: int, layers: int, final_activation: bool) -> nn.Sequential:
+    """``layers`` Linear layers of width ``width`` with ReLU between (and after the last when asked)."""
+    mods: list[nn.Module] = []
+    for i in range(layers):
+        mods.append(nn.Linear(in_dim if i == 0 else width, width))
+        if i < layers - 1 or final_activation:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods)
+
+
+class _EigenAttention(nn.Module):
+    """Multi-head attention across the eigenvector tokens of a node (the reference's ``MultiHeadAttention``).
+
+    ``x`` ``(M, T, E)``, ``keep`` ``(M, T)`` bool -> ``(M, T, E)``; q/k/v ``Linear(E, H * key_dim)``
+    (bias optional), output ``Linear(H * key_dim, E)``; dropout on the attention weights.
+    """
+
+    def __init__(self, dim: int, num_heads: int, key_dim: int, qkv_bias: bool, dropout: float) -> None:
+        super().__init__()
+        self.num_heads, self.key_dim, self.dropout = num_heads, key_dim, dropout
+        inner = num_heads * key_dim
+        self.q = nn.Linear(dim, inner, bias=qkv_bias)
+        self.k = nn.Linear(dim, inner, bias=qkv_bias)
+        self.v = nn.Linear(dim, inner, bias=qkv_bias)
+        self.out = nn.Linear(inner, dim)
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        m, t, _ = x.shape
+        q, k, v = (f(x).view(m, t, self.num_heads, self.key_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
+        mask = keep[:, None, None, :]  # (M, 1, 1, T): padding keys masked (the first pair is never padding)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (M, H, T, key_dim)
+        return self.out(out.transpose(1, 2).reshape(m, t, -1))
 
 
 @register_encoder("maglap", kind="additive", paper="Geisler et al. 2023, Transformers Meet Directed Graphs")
@@ -72,12 +143,21 @@ class MagLapEncoder(AdditiveEncoder):
         dim: output width (the model width).
         k: eigenpairs per potential ``K``.
         num_q: potentials ``Q`` stacked by the transform.
-        elem_dim: width of each eigenvector token.
-        num_heads: heads of the attention across eigenvectors (``elem_dim`` divisible by it).
-        attention: use the attention across eigenvectors (reference: ``maglap_transformer``, default off).
+        elem_dim: width of ``phi`` (each eigenvector token).
+        num_heads: heads of the attention across eigenvectors.
+        attention: use the attention across eigenvectors (default off; the reference's presets turn it on).
         sign_invariant: SignNet-style ``phi(x) + phi(-x)``.
-        use_eigval: feed the eigenvalue to ``phi``.
-        dropout: dropout on the flattened tokens (reference default 0).
+        eigval: ``"phi"`` (into ``phi``, default), ``"concat"`` (after ``phi``, the reference) or ``None``.
+        zero_first_negative: with ``sign_invariant`` and complex input, drop ``phi(-x)`` of the first
+            eigenvector of each potential (the reference's SignNet).
+        phi_layers, rho_layers: Linear layers of ``phi`` and ``rho`` (default 2; the reference 1).
+        final_activation: ReLU after the last layer of ``phi`` and ``rho`` too (the reference's ``mlp``).
+        key_dim: key / value size per head (default ``token width // num_heads``, which must then divide it).
+        qkv_bias: bias on the attention's q/k/v projections (the reference: none).
+        norm_replaces: the attention input LayerNorm replaces the tokens before the residual
+            (``t = norm(t); t = t + attn(t)``, the reference) instead of pre-norm (``t + attn(norm(t))``).
+        dropout: on the attention weights and the flattened tokens (the reference's ``maglap_dropout_p``).
+        preset: a key of :data:`PRESETS`; sets the arguments it lists (passing one of them too is an error).
     """
 
     def __init__(
@@ -89,23 +169,82 @@ class MagLapEncoder(AdditiveEncoder):
         num_heads: int = 4,
         attention: bool = False,
         sign_invariant: bool = True,
-        use_eigval: bool = True,
+        eigval: str | None = "phi",
+        zero_first_negative: bool = False,
+        phi_layers: int = 2,
+        rho_layers: int = 2,
+        final_activation: bool = False,
+        key_dim: int | None = None,
+        qkv_bias: bool = True,
+        norm_replaces: bool = False,
         dropout: float = 0.0,
+        preset: str | None = None,
     ) -> None:
         super().__init__()
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ValueError(f"preset must be one of {tuple(PRESETS)} or None, got {preset!r}")
+            given = {name: value for name, value in locals().items() if name in PRESETS[preset]}
+            defaults = {p.name: p.default for p in inspect.signature(MagLapEncoder).parameters.values()}
+            clash = [name for name, value in given.items() if value != defaults[name]]
+            if clash:
+                raise ValueError(f"preset={preset!r} sets {clash}; pass them without the preset")
+            cfg = dict(PRESETS[preset])
+            if cfg["elem_dim"] is None:
+                cfg["elem_dim"] = 2 * max(dim // 32, 1) if isinstance(dim, int) else elem_dim
+            elem_dim, num_heads, attention = cfg["elem_dim"], cfg["num_heads"], cfg["attention"]
+            sign_invariant, eigval, phi_layers, rho_layers = (
+                cfg["sign_invariant"],
+                cfg["eigval"],
+                cfg["phi_layers"],
+                cfg["rho_layers"],
+            )
+            final_activation, qkv_bias, norm_replaces, dropout = (
+                cfg["final_activation"],
+                cfg["qkv_bias"],
+                cfg["norm_replaces"],
+                cfg["dropout"],
+            )
         self.dim, self.k, self.num_q = _positive(dim, "dim"), _positive(k, "k"), _positive(num_q, "num_q")
         _positive(elem_dim, "elem_dim")
-        if attention and elem_dim % _positive(num_heads, "num_heads"):
-            raise ValueError(f"elem_dim={elem_dim} must be divisible by num_heads={num_heads}")
-        self.sign_invariant, self.use_eigval = sign_invariant, use_eigval
-        self.phi = nn.Sequential(nn.Linear(3 if use_eigval else 2, elem_dim), nn.ReLU(), nn.Linear(elem_dim, elem_dim))
-        self.norm = nn.LayerNorm(elem_dim) if attention else None
-        self.attn = nn.MultiheadAttention(elem_dim, num_heads, batch_first=True) if attention else None
+        _positive(phi_layers, "phi_layers")
+        _positive(rho_layers, "rho_layers")
+        if eigval not in EIGVAL_MODES:
+            raise ValueError(f"eigval must be one of {EIGVAL_MODES}, got {eigval!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        self.preset = preset
+        self.sign_invariant, self.eigval, self.zero_first_negative = sign_invariant, eigval, zero_first_negative
+        self.norm_replaces = norm_replaces
+        width = elem_dim + (eigval == "concat")  # token width after phi
+        self.phi = _mlp(2 + (eigval == "phi"), elem_dim, phi_layers, final_activation)
+        self.norm = self.attn = None
+        if attention:
+            _positive(num_heads, "num_heads")
+            if key_dim is None:
+                if preset is None and width % num_heads:
+                    raise ValueError(
+                        f"elem_dim={elem_dim} (token width {width}) must be divisible by num_heads={num_heads}, "
+                        "or pass key_dim"
+                    )
+                key_dim = max(width // num_heads, 1)
+            self.norm = nn.LayerNorm(width, eps=1e-5)
+            self.attn = _EigenAttention(width, num_heads, _positive(key_dim, "key_dim"), qkv_bias, float(dropout))
         self.drop = nn.Dropout(dropout)
-        self.rho = nn.Sequential(nn.Linear(num_q * k * elem_dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        self.rho = _mlp(num_q * k * width, dim, rho_layers, final_activation)
 
-    def _phi(self, vec: Tensor, val: Tensor) -> Tensor:
-        return self.phi(torch.cat([vec, val], dim=-1) if self.use_eigval else vec)
+    def _tokens(self, vec: Tensor, val: Tensor, complex_input: bool) -> Tensor:
+        """``vec (..., Q, K, 2)``, ``val (..., Q, K, 1)`` -> ``(..., Q, K, width)``."""
+        x = torch.cat([vec, val], dim=-1) if self.eigval == "phi" else vec
+        tok = self.phi(x)
+        if self.sign_invariant:
+            neg = self.phi(torch.cat([-vec, val], dim=-1) if self.eigval == "phi" else -vec)
+            if self.zero_first_negative and complex_input:
+                neg = torch.cat([torch.zeros_like(neg[..., :1, :]), neg[..., 1:, :]], dim=-2)
+            tok = tok + neg
+        if self.eigval == "concat":
+            tok = torch.cat([val, tok], dim=-1)  # the reference puts lambda first
+        return tok
 
     def encode(self, eigvec: Tensor, eigval: Tensor, eig_mask: Tensor) -> Tensor:
         """``eigvec (..., Q, K)``, ``eigval (..., Q, K)``, ``eig_mask (..., K)`` bool -> ``(..., dim)``."""
@@ -115,18 +254,16 @@ class MagLapEncoder(AdditiveEncoder):
                 f"expected eigvec and eigval (..., Q, K) = (..., {self.num_q}, {self.k}) and eig_mask (..., {self.k}), "
                 f"got {tuple(eigvec.shape)}, {tuple(eigval.shape)}, {tuple(eig_mask.shape)}"
             )
-        dtype = self.rho[0].weight.dtype
+        dtype = self.phi[0].weight.dtype
         vec = torch.stack([eigvec.real, eigvec.imag] if eigvec.is_complex() else [eigvec, torch.zeros_like(eigvec)], -1)
         vec, val = vec.to(dtype), eigval.to(dtype).unsqueeze(-1)  # (..., Q, K, 2), (..., Q, K, 1)
-        tok = self._phi(vec, val)
-        if self.sign_invariant:
-            tok = tok + self._phi(-vec, val)  # (..., Q, K, E)
+        tok = self._tokens(vec, val, eigvec.is_complex())  # (..., Q, K, W)
         lead = tok.shape[:-3]
-        tok = tok.reshape(-1, self.num_q * self.k, tok.shape[-1])  # (M, Q*K, E)
+        tok = tok.reshape(-1, self.num_q * self.k, tok.shape[-1])  # (M, Q*K, W)
         keep = eig_mask.unsqueeze(-2).expand(*eig_mask.shape[:-1], self.num_q, self.k).reshape(-1, self.num_q * self.k)
         if self.attn is not None:
             h = self.norm(tok)
-            tok = tok + self.attn(h, h, h, key_padding_mask=~keep, need_weights=False)[0]
+            tok = (h if self.norm_replaces else tok) + self.attn(h, keep)
         tok = tok * keep.unsqueeze(-1).to(tok.dtype)
         return self.rho(self.drop(tok.flatten(1))).reshape(*lead, self.dim)
 
@@ -143,4 +280,5 @@ class MagLapEncoder(AdditiveEncoder):
         return out
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, k={self.k}, num_q={self.num_q}, sign_invariant={self.sign_invariant}"
+        extra = f", preset={self.preset!r}" if self.preset else ""
+        return f"dim={self.dim}, k={self.k}, num_q={self.num_q}, sign_invariant={self.sign_invariant}, eigval={self.eigval!r}{extra}"

@@ -94,3 +94,15 @@ def test_attr_name_none_concatenates_onto_x_as_pyg():
     # PyG's own transform follows the same rule
     pyg = T.AddLaplacianEigenvectorPE(k=2, attr_name=None)(data.clone())
     assert pyg.x.shape == (9, 5) and torch.equal(pyg.x[:, :3], data.x)
+
+
+def test_reference_preset_uses_sign_rotate():
+    tr = AddMagneticLaplacianPE.from_preset("geisler2023-sorting")
+    assert (tr.k, tr.q, tr.q_relative, tr.normalize) == (25, 0.25, True, "sign_rotate")
+    data = tr(_graph(30, 3))
+    ref = maglap_eigenpairs(data.edge_index, 30, 25, 0.25, normalize="sign_rotate")
+    torch.testing.assert_close(data.maglap_pe, ref.eigvec[:, 0].to(torch.complex64))
+    with pytest.raises(ValueError, match="sets"):
+        AddMagneticLaplacianPE.from_preset("geisler2023-sorting", k=8)
+    with pytest.raises(ValueError, match="name must be"):
+        AddMagneticLaplacianPE.from_preset("geisler")

@@ -11,7 +11,14 @@ from torch_geometric.transforms import BaseTransform
 from ..eigen import PHASE_RULES, SOLVERS, MagLapEigen, check_k, maglap_eigenpairs, maglap_eigenpairs_many
 from ..laplacian import check_q
 
-__all__ = ["AddMagneticLaplacianPE"]
+__all__ = ["PRESETS", "AddMagneticLaplacianPE"]
+
+# The reference's eigendecomposition settings (google-deepmind/digraph_transformer presets.py,
+# ``magnetic_laplacian_preset``: symmetric normalisation, k_excl = 0, relative q, l2 norm).
+PRESETS: dict[str, dict] = {
+    "geisler2023-sorting": {"k": 25, "q": 0.25, "q_relative": True, "normalize": "sign_rotate"},
+    "geisler2023-playground": {"k": 16, "q": 0.1, "q_relative": True, "normalize": "sign_rotate"},
+}
 
 
 class AddMagneticLaplacianPE(BaseTransform):
@@ -63,6 +70,9 @@ class AddMagneticLaplacianPE(BaseTransform):
         dtype (torch.dtype): ARPACK's working precision, :obj:`torch.float64` or
             :obj:`torch.float32` (PyG's; followed by a float64 Rayleigh-Ritz step).
             (default: :obj:`torch.float64`)
+
+    :meth:`from_preset` builds the reference's settings (:data:`PRESETS`), to pair with
+    ``MagLapEncoder(preset=...)`` of the same name.
     """
 
     def __init__(
@@ -95,6 +105,19 @@ class AddMagneticLaplacianPE(BaseTransform):
         self.solver = solver
         self.dense_max_nodes = dense_max_nodes
         self.dtype = dtype
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs) -> AddMagneticLaplacianPE:
+        """The transform with the reference's ``k``, ``q``, ``q_relative`` and ``sign_rotate`` (:data:`PRESETS`).
+
+        ``kwargs`` set the other arguments (``attr_name``, ``solver``, ...); the preset's own may not be passed.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"name must be one of {tuple(PRESETS)}, got {name!r}")
+        clash = sorted(set(kwargs) & set(PRESETS[name]))
+        if clash:
+            raise ValueError(f"preset {name!r} sets {clash}; pass them without the preset")
+        return cls(**PRESETS[name], **kwargs)
 
     def _store(self, data: Data, eig: MagLapEigen) -> Data:
         vec, val = eig.eigvec.to(torch.complex64), eig.eigval.to(torch.float32)
