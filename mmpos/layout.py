@@ -20,7 +20,9 @@ flat           ``("seq",)``                      ``(3, B, L)`` three equal rows 
 =============  ================================  ===============================  ==========
 
 :func:`build` (segments) and the token-id path (:func:`mmpos.integrations.hf_rope_index.get_rope_index`)
-are two front ends of one packer, :func:`pack`, and return the same :class:`Layout`.
+are two front ends of one packer, :func:`pack`, and return the same :class:`Layout`
+(``mhrope-qwen2-vl``, MHRoPE on Qwen2-VL positions, is shaped as ``mhrope``).
+:meth:`Layout.packed` gives a batch as one packed row with ``cu_seqlens``.
 
 Conventions shared with the rotary encoders (:mod:`mmpos.encoders.mrope`):
 
@@ -605,6 +607,7 @@ def build(
     generator: torch.Generator | None = None,
     rule: str = "original",
     device: torch.device | str | None = None,
+    visual_stride: float | None = None,
 ) -> Layout:
     """Positions of a batch of interleaved text / image / video samples.
 
@@ -624,6 +627,9 @@ def build(
         generator: random source for ``training``.
         rule: a Qwen-family rule of :data:`mmpos.schemes.RULES` (``"original"``, ``"hf-4.57"``, ``"hf-5.3"``).
         device: where the tensors are put (they are computed on the host and moved once).
+        visual_stride: ``v2pe`` block-span form instead of ``delta``: the position span of
+            every vision block, its per-token step ``visual_stride / tokens`` (V2PE's
+            ``rope_pos_id_stride / num_image_token``, for blocks of any size).
 
     Under ``qwen3-vl`` a :class:`Video` becomes ``t`` consecutive one-frame blocks; for the
     exact Qwen3-VL token layout write each frame as ``Text(timestamp tokens), Video((1, h, w))``.
@@ -636,6 +642,7 @@ def build(
         training=training,
         tokens_per_second=tokens_per_second,
         rule=rule,
+        visual_stride=visual_stride,
     )
     m = _check_int(spatial_merge_size, "spatial_merge_size", 1)
     if padding_side not in ("right", "left"):

@@ -121,7 +121,9 @@ class SchemeOptions:
 
     ``delta``: V2PE visual step (``None`` while training: drawn per block);
     ``temporal_scale``: HoPE scale (``None`` while training) or the MRoPE-I integer stride;
-    ``tokens_per_second``: Qwen2.5-VL temporal resolution; ``rule``: a :class:`Rule`.
+    ``tokens_per_second``: Qwen2.5-VL temporal resolution; ``rule``: a :class:`Rule`;
+    ``visual_stride``: V2PE's block-span form, the position span of one vision block (its
+    per-token step is ``visual_stride / tokens``; ``None``: the per-token ``delta``).
     """
 
     delta: float | None
@@ -129,6 +131,7 @@ class SchemeOptions:
     training: bool
     tokens_per_second: float
     rule: Rule
+    visual_stride: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -309,6 +312,7 @@ def resolve_options(
     training: bool = False,
     tokens_per_second: float = 2,
     rule: str | Rule = "original",
+    visual_stride: float | None = None,
 ) -> SchemeOptions:
     """Check a scheme's options and fill in its defaults (one validator for every path)."""
     sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
@@ -316,7 +320,7 @@ def resolve_options(
         raise TypeError(f"training must be a bool, got {training!r}")
     if not _is_number(tokens_per_second) or not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
         raise ValueError(f"tokens_per_second must be a finite number > 0, got {tokens_per_second!r}")
-    given = {"delta": delta, "temporal_scale": temporal_scale}
+    given = {"delta": delta, "temporal_scale": temporal_scale, "visual_stride": visual_stride}
     for name, value in given.items():
         if value is not None and name not in sch.options:
             takes = [s.name for s in SCHEMES.values() if name in s.options]
@@ -326,14 +330,32 @@ def resolve_options(
             raise ValueError(f"{name} must be None when training=True ({sch.name} draws it per block)")
     if sch.check is not None:
         given = sch.check(sch.name, dict(given, training=training))
-    return SchemeOptions(given["delta"], given["temporal_scale"], training, float(tokens_per_second), get_rule(rule))
+    return SchemeOptions(
+        given["delta"],
+        given["temporal_scale"],
+        training,
+        float(tokens_per_second),
+        get_rule(rule),
+        given["visual_stride"],
+    )
 
 
 # --------------------------------------------------------------------------- option checks
 def _check_v2pe(name: str, o: dict) -> dict:
-    d = o["delta"]
+    d, stride = o["delta"], o["visual_stride"]
+    if stride is not None:  # the block-span form: a span per block, divided by the block's tokens
+        if o["training"] or d is not None:
+            raise ValueError(
+                f"visual_stride (scheme='{name}', block-span form) excludes delta and training=True, "
+                f"got delta={d!r}, training={o['training']!r}"
+            )
+        if not (_is_number(stride) and math.isfinite(stride) and stride > 0):
+            raise ValueError(f"visual_stride must be a finite number > 0 for scheme='{name}', got {stride!r}")
+        return dict(o, visual_stride=float(stride))
     if not o["training"] and not (_is_number(d) and math.isfinite(d) and 0 < d <= 1):
-        raise ValueError(f"delta must be a number in (0, 1] for scheme='{name}' at evaluation, got {d!r}")
+        raise ValueError(
+            f"delta must be a number in (0, 1] for scheme='{name}' at evaluation (or give visual_stride), got {d!r}"
+        )
     return o
 
 
@@ -410,9 +432,12 @@ def _vrope_block(g: BlockGeometry, o: SchemeOptions):
 
 def _v2pe_block(g: BlockGeometry, o: SchemeOptions):
     """V2PE: token ``n`` of a block at ``start - 1 + (n + 1) delta``; the text resumes at
-    ``ceil(last visual) + 1``."""
-    offset = ((g.local + 1) * g.delta[g.block] - 1).unsqueeze(0)
-    extent = torch.ceil(g.tokens.to(torch.float64) * g.delta)
+    ``ceil(last visual) + 1``. Block-span form (``visual_stride``): ``delta = visual_stride / tokens``
+    per block (the reference's ``rope_pos_id_stride / num_image_token``), for grids of any size."""
+    tokens = g.tokens.to(torch.float64)
+    delta = g.delta if o.visual_stride is None else o.visual_stride / tokens  # (K,)
+    offset = ((g.local + 1) * delta[g.block] - 1).unsqueeze(0)
+    extent = torch.ceil(tokens * delta)
     return offset, extent, torch.ones(1, dtype=torch.float64, device=offset.device)
 
 
@@ -489,14 +514,28 @@ for _scheme in (
         check=_check_stride,
         paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)",
     ),
+    # MHRoPE with the positions of its paper's code (JJJYmmm/Multimodal-RoPEs README and test.py run
+    # get_mrope_interleave_index with spatial_reset=True for it): spatial reset, integer temporal stride
     Scheme(
         "mhrope",
+        THW,
+        "mhrope",
+        _mrope_i_block,
+        _IDENTITY,
+        _IDENTITY,
+        options=("temporal_scale",),
+        check=_check_stride,
+        paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)",
+    ),
+    # ... and with Qwen2-VL's positions (spatial_reset=False, that code's default)
+    Scheme(
+        "mhrope-qwen2-vl",
         THW,
         "mhrope",
         _qwen_block,
         _IDENTITY,
         _IDENTITY,
-        paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)",
+        paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095), on Qwen2-VL positions",
     ),
     Scheme(
         "hope",
@@ -529,7 +568,7 @@ for _scheme in (
         _v2pe_block,
         _REPEAT,
         _READ_ROW0,
-        options=("delta",),
+        options=("delta", "visual_stride"),
         check=_check_v2pe,
         draws={"delta": V2PE_DELTAS},
         id_dtype=torch.float64,

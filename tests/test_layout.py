@@ -49,11 +49,17 @@ def test_qwen2_vl_video_advances_by_max_over_axes():
     assert lay.modality[0, 2:8].eq(int(Modality.VIDEO)).all()
 
 
-def test_mhrope_uses_qwen2_vl_positions():
+def test_mhrope_takes_spatial_reset_and_keeps_qwen2_vl_positions_as_an_option():
+    """``mhrope``: the positions of the MHRoPE paper's code (spatial reset, as ``mrope-i``);
+    ``mhrope-qwen2-vl``: Qwen2-VL's."""
     sample = [[Text(2), Image((1, 6, 4)), Text(3), Video((2, 2, 2)), Text(1)], [Video((1, 4, 4))]]
-    a, b = build(sample, "qwen2-vl"), build(sample, "mhrope")
+    a, b = build(sample, "qwen2-vl"), build(sample, "mhrope-qwen2-vl")
     assert torch.equal(a.position_ids, b.position_ids) and torch.equal(a.rope_deltas, b.rope_deltas)
-    assert b.coords.axes == ("t", "h", "w")
+    c, d = build(sample, "mrope-i", temporal_scale=2), build(sample, "mhrope", temporal_scale=2)
+    assert torch.equal(c.position_ids, d.position_ids) and torch.equal(c.rope_deltas, d.rope_deltas)
+    assert d.coords.axes == ("t", "h", "w") and SCHEMES["mhrope"].encoder == SCHEMES["mhrope-qwen2-vl"].encoder
+    # the image block at start 2 (2 x 3 tokens after the merge): h, w from 0 (reset), t at the start
+    assert d.position_ids[:, 0, 2:8].tolist() == [[2] * 6, [0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1]]
 
 
 # ----------------------------------------------------------------------------- qwen2.5-vl

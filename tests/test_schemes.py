@@ -6,7 +6,7 @@ interleavings and compared with :func:`mmpos.layout.build` and the scheme's rota
 
 * MRoPE-I (spatial reset, temporal stride) and MHRoPE positions: JJJYmmm/Multimodal-RoPEs
   ``multimodal_ropes/pos_design/mrope_i.py`` (``get_mrope_interleave_index``; MHRoPE uses it
-  with ``spatial_reset=False``); MHRoPE heads: ``freq_allocation/mhrope.py``; MRoPE-I pairs:
+  with ``spatial_reset=True`` as its README and ``test.py`` do, ``mhrope-qwen2-vl`` with ``False``); MHRoPE heads: ``freq_allocation/mhrope.py``; MRoPE-I pairs:
   Qwen3-VL's ``apply_interleaved_mrope`` (``freq_allocation/mrope_i.py``).
 * HoPE: hrlics/HoPE ``modeling_hope.py`` (as restated in JJJYmmm ``pos_design/hope.py``).
 * VRoPE: johncaged/VRoPE ``vrope.py`` (``generate_nd_positions``).
@@ -143,7 +143,9 @@ def _reference_v2pe(units, delta: float):
 REFERENCES = {
     "mrope-i": (lambda u: _reference_mrope_i(u, 1, True), {}),
     "mrope-i@3": (lambda u: _reference_mrope_i(u, 3, True), {"temporal_scale": 3}),
-    "mhrope": (lambda u: _reference_mrope_i(u, 1, False), {}),
+    "mhrope": (lambda u: _reference_mrope_i(u, 1, True), {}),  # the paper's code runs MHRoPE with spatial_reset=True
+    "mhrope@2": (lambda u: _reference_mrope_i(u, 2, True), {"temporal_scale": 2}),
+    "mhrope-qwen2-vl": (lambda u: _reference_mrope_i(u, 1, False), {}),
     "hope": (lambda u: _reference_hope(u, 0.75), {"temporal_scale": 0.75}),
     "hope@1.5": (lambda u: _reference_hope(u, 1.5), {"temporal_scale": 1.5}),
     "vrope": (_reference_vrope, {}),
@@ -311,3 +313,40 @@ def test_pack_is_the_one_core():
     blocks = VisionBlocks(torch.tensor([[1, 2, 3]]), torch.tensor([2]), torch.zeros(1), torch.tensor([True]))
     again = pack(real, blocks, "qwen2-vl", resolve_options("qwen2-vl"))
     assert torch.equal(again.position_ids, lay.position_ids) and torch.equal(again.rope_deltas, lay.rope_deltas)
+
+
+def test_v2pe_block_span_form():
+    """V2PE block-span form: a block of ``n`` tokens steps ``visual_stride / n`` (the reference's
+    ``rope_pos_id_stride / num_image_token``), so every block spans ``visual_stride`` whatever its
+    size; with 256-token blocks it is the per-token ``delta = stride / 256``."""
+    # hand-worked: text 2 (0, 1); a 2 x 2 image (4 tokens) with stride 2: 1.5, 2, 2.5, 3; text at ceil(3) + 1 = 4;
+    # a 1 x 2 image (2 tokens): 5, 6; text 7
+    lay = build([[Text(2), Image((1, 4, 4)), Text(1), Image((1, 2, 4)), Text(1)]], "v2pe", visual_stride=2)
+    assert lay.coords.pos[0, :, 0].tolist() == [0, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 7]
+    rng = random.Random("v2pe-span")
+    for _ in range(6):
+        samples = _random_samples(rng, rng.randint(1, 3))
+        stride = rng.choice([1.0, 4.0, 16.0])
+        lay = build(samples, "v2pe", visual_stride=stride, padding_side="left")
+        for b, sample in enumerate(samples):
+            expected, last = [], -1.0  # the reference's loop: visual token k of n at last + k * stride / n
+            for unit in _units(sample):
+                if unit[0] == "text":
+                    expected += [last + 1 + k for k in range(unit[1])]
+                    last += unit[1]
+                    continue
+                n = unit[1] * unit[2] * unit[3]
+                expected += [last + k * stride / n for k in range(1, n + 1)]
+                last = float(math.ceil(expected[-1]))
+            got = lay.coords.pos[b][lay.coords.mask[b]][:, 0].double()
+            assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12), sample
+    same = build([[Text(1), Image((1, 32, 32)), Text(1)]], "v2pe", visual_stride=16)  # 256 tokens
+    assert torch.equal(
+        same.coords.pos, build([[Text(1), Image((1, 32, 32)), Text(1)]], "v2pe", delta=1 / 16).coords.pos
+    )
+    with pytest.raises(ValueError, match="visual_stride .* excludes delta"):
+        resolve_options("v2pe", delta=0.5, visual_stride=2)
+    with pytest.raises(ValueError, match="visual_stride must be a finite number > 0"):
+        resolve_options("v2pe", visual_stride=0)
+    with pytest.raises(ValueError, match="visual_stride applies only to schemes"):
+        resolve_options("qwen2-vl", visual_stride=2)

@@ -178,7 +178,9 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
     model_type = getattr(getattr(core, "config", None), "model_type", None)
-    swappable = [m for s in SCHEMES.values() for m in s.rotary_model_types]  # the families whose rotary mmpos reproduces
+    swappable = [
+        m for s in SCHEMES.values() for m in s.rotary_model_types
+    ]  # the families whose rotary mmpos reproduces
     if model_type not in swappable:
         raise ValueError(
             f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(swappable)}), "
@@ -278,6 +280,7 @@ def use_rope(
     temporal_scale: float | None = None,
     training: bool = False,
     advance: str | None = None,
+    visual_stride: float | None = None,
 ) -> nn.Module:
     """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model use ``scheme`` (in place; returns it).
 
@@ -298,6 +301,8 @@ def use_rope(
             scheme names the installed release's rule (``max`` before transformers 5.3, ``spatial``
             from 5.3 on), for the other schemes ``max`` (their reference rule). The padding and
             ``rope_deltas`` conventions always follow the installed release.
+        visual_stride: V2PE's block-span form instead of ``delta`` (the position span of one
+            vision block, divided by its token count).
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared.
@@ -322,6 +327,7 @@ def use_rope(
         temporal_scale=temporal_scale,
         training=training,
         rule=rule,
+        visual_stride=visual_stride,
     )
     _restore(core, text)
     if scheme == "own":

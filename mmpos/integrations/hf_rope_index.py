@@ -112,6 +112,7 @@ class RopeIndexOptions:
     training: bool = False
     rule: str | Rule = "original"
     temporal_merge: int = 1
+    visual_stride: float | None = None
 
     def __post_init__(self) -> None:
         own = model_types()
@@ -136,12 +137,13 @@ class RopeIndexOptions:
             training=self.training,
             tokens_per_second=self.tokens_per_second,
             rule=_resolve_rule(self.rule),
+            visual_stride=self.visual_stride,
         )
 
     @classmethod
     def from_config(cls, config: Any, scheme: str | None = None, **options: Any) -> RopeIndexOptions:
         """The options of a Qwen-VL ``config`` for ``scheme`` (default: the model's own,
-        :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``training``,
+        :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``visual_stride``, ``training``,
         ``rule``."""
         own = scheme_for_config(config)
         vision = getattr(config, "vision_config", None)

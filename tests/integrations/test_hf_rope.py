@@ -130,6 +130,7 @@ SWAPS = [
     ("mhrope", {"head_sections": [0, 1, 1]}),  # 2 KV heads: the default sections are refused
     ("vrope", {}),
     ("v2pe", {"delta": 0.25}),
+    ("v2pe", {"visual_stride": 4.0}),  # the block-span form
     ("hope", {"temporal_scale": 0.75}),
     ("flat", {}),
 ]
@@ -228,7 +229,9 @@ def test_own_scheme_through_mmpos_leaves_logits_and_generate_unchanged(family, s
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("scheme, options", [("own", {}), *SWAPS], ids=["own"] + [s for s, _ in SWAPS])
+@pytest.mark.parametrize(
+    "scheme, options", [("own", {}), *SWAPS], ids=["own"] + [s + "-" + "-".join(o) for s, o in SWAPS]
+)
 def test_layout_position_ids_give_the_model_logits(family, scheme, options):
     """A ``Layout`` from ``mmpos.layout.build`` handed to the patched model as ``position_ids``
     gives the logits the model computes itself (its own scheme and every swapped one), with
@@ -253,7 +256,7 @@ def test_layout_position_ids_give_the_model_logits(family, scheme, options):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
+@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s + "-" + "-".join(o) for s, o in SWAPS])
 def test_swapped_scheme_forward_and_generate(family, scheme, options):
     """Forward and generate run; the cached decode agrees with a fresh forward over the
     generated sequence (so prompt positions, rope_deltas and decode positions fit together)."""
