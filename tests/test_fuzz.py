@@ -14,7 +14,9 @@ recorded in ``docs/reliability.md``.
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import os
 from collections import Counter
 
 import pytest
@@ -25,14 +27,53 @@ from hypothesis import strategies as st
 import mmpos
 from mmpos import Coords
 
+#: ``MMPOS_FUZZ_SCALE`` multiplies every family's example count (CI: 1; benchmarks/fuzz_table.py: more)
+SCALE = float(os.environ.get("MMPOS_FUZZ_SCALE", "1"))
+
+
+def _n(examples: int) -> int:
+    return max(1, round(examples * SCALE))
+
+
 FUZZ = settings(
-    max_examples=100,
+    max_examples=_n(40),
     derandomize=True,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 COUNTS: Counter = Counter()
+#: (family, outcome) -> inputs; outcome: clear / unhelpful / silent / valid (see docs/reliability.md)
+TALLY: Counter = Counter()
+#: test name prefix -> family of the table
+FAMILIES = {
+    "test_grid_builder": "coordinate builders",
+    "test_huge_grid": "coordinate builders",
+    "test_sequence_builder": "coordinate builders",
+    "test_points_builder": "coordinate builders",
+    "test_every_encoder": "encoder constructors",
+    "test_encoder_arguments": "encoder constructors",
+    "test_encoders_on_free": "encoders on free coordinates",
+    "test_token_id_batches": "token-id batches (get_rope_index)",
+    "test_media_files": "media files (image_patches)",
+    "test_tables": "tables (mmpos.table.build)",
+    "test_graphs": "graphs (maglap_eigenpairs)",
+    "test_damaged_run_folders": "damaged run folders (mmpos run --resume)",
+    "test_cli_arguments": "CLI arguments (mmpos run / cp / list)",
+}
+
+
+@pytest.fixture(autouse=True)
+def _attribute(request):
+    """Attribute each test's counts to its family of the table (unclassified inputs fail their test)."""
+    before = COUNTS.copy()
+    yield
+    family = next((f for prefix, f in FAMILIES.items() if request.node.name.startswith(prefix)), "other")
+    delta = COUNTS - before
+    for outcome in ("clear", "unhelpful", "silent", "valid"):
+        TALLY[family, outcome] += delta[outcome]
+    TALLY[family, "tried"] += delta["tried"]
+    TALLY[family, "tracebacks"] += delta["tracebacks"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,8 +81,15 @@ def _report():
     yield
     print(
         f"\nfuzz: {COUNTS['tried']} inputs tried, {COUNTS['clear']} clear errors, {COUNTS['valid']} valid results, "
-        f"{COUNTS['silent']} silent wrong results (each one fails its test)"
+        f"{COUNTS['silent']} silent wrong results, {COUNTS['unhelpful']} unhelpful errors (each one fails its test)"
     )
+    path = os.environ.get("MMPOS_FUZZ_TABLE")
+    if path:  # benchmarks/fuzz_table.py renders docs/reliability.md's table from this
+        rows = {}
+        for (family, outcome), n in TALLY.items():
+            rows.setdefault(family, {})[outcome] = n
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"scale": SCALE, "families": rows}, f, indent=1)
 
 
 def _classify(fn, names: list[str]):
@@ -253,7 +301,7 @@ def encoder_call(draw):
     return name, kwargs
 
 
-@settings(FUZZ, max_examples=250)
+@settings(FUZZ, max_examples=_n(100))
 @given(call=encoder_call())
 def test_encoder_arguments(call):
     name, kwargs = call
@@ -283,3 +331,550 @@ def test_encoders_on_free_coordinates(name, values):
         COUNTS["clear"] += 1
         return
     COUNTS["valid"] += 1
+
+
+# ---------------------------------------------------------------------------- classification of one input
+
+
+def _outcome(fn, names: list[str], check=None) -> str:
+    """Run ``fn`` and classify it: ``clear`` (ValueError / TypeError naming one of ``names``), ``unhelpful``
+    (another exception, or a message naming none of them), ``valid`` (``check(result)`` holds; no ``check``:
+    any result) or ``silent`` (a result that ``check`` finds wrong). Counted in ``COUNTS``."""
+    COUNTS["tried"] += 1
+    try:
+        out = fn()
+    except (ValueError, TypeError) as e:
+        outcome = "clear" if any(n in str(e) for n in names) and "\n" not in str(e).strip() else "unhelpful"
+        detail = f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001 -- any other exception type is an unhelpful error
+        outcome, detail = "unhelpful", f"{type(e).__name__}: {e}"
+    else:
+        ok, detail = (True, "") if check is None else check(out)
+        outcome = "valid" if ok else "silent"
+    COUNTS[outcome] += 1
+    assert outcome in ("clear", "valid"), f"{outcome}: {detail[:500]}"
+    return outcome
+
+
+# ---------------------------------------------------------------------------- token-id batches
+
+IMAGE_ID, START_ID, END_ID = 151655, 151652, 151653
+
+
+def _qwen2_vl_config():
+    pytest.importorskip("transformers")
+    from transformers import Qwen2VLConfig
+
+    return Qwen2VLConfig()
+
+
+def _reference_positions(tokens: list[int], grids: list[tuple[int, int, int]], merge: int = 2) -> list[list[int]]:
+    """Qwen2-VL M-RoPE positions of one unpadded prompt, written from the paper's rule (an independent
+    computation): text advances by 1; an image of ``(t, h, w)`` patches takes ``t x h/m x w/m`` tokens at
+    ``start + (ti, hi, wi)``; the next token starts at the block's largest position + 1."""
+    rows, pos, i, g = [[], [], []], 0, 0, iter(grids)
+    while i < len(tokens):
+        if tokens[i] != IMAGE_ID:
+            for r in rows:
+                r.append(pos)
+            pos, i = pos + 1, i + 1
+            continue
+        t, h, w = next(g)
+        h, w = h // merge, w // merge
+        for ti in range(t):
+            for hi in range(h):
+                for wi in range(w):
+                    rows[0].append(pos + ti), rows[1].append(pos + hi), rows[2].append(pos + wi)
+        pos, i = pos + max(t, h, w), i + t * h * w
+    return rows
+
+
+@st.composite
+def token_batch(draw):
+    samples = []
+    for _ in range(draw(st.integers(1, 3))):
+        tokens, grids = [], []
+        for _ in range(draw(st.integers(1, 3))):
+            tokens += draw(st.lists(st.integers(0, 1000), min_size=1, max_size=4))
+            if draw(st.booleans()):
+                grid = (1, 2 * draw(st.integers(1, 3)), 2 * draw(st.integers(1, 3)))
+                tokens += [START_ID] + [IMAGE_ID] * (grid[1] * grid[2] // 4) + [END_ID]
+                grids.append(grid)
+        samples.append((tokens, grids))
+    damage = draw(
+        st.sampled_from(
+            [None] * 6
+            + ["drop-grid", "extra-grid", "odd-grid", "drop-token", "float-ids", "1d-ids", "zero-grid", "mask-shape"]
+        )
+    )
+    return samples, draw(st.sampled_from(["right", "left"])), damage
+
+
+@settings(FUZZ, max_examples=_n(60))
+@given(batch=token_batch())
+def test_token_id_batches(batch):
+    from mmpos.integrations.hf_rope_index import get_rope_index
+
+    samples, side, damage = batch
+    config = _qwen2_vl_config()
+    length = max(len(t) for t, _ in samples)
+    ids = torch.zeros(len(samples), length, dtype=torch.long)
+    mask = torch.zeros(len(samples), length, dtype=torch.long)
+    for b, (tokens, _) in enumerate(samples):
+        cols = slice(0, len(tokens)) if side == "right" else slice(length - len(tokens), length)
+        ids[b, cols], mask[b, cols] = torch.tensor(tokens), 1
+    grids = [g for _, gs in samples for g in gs]
+    grid = torch.tensor(grids, dtype=torch.long).view(-1, 3) if grids else None
+    if damage == "drop-grid" and grids:
+        grid = grid[:-1]
+    elif damage == "extra-grid":
+        grid = torch.cat([grid if grid is not None else torch.zeros(0, 3, dtype=torch.long), torch.tensor([[1, 2, 2]])])
+    elif damage == "odd-grid" and grids:
+        grid = grid.clone()
+        grid[0, 1] += 1
+    elif damage == "drop-token" and grids:
+        where = (ids == IMAGE_ID).nonzero()[0]
+        ids[where[0], where[1]] = 7
+    elif damage == "float-ids":
+        ids = ids.float()
+    elif damage == "1d-ids":
+        ids, mask = ids[0], mask[0]
+    elif damage == "zero-grid" and grids:
+        grid = grid.clone()
+        grid[0, 0] = 0
+    elif damage == "mask-shape":
+        mask = mask[:, :-1]
+    intact = damage is None or (damage in ("drop-grid", "odd-grid", "drop-token", "zero-grid") and not grids)
+
+    def check(out):
+        if not intact:
+            return False, f"damage {damage!r} accepted"
+        position_ids, _ = out
+        for b, (tokens, gs) in enumerate(samples):
+            real = mask[b].bool()
+            got = position_ids[:, b, real].tolist()
+            want = _reference_positions(tokens, gs)
+            if got != want:
+                return False, f"sample {b}: {got} != {want}"
+        return True, ""
+
+    names = ["input_ids", "image_grid_thw", "attention_mask", "image", "grid", "tokens"]
+    _outcome(lambda: get_rope_index(config, ids, image_grid_thw=grid, attention_mask=mask), names, check)
+
+
+# ---------------------------------------------------------------------------- media files
+
+
+def _image_bytes(mode: str, h: int, w: int, fmt: str, seed: int, bright: bool) -> bytes:
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(seed)
+    if mode in ("I;16", "I"):
+        top = 65535 if bright else 255
+        img = PILImage.fromarray(rng.integers(0, top + 1, (h, w)).astype(np.uint16 if mode == "I;16" else np.int32))
+    elif mode == "F":
+        img = PILImage.fromarray((rng.random((h, w)) * (1000 if bright else 255)).astype(np.float32))
+    elif mode == "1":
+        img = PILImage.fromarray(rng.random((h, w)) > 0.5)
+    else:
+        rgb = PILImage.fromarray(rng.integers(0, 256, (h, w, 3)).astype(np.uint8))
+        img = rgb.convert(mode) if mode != "P" else rgb.quantize(8)
+    buf = io.BytesIO()
+    img.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+MEDIA_MODES = {"L": "PNG", "LA": "PNG", "P": "PNG", "RGB": "PNG", "RGBA": "PNG", "CMYK": "JPEG", "1": "PNG",
+               "I;16": "PNG", "I": "TIFF", "F": "TIFF"}  # fmt: skip
+
+
+@st.composite
+def media_file(draw):
+    mode = draw(st.sampled_from(sorted(MEDIA_MODES)))
+    h, w = draw(st.integers(1, 48)), draw(st.integers(1, 48))
+    data = _image_bytes(mode, h, w, MEDIA_MODES[mode], draw(st.integers(0, 9)), draw(st.booleans()))
+    damage = draw(st.sampled_from([None] * 5 + ["truncated", "garbage", "empty", "huge-header", "tall"]))
+    if damage == "truncated":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif damage == "garbage":
+        data = bytes(draw(st.lists(st.integers(0, 255), min_size=1, max_size=64)))
+    elif damage == "empty":
+        data = b""
+    elif damage == "huge-header":
+        side = draw(st.sampled_from([20_000, 100_000, 2**31 - 1]))
+        data = _png_header(side, side)
+    elif damage == "tall":
+        data = _image_bytes("RGB", 600, 2, "PNG", 0, False)
+    return mode, (h, w), data, damage
+
+
+def _png_header(width: int, height: int) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 4)) + chunk(b"IEND", b"")
+
+
+@settings(FUZZ, max_examples=_n(60))
+@given(case=media_file())
+def test_media_files(case):
+    """Every generated file is patchified correctly or refused naming it (and why); never a silent white-out."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    from mmpos.media import image_patches, smart_resize
+
+    mode, (h, w), data, damage = case
+
+    def check(out):
+        rows, size = out.pixel_values, out.size
+        if damage is not None:
+            return False, f"damaged file ({damage}) accepted"
+        want = smart_resize(h, w, 28, 56 * 56, 28 * 28 * 1280)
+        if tuple(size) != want or rows.shape[0] != (want[0] // 14) * (want[1] // 14) or not torch.isfinite(rows).all():
+            return False, f"size {size} rows {tuple(rows.shape)} for a {h}x{w} image"
+        source = PILImage.open(io.BytesIO(data))
+        if mode in ("I;16", "I", "F"):
+            values = np.asarray(source, dtype=np.float64)
+            if values.max() > 255:
+                return False, f"a {mode} image with values up to {values.max()} was accepted (it saturates)"
+        return True, ""
+
+    _outcome(lambda: image_patches(data), ["image <bytes>", "aspect ratio"], check)
+
+
+# ---------------------------------------------------------------------------- tables
+
+cell_count = st.one_of(st.integers(1, 4), st.sampled_from([0, -1, 1.5, True, "2", None]))
+
+
+@st.composite
+def table_case(draw):
+    from mmpos.table import Table
+
+    rows = draw(st.lists(st.lists(cell_count, min_size=0, max_size=4), min_size=0, max_size=4))
+    col_sep = draw(st.one_of(st.integers(0, 2), st.sampled_from([-1, 1.0, True])))
+    row_end = draw(st.one_of(st.integers(0, 2), st.sampled_from([-1, "1"])))
+    orders = draw(st.sampled_from([("row", "col"), ("row", "col", "diag"), ("col",), (), ("row", "row"), ("rows",)]))
+    text = draw(st.integers(0, 3))
+    return Table, rows, col_sep, row_end, orders, text
+
+
+@settings(FUZZ, max_examples=_n(60))
+@given(case=table_case())
+def test_tables(case):
+    """Tables lay out every token once under every order (independent count), or are refused naming the field."""
+    from mmpos.layout import Text
+    from mmpos.table import build
+
+    Table, rows, col_sep, row_end, orders, text = case
+
+    def run():
+        table = Table(rows, col_sep=col_sep, row_end=row_end)
+        segments = ([Text(text)] if text else []) + [table]
+        return table, build([segments], orders=orders)
+
+    def check(out):
+        table, lay = out
+        tokens = sum(sum(r) + col_sep * len(r) + row_end for r in table.cells)  # the serialisation rule
+        n = text + tokens
+        pos = lay.order_coords.pos[0]
+        if pos.shape != (n, len(orders)) or not lay.mask.all():
+            return False, f"{tuple(pos.shape)} positions for {n} tokens"
+        for k in range(len(orders)):  # every order is a permutation of 0..n-1 with the text first
+            if sorted(pos[:, k].long().tolist()) != list(range(n)) or pos[:text, k].tolist() != list(range(text)):
+                return False, f"order {orders[k]!r} is not a permutation of the {n} positions"
+        if "row" in orders and pos[:, orders.index("row")].long().tolist() != list(range(n)):
+            return False, "the row order is not the serialisation order"
+        return True, ""
+
+    _outcome(run, ["Table.", "orders", "cells", "samples"], check)
+
+
+# ---------------------------------------------------------------------------- graphs
+
+
+@st.composite
+def graph_case(draw):
+    n = draw(st.sampled_from([1, 2, 3, 5, 8, 0, -1, 2.0]))
+    m = draw(st.integers(0, 12))
+    top = n if isinstance(n, int) and n > 0 else 3
+    edges = [[draw(st.integers(0, top - 1)) for _ in range(m)], [draw(st.integers(0, top - 1)) for _ in range(m)]]
+    damage = draw(st.sampled_from([None] * 5 + ["out-of-range", "negative", "float", "shape", "k0", "q-nan"]))
+    return n, edges, draw(st.integers(1, 4)), draw(st.sampled_from([0.0, 0.1, 0.25])), damage
+
+
+@settings(FUZZ, max_examples=_n(50))
+@given(case=graph_case())
+def test_graphs(case):
+    """Magnetic-Laplacian eigenpairs: orthonormal eigenvectors with ``L v = lambda v`` (L rebuilt densely with
+    numpy from the edge list and the definition), eigenvalues ascending in [0, 2]; bad graphs refused."""
+    import numpy as np
+
+    from mmpos.graph import maglap_eigenpairs
+
+    n, edges, k, q, damage = case
+    edge_index = torch.tensor(edges, dtype=torch.long).view(2, -1)
+    if damage == "out-of-range" and edge_index.numel():
+        edge_index[0, 0] = 99
+    elif damage == "negative" and edge_index.numel():
+        edge_index[1, 0] = -1
+    elif damage == "float":
+        edge_index = edge_index.float()
+    elif damage == "shape":
+        edge_index = edge_index.reshape(-1)
+    k = 0 if damage == "k0" else k
+    q = math.nan if damage == "q-nan" else q
+    broken = damage in ("float", "shape", "k0", "q-nan") or (damage in ("out-of-range", "negative") and edges[0])
+
+    def check(out):
+        if broken or not (isinstance(n, int) and n > 0):
+            return False, f"damage {damage!r} / num_nodes={n!r} accepted"
+        a = np.zeros((n, n))
+        for u, v in zip(*edges):
+            a[u, v] = 1.0  # binarised: multi-edges collapse
+        sym = ((a + a.T) > 0).astype(float)  # A_s
+        one_way = int(((a == 1) & (a.T == 0)).sum())
+        qq = q / max(min(one_way, n), 1)  # the reference's relative potential
+        phase = np.exp(1j * 2 * np.pi * qq * (a - a.T))
+        inv = 1 / np.sqrt(np.maximum(sym.sum(1), 1))  # degrees clipped at 1 inside D^-1/2
+        lap = np.eye(n) - inv[:, None] * sym * phase * inv[None, :]
+        real = out.mask.numpy()
+        vals = out.eigval.numpy()[0][real]
+        vecs = out.eigvec.numpy()[:, 0][:, real]
+        if real.sum() != min(k, n):
+            return False, f"{real.sum()} eigenpairs for k={k}, n={n}"
+        if (np.diff(vals) < -1e-8).any() or vals.min() < -1e-8 or vals.max() > 2 + 1e-8:
+            return False, f"eigenvalues {vals}"
+        if (
+            np.abs(lap @ vecs - vecs * vals).max() > 1e-6
+            or np.abs(vecs.conj().T @ vecs - np.eye(len(vals))).max() > 1e-6
+        ):
+            return False, "not eigenpairs of the magnetic Laplacian"
+        return True, ""
+
+    names = ["edge_index", "num_nodes", "k", "q"]
+    _outcome(lambda: maglap_eigenpairs(edge_index, n, k, q=q), names, check)
+
+
+# ---------------------------------------------------------------------------- damaged run folders, CLI arguments
+
+
+def _register_toy():
+    import torch.nn.functional as F
+    from torch import nn
+
+    from mmpos.runner import Task, list_tasks, register_task
+
+    if "fuzz_toy" in list_tasks():
+        return
+
+    @register_task("fuzz_toy", defaults={})
+    def _build(cfg, encoder, seed, device):
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(64, 6, generator=g), torch.randint(3, (64,), generator=g)
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+        def train_batch(step):
+            if step == _STOP["at"]:
+                raise KeyboardInterrupt("fuzz: simulated kill")
+            rows = torch.randint(64, (16,), generator=torch.Generator().manual_seed(seed * 1000 + step))
+            return x[rows], y[rows]
+
+        def evaluate(m):
+            return {"acc": (m(x).argmax(-1) == y).float().mean().item(), "loss": F.cross_entropy(m(x), y).item()}
+
+        return Task(model, train_batch, lambda m, b: F.cross_entropy(m(b[0]), b[1]), evaluate, metric="acc")
+
+
+_STOP = {"at": None}
+TOY_RECIPE = "task: fuzz_toy\nsteps: 12\neval_every: 4\nlog_every: 2\nencoders: [none]\ndevice: cpu\nprogress: false\n"
+
+
+@pytest.fixture(scope="module")
+def run_folders(tmp_path_factory):
+    """A finished reference run, and the same run killed at step 10 (last.pt: step 8, prev.pt: step 4)."""
+    from mmpos.runner import run_recipe
+
+    _register_toy()
+    root = tmp_path_factory.mktemp("fuzz-runs")
+    (root / "toy.yaml").write_text(TOY_RECIPE)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("mmpos.runner.plots.plot_results", lambda *a, **k: None)  # no figure: speed only
+        run_recipe(root / "toy.yaml", ["name=full"], out=root / "runs")
+        _STOP["at"] = 10
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run_recipe(root / "toy.yaml", ["name=cut"], out=root / "runs")
+        finally:
+            _STOP["at"] = None
+    return root / "runs" / "toy" / "full", root / "runs" / "toy" / "cut"
+
+
+def _damage(folder, target: str, op: str, arg: float) -> None:
+    import shutil
+
+    pair = folder / "none" / "seed0"
+    path = folder / target if target == "config.yaml" else pair / target
+    if op == "swap":
+        last, prev = pair / "last.pt", pair / "prev.pt"
+        data = last.read_bytes()
+        last.write_bytes(prev.read_bytes())
+        prev.write_bytes(data)
+        return
+    if op == "leftover":
+        (pair / ".last.pt.tmp4242").write_bytes(b"half")
+        (folder / ".results.md.tmp7").write_bytes(b"half")
+        return
+    if op == "delete":
+        path.unlink()
+        return
+    if op == "pair-deleted":
+        shutil.rmtree(folder / "none")
+        return
+    data = path.read_bytes()
+    if op == "truncate":
+        data = data[: int(len(data) * arg)]
+    elif op == "flip":
+        i = min(int(len(data) * arg), len(data) - 1)
+        data = data[:i] + bytes([data[i] ^ 0x04]) + data[i + 1 :]
+    elif op == "garbage":
+        data = b"\x00\xff garbage \x8f" * 8
+    elif op == "latin1":
+        data = data.replace(b"none", b"n\xf6ne", 1)
+    elif op in ("drop-line", "dup-line"):
+        lines = data.decode().splitlines(keepends=True)
+        i = int(arg) % len(lines)
+        lines = lines[:i] + lines[i + 1 :] if op == "drop-line" else lines[: i + 1] + lines[i:]
+        data = "".join(lines).encode()
+    elif op == "torn":
+        data += b'{"step": 11, "lo'
+    path.write_bytes(data)
+
+
+DAMAGES = (
+    [(f, "truncate", a) for f in ("config.yaml", "last.pt", "prev.pt", "metrics.jsonl") for a in (0, 0.25, 0.5, 0.9, 0.999)]
+    + [(f, "flip", a) for f in ("config.yaml", "last.pt", "prev.pt", "metrics.jsonl") for a in (0.02, 0.2, 0.5, 0.8, 0.98)]
+    + [(f, "delete", 0) for f in ("config.yaml", "last.pt", "prev.pt", "metrics.jsonl")]
+    + [(f, "garbage", 0) for f in ("config.yaml", "last.pt", "prev.pt", "metrics.jsonl")]
+    + [("config.yaml", "latin1", 0), ("metrics.jsonl", "latin1", 0)]
+    + [("metrics.jsonl", op, i) for op in ("drop-line", "dup-line") for i in (0, 2, 5, -1)]
+    + [("metrics.jsonl", "torn", 0), ("last.pt", "swap", 0), ("last.pt", "leftover", 0), ("none", "pair-deleted", 0)]
+)  # fmt: skip
+FINISHED_DAMAGES = [
+    ("final.json", op, a) for op, a in (("truncate", 0.5), ("garbage", 0), ("delete", 0), ("flip", 0.3))
+]
+_STEP = max(1, round(4 / SCALE))  # CI: every 4th damage; benchmarks/fuzz_table.py (MMPOS_FUZZ_SCALE >= 4): all
+
+
+@pytest.mark.parametrize(
+    "finished, target, op, arg",
+    [(False, *d) for d in DAMAGES[::_STEP]] + [(True, *d) for d in FINISHED_DAMAGES[:: max(1, _STEP // 2)]],
+    ids=lambda v: str(v),
+)
+def test_damaged_run_folders(run_folders, tmp_path, capsys, monkeypatch, finished, target, op, arg):
+    """``mmpos run --resume`` of a damaged folder: the exact metrics of the uninterrupted run, or one line
+    naming the damaged file (exit 2 / 1); never a traceback, never other metrics."""
+    import shutil
+
+    from mmpos.cli import main
+
+    full, cut = run_folders
+    folder = tmp_path / "toy" / "run"
+    shutil.copytree(full if finished else cut, folder)
+    _damage(folder, target, op, arg)
+    monkeypatch.setattr("mmpos.runner.plots.plot_results", lambda *a, **k: None)
+    capsys.readouterr()
+
+    def resume():
+        code = main(["run", "--resume", str(folder), "progress=false"])
+        err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("mmpos run: warning:")]
+        if code == 0:
+            return code, err
+        if len(err) != 1:
+            raise RuntimeError(f"exit {code} with {len(err)} lines: {err}")
+        raise ValueError(err[0])  # classified by the names below
+
+    def check(out):
+        def metrics(f):
+            return json.loads((f / "none" / "seed0" / "final.json").read_text())["metrics"]
+
+        def records(f):
+            return (f / "none" / "seed0" / "metrics.jsonl").read_text()
+
+        same = metrics(folder) == metrics(full) and records(folder) == records(full)
+        return same, "" if same else f"resumed to other metrics: {metrics(folder)} != {metrics(full)}"
+
+    try:
+        _outcome(resume, ["config.yaml", "last.pt", "prev.pt", "metrics.jsonl", "final.json"], check)
+    except AssertionError:
+        raise
+    except BaseException as e:  # a traceback out of the CLI
+        COUNTS["tracebacks"] += 1
+        raise AssertionError(f"traceback from mmpos run --resume: {type(e).__name__}: {e}") from e
+    assert not [p for p in folder.rglob("*") if ".tmp" in p.name]
+
+
+CLI_WORDS = [
+    "run", "cp", "list", "recipes", "quickstrat", "@toy", "steps", "=3", "a..b=1", "encoders=rope", "seeds=0",
+    "--steps", "10", "--out", "@file", "optim.lr=x", "optim.lr=-1", "device=tpu", "name=../x", "profile=nope",
+    "--resume", "@missing", "stepz=3", "logger=wandb", "batch_size=0", "--force", "encoders=[ropee]", "optim.betas=[2]",
+    "task_module=nope", "name=ok", "optim=3", "encoders=[]", "--help-me", "-x", "@dest",
+]  # fmt: skip
+
+
+@settings(FUZZ, max_examples=_n(60))
+@given(words=st.lists(st.sampled_from(CLI_WORDS), min_size=1, max_size=5))
+def test_cli_arguments(words):
+    """Any mix of commands, arguments, overrides and options: exit 0, or one line on stderr with exit 2."""
+    import contextlib
+    import io
+    import tempfile
+
+    from mmpos.cli import main
+
+    _register_toy()
+    with tempfile.TemporaryDirectory() as tmp:
+        from pathlib import Path
+
+        root = Path(tmp)
+        (root / "toy.yaml").write_text(TOY_RECIPE + "steps: 2\n".replace("steps: 2\n", ""))
+        (root / "file").write_text("")
+        subs = {"@toy": str(root / "toy.yaml"), "@file": str(root / "file"), "@missing": str(root / "nope"),
+                "@dest": str(root / "copy.yaml")}  # fmt: skip
+        argv = [subs.get(w, w) for w in words]
+        if "--out" not in argv:
+            argv += ["--out", str(root / "runs")] if argv[0] == "run" else []
+        err = io.StringIO()
+
+        def call():
+            try:
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    code = main(argv)
+            except SystemExit as e:  # argparse's own exits (help, usage errors)
+                code = e.code
+            lines = [line for line in err.getvalue().splitlines() if ": warning: " not in line]
+            if code == 0:
+                return code
+            if code in (1, 2) and len(lines) == 1:
+                raise ValueError(lines[0])
+            raise RuntimeError(f"exit {code} with stderr {lines}")
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("mmpos.runner.plots.plot_results", lambda *a, **k: None)
+            try:
+                _outcome(call, ["mmpos"])
+            except AssertionError:
+                raise
+            except BaseException as e:
+                COUNTS["tracebacks"] += 1
+                raise AssertionError(f"traceback from mmpos {argv}: {type(e).__name__}: {e}") from e

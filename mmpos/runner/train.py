@@ -15,8 +15,8 @@ Files are written atomically (a temporary file, ``fsync``, then a rename): a kil
 leaves the previous version, never half of a new one; temporary files left by a crash are
 removed when a run starts. Each checkpoint carries the SHA-256 of its payload, the digest
 of the resolved config it was trained with (:func:`mmpos.runner.config.config_digest`) and
-the number of ``metrics.jsonl`` records written up to it. ``last.pt`` keeps its predecessor
-as ``prev.pt``; resuming verifies all three and falls back to ``prev.pt`` when ``last.pt``
+the number and SHA-256 of the ``metrics.jsonl`` records written up to it. ``last.pt`` keeps its
+predecessor as ``prev.pt``; resuming verifies all of them and falls back to ``prev.pt`` when ``last.pt``
 fails (a warning names the file and the reason), drops a torn last line of ``metrics.jsonl``,
 and raises :class:`RunError` naming the damaged files when no checkpoint passes. A write that
 fails (full disk, read-only folder) raises :class:`WriteFailed` naming the file, with no
@@ -402,6 +402,7 @@ class _Writer:
         self.folder, self.active = folder, active
         self.tensorboard = None
         self.records = 0
+        self.log_hash = hashlib.sha256()  # of every line of metrics.jsonl so far (each checkpoint records it)
         if active:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -445,6 +446,7 @@ class _Writer:
             except OSError as e:
                 raise _write_failed(e, path) from None
             self.records += 1
+            self.log_hash.update(line)
         if self.tensorboard is not None:
             step = record["step"]
             scalars = (
@@ -494,6 +496,7 @@ class _Writer:
         """Keep the ``records`` up to ``step``, dropping those an interrupted run wrote past its checkpoint."""
         keep = [line for s, line in records if s <= step]
         self.records = len(keep)
+        self.log_hash = _lines_hash(keep)
         if self.active and (self.folder / "metrics.jsonl").exists():
             atomic_write(self.folder / "metrics.jsonl", "".join(line + "\n" for line in keep))
 
@@ -501,11 +504,17 @@ class _Writer:
         """Save a checkpoint atomically with its integrity record; ``last.pt`` moves to ``prev.pt`` first.
 
         ``obj["integrity"]``: ``payload_sha256`` (:func:`payload_digest` of the rest), ``config_sha256``
-        (``config``), ``records`` (lines of ``metrics.jsonl`` so far).
+        (``config``), ``records`` and ``metrics_sha256`` (the count and SHA-256 of the lines of
+        ``metrics.jsonl`` so far).
         """
         if not self.active:
             return
-        integrity = {"payload_sha256": payload_digest(obj), "config_sha256": config, "records": self.records}
+        integrity = {
+            "payload_sha256": payload_digest(obj),
+            "config_sha256": config,
+            "records": self.records,
+            "metrics_sha256": self.log_hash.hexdigest(),
+        }
         obj = {**obj, "integrity": integrity}
         log = self.folder / "metrics.jsonl"
         target = self.folder / name
@@ -532,6 +541,13 @@ class _Writer:
             atomic_write(self.folder / name, json.dumps(obj, indent=2) + "\n")
 
 
+def _lines_hash(lines: list[str]) -> Any:
+    h = hashlib.sha256()
+    for line in lines:
+        h.update((line + "\n").encode("utf-8"))
+    return h
+
+
 _CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "step", "best", "best_step", "elapsed", "integrity"}
 
 
@@ -545,7 +561,10 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
         missing = sorted(_CHECKPOINT_KEYS - set(ckpt)) if isinstance(ckpt, dict) else "all"
         raise ValueError(f"not a runner checkpoint (missing {missing})")
     integrity = ckpt.pop("integrity")
-    if not (isinstance(integrity, dict) and {"payload_sha256", "config_sha256", "records"} <= set(integrity)):
+    if not (
+        isinstance(integrity, dict)
+        and {"payload_sha256", "config_sha256", "records", "metrics_sha256"} <= set(integrity)
+    ):
         raise ValueError("its integrity record is damaged")
     try:
         digest = payload_digest(ckpt)
@@ -580,11 +599,17 @@ def _resume_point(folder: Path, config: str, writer: _Writer) -> tuple[dict[str,
         if integrity["config_sha256"] != config:
             problems.append(f"{path} was trained with another config than the run folder's config.yaml")
             continue
-        kept = sum(1 for s, _ in records if s <= ckpt["step"])
-        if kept != integrity["records"]:
+        kept = [line for s, line in records if s <= ckpt["step"]]
+        if len(kept) != integrity["records"]:
             problems.append(
-                f"{folder / 'metrics.jsonl'} holds {kept} records up to step {ckpt['step']}, "
+                f"{folder / 'metrics.jsonl'} holds {len(kept)} records up to step {ckpt['step']}, "
                 f"{name} counted {integrity['records']} (the log was shortened or altered)"
+            )
+            continue
+        if _lines_hash(kept).hexdigest() != integrity["metrics_sha256"]:
+            problems.append(
+                f"{folder / 'metrics.jsonl'}: the records up to step {ckpt['step']} differ from those {name} "
+                "recorded (the log was altered)"
             )
             continue
         if problems:

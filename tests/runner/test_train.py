@@ -733,3 +733,15 @@ def test_a_scalar_for_a_list_is_refused_with_the_fix(key, value):
 def test_optim_betas_are_checked_before_the_optimizer(betas):
     with pytest.raises(ConfigError, match="optim.betas' must be a list of two numbers"):
         resolve_config(_toy(optim={"betas": betas}))
+
+
+def test_an_altered_metrics_record_is_caught(tmp_path, reference):
+    """A changed value in a record up to the checkpoint (same count, valid JSON) is not carried into the run."""
+    cut = _interrupted(tmp_path, 10, name="cut")
+    log = cut / "none" / "seed0" / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["loss"] = record["loss"] + 1.0
+    log.write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]) + "\n")
+    with pytest.raises(RunError, match=r"the records up to step 8 differ from those last.pt recorded"):
+        run_recipe(None, resume=cut)
