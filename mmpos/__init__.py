@@ -1,17 +1,50 @@
 """mmpos: position encoders for multimodal and structured data.
 
 Public API: the names below and the documented submodules (``docs/api.md``):
-:mod:`mmpos.rotary`, :mod:`mmpos.layout`, :mod:`mmpos.table`, :mod:`mmpos.registry`, :mod:`mmpos.encoders`,
-:mod:`mmpos.nn`, :mod:`mmpos.layers`, :mod:`mmpos.integrations`, :mod:`mmpos.data`,
-:mod:`mmpos.recipes`, :mod:`mmpos.media`, :mod:`mmpos.viz` (figures), :mod:`mmpos.export`
+:mod:`mmpos.rotary`, :mod:`mmpos.layout`, :mod:`mmpos.table`, :mod:`mmpos.encoders` (with :mod:`mmpos.encoders.registry`),
+:mod:`mmpos.nn`, :mod:`mmpos.layers`, :mod:`mmpos.integrations`, :mod:`recipes.data`,
+:mod:`mmpos.runner`, :mod:`mmpos.media`, :mod:`mmpos.viz` (figures), :mod:`mmpos.export`
 (torch.export / ONNX), :mod:`mmpos.graph` (directed-graph PEs on plain tensors).
 """
 
-from .coords import Coords, Modality
-from .registry import EncoderInfo, create, list_encoders, register_encoder
-from .rotary import FrequencyPlan
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .coords import Coords, Modality
+    from .encoders.registry import EncoderInfo, create, list_encoders, register_encoder
+    from .rotary import FrequencyPlan
 
 __version__ = "0.1.0"
+
+# name -> submodule that defines it: imported on first access (PEP 562), so that ``import mmpos``
+# (and ``mmpos --help``, ``mmpos list recipes``, ``mmpos cp``) does not load torch.
+_LAZY = {
+    "Coords": ".coords",
+    "Modality": ".coords",
+    "EncoderInfo": ".encoders.registry",
+    "create": ".encoders.registry",
+    "list_encoders": ".encoders.registry",
+    "register_encoder": ".encoders.registry",
+    "FrequencyPlan": ".rotary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)  # a submodule: mmpos.rotary, mmpos.layout, ...
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Coords",

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib.metadata
 import platform
 import shlex
 import sys
@@ -65,6 +64,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _version(dist: str) -> str | None:
+    import importlib.metadata  # not at start-up: it costs ~0.2 s that --help does not need
+
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
