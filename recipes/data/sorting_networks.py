@@ -124,8 +124,16 @@ def sample_network(
     return None
 
 
-def network_graph(comparators: Sequence[tuple[int, int]], num_channels: int) -> tuple[Tensor, Tensor]:
-    """``(edge_index (2, m) long, channels (c, 2) long)`` of a network of ``c`` comparators."""
+def network_graph(
+    comparators: Sequence[tuple[int, int]], num_channels: int, order_index: bool = False
+) -> tuple[Tensor, Tensor]:
+    """``(edge_index (2, m) long, channels (c, 2) long)`` of a network of ``c`` comparators.
+
+    ``order_index=True``: the features are ``(c, 3)`` ``[comparator index, i, j]``, the reference's
+    ``node_feat`` (``operators_to_graphstuple``); its base config encodes the index
+    (``exclude_canonical=False``), its sorting-network preset leaves it out (``True``), as
+    the default here does: the order of the comparators must then come from the PE.
+    """
     n = _check_channels(num_channels)
     last = [-1] * n
     src, dst = [], []
@@ -135,7 +143,10 @@ def network_graph(comparators: Sequence[tuple[int, int]], num_channels: int) -> 
             dst.append(node)
         last[i] = last[j] = node
     edge_index = torch.tensor([sorted(src), [d for _, d in sorted(zip(src, dst))]], dtype=torch.long).view(2, -1)
-    return edge_index, torch.tensor(list(comparators), dtype=torch.long).view(-1, 2)
+    chans = torch.tensor(list(comparators), dtype=torch.long).view(-1, 2)
+    if order_index:
+        chans = torch.cat([torch.arange(len(chans)).unsqueeze(1), chans], dim=1)
+    return edge_index, chans
 
 
 @dataclass(frozen=True)

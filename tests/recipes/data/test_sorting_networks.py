@@ -56,6 +56,9 @@ def test_graph_edges_come_from_the_previous_comparator_per_channel():
     edges = set(map(tuple, edge_index.t().tolist()))
     assert edges == {(0, 2), (1, 2), (0, 3), (2, 3), (3, 4), (2, 4)}
     assert edge_index.dtype == torch.long and (edge_index[0] < edge_index[1]).all()  # a DAG in comparator order
+    same, feats = network_graph([(0, 1), (2, 3), (1, 2), (0, 1), (1, 2)], 4, order_index=True)
+    assert torch.equal(same, edge_index)  # the reference's node_feat: (order_idx, i, j)
+    assert feats.tolist() == [[0, 0, 1], [1, 2, 3], [2, 1, 2], [3, 0, 1], [4, 1, 2]]
 
 
 def test_dataset_has_positives_negatives_and_reversed():
