@@ -32,11 +32,13 @@ def _math(q, k, v, z, ids):
     return torch.softmax(q @ k.transpose(-2, -1) * d**-0.5 + bias, dim=-1) @ v
 
 
+@pytest.mark.parametrize("select", [False, True])  # the bias rows by one broadcast gather / one index_select per slice
 @pytest.mark.parametrize("maps", [1, 2])
 @pytest.mark.parametrize("block", [None, 5 * 23, 4 * 23 * 23])  # all; 16 + 7 rows x 1 slice; 23 rows x 4 + 2 slices
-def test_values_and_gradients_equal_the_math_path(maps, block, monkeypatch):
+def test_values_and_gradients_equal_the_math_path(maps, block, select, monkeypatch):
     if block is not None:
         monkeypatch.setattr(biased, "_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(biased, "_SELECT_ELEMENTS", 0 if select else 2**62)
     q, k, v, z, ids = _inputs(maps=maps)
     out = biased.gathered_bias_attention(q, k, v, z, ids)
     ref = _math(q, k, v, z, ids)
