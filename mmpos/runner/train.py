@@ -620,6 +620,11 @@ def _resume_point(folder: Path, config: str, writer: _Writer) -> tuple[dict[str,
     return None, records
 
 
+def _final_digest(final: dict[str, Any]) -> str:
+    """SHA-256 of ``final.json``'s content (canonical JSON, without its ``sha256`` key)."""
+    return hashlib.sha256(json.dumps(final, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def _diverged(folder: Path, writer: _Writer, encoder: str, seed: int, step: int, loss: float) -> TrainingDiverged:
     msg = (
         f"{encoder} seed {seed}: the training loss became {loss} at step {step}; the run is marked failed "
@@ -655,8 +660,9 @@ def train_run(
                 and final.get("encoder") == encoder
                 and final.get("seed") == seed
                 and isinstance(final.get("metrics"), dict)
+                and final.pop("sha256", None) == _final_digest(final)
             ):
-                raise ValueError("not this pair's final.json")
+                raise ValueError("not this pair's final.json, or altered")
             return final
         except ValueError:
             warnings.warn(f"{final_path} is damaged; finishing the run from its checkpoint again", stacklevel=2)
@@ -791,7 +797,7 @@ def train_run(
         "seconds": round(time.perf_counter() - start, 2),
         "params": sum(p.numel() for p in raw.parameters()),
     }
-    out.json("final.json", final)
+    out.json("final.json", {**final, "sha256": _final_digest(final)})
     if ddp.enabled:
         dist.barrier()
     return final

@@ -745,3 +745,15 @@ def test_an_altered_metrics_record_is_caught(tmp_path, reference):
     log.write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]) + "\n")
     with pytest.raises(RunError, match=r"the records up to step 8 differ from those last.pt recorded"):
         run_recipe(None, resume=cut)
+
+
+def test_an_altered_final_json_is_finished_again(tmp_path, reference):
+    folder = run_recipe(_toy(name="done"), out=tmp_path, name="toy")["folder"]
+    path = folder / "none" / "seed0" / "final.json"
+    final = json.loads(path.read_text())
+    assert len(final.pop("sha256")) == 64
+    final["metrics"]["acc"] = 1.0  # still valid JSON, still this pair's
+    path.write_text(json.dumps(final))
+    with pytest.warns(UserWarning, match="final.json is damaged; finishing the run from its checkpoint again"):
+        again = run_recipe(None, resume=folder)
+    assert again["finals"][0]["metrics"] == _final(reference)["metrics"] == _final(folder)["metrics"]
