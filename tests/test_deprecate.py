@@ -1,4 +1,4 @@
-"""Deprecated names: the helpers of :mod:`mmpos._deprecate`, the names still aliased, and the pre-release aliases that are gone."""
+"""Deprecation: the helpers of :mod:`mmpos._deprecate` (for renames after a release) and the pre-release aliases that are gone."""
 
 import warnings
 
@@ -8,21 +8,32 @@ from mmpos._deprecate import module_aliases, renamed_arguments
 
 
 def test_module_aliases_and_renamed_arguments_on_their_own():
-    getattr_ = module_aliases(__name__, {"old_helper": "test_module_aliases_and_renamed_arguments_on_their_own"})
-    with pytest.warns(DeprecationWarning):
+    """The helpers kept for renames after a release: each warning names the new name and the removal release."""
+    getattr_ = module_aliases(
+        __name__, {"old_helper": "test_module_aliases_and_renamed_arguments_on_their_own"}, remove_in="0.3.0"
+    )
+    with pytest.warns(DeprecationWarning, match=r"old_helper is deprecated and will be removed in mmpos 0\.3\.0; use"):
         assert getattr_("old_helper") is test_module_aliases_and_renamed_arguments_on_their_own
+    with pytest.raises(AttributeError, match="has no attribute 'other'"):
+        getattr_("other")
 
-    @renamed_arguments(old="new")
+    @renamed_arguments("0.3.0", old="new")
     def f(x, new=0):
         return x + new
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert f(1, new=2) == 3
-    with pytest.warns(DeprecationWarning, match=r"f\(old=...\) is deprecated; use new="):
+    with pytest.warns(
+        DeprecationWarning, match=r"f\(old=...\) is deprecated and will be removed in mmpos 0\.3\.0; use new="
+    ):
         assert f(1, old=2) == 3
     with pytest.raises(TypeError, match="both new= and its deprecated name old="):
         f(1, new=2, old=2)
+    with pytest.raises(ValueError, match="remove_in must be a release"):
+        renamed_arguments("soon", old="new")
+    with pytest.raises(ValueError, match="remove_in must be a release"):
+        module_aliases(__name__, {}, remove_in=None)
 
 
 @pytest.mark.parametrize(
