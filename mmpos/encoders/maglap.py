@@ -135,7 +135,11 @@ class _EigenAttention(nn.Module):
         return self.out(out.transpose(1, 2).reshape(m, t, -1))
 
 
-@register_encoder("maglap", kind="additive", paper="Geisler et al. 2023, Transformers Meet Directed Graphs")
+@register_encoder(
+    "maglap",
+    paper="Geisler et al. 2023, Transformers Meet Directed Graphs (arXiv:2302.00049)",
+    reference="google-deepmind/digraph_transformer models.py (MagLapNet)",
+)
 class MagLapEncoder(AdditiveEncoder):
     """Magnetic-Laplacian eigenvector encoder (MagLapNet).
 

@@ -216,7 +216,11 @@ class _MultimodalRotary(RotaryEncoder):
         return coords
 
 
-@register_encoder("mrope", kind="rotary", paper="Wang et al. 2024, Qwen2-VL M-RoPE (arXiv:2409.12191)")
+@register_encoder(
+    "mrope",
+    paper="Wang et al. 2024, Qwen2-VL M-RoPE (arXiv:2409.12191)",
+    reference="huggingface/transformers src/transformers/models/qwen2_vl/modeling_qwen2_vl.py (Qwen2VLRotaryEmbedding)",
+)
 class MRoPE(_MultimodalRotary):
     """Multimodal RoPE with chunked sections (Qwen2-VL, Qwen2.5-VL).
 
@@ -254,7 +258,11 @@ class MRoPE(_MultimodalRotary):
         super().__init__(mrope_plan(head_dim, mrope_section, self.axis_order, theta, convention), scaling=scaling)
 
 
-@register_encoder("mrope-i", kind="rotary", paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)")
+@register_encoder(
+    "mrope-i",
+    paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)",
+    reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/freq_allocation/mrope_i.py",
+)
 class MRoPEInterleaved(MRoPE):
     """Multimodal RoPE with interleaved sections (Qwen3-VL, MRoPE-I).
 
@@ -272,7 +280,11 @@ class MRoPEInterleaved(MRoPE):
     axis_order = "cyclic"
 
 
-@register_encoder("mhrope", kind="rotary", paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)")
+@register_encoder(
+    "mhrope",
+    paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)",
+    reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/freq_allocation/mhrope.py (MHRopeEmbedding)",
+)
 class MHRoPE(_MultimodalRotary):
     """Multi-Head RoPE: each KV head rotates by one axis with the full 1-D spectrum.
 
@@ -320,7 +332,11 @@ class MHRoPE(_MultimodalRotary):
         return super().rotate(q, k, coords)
 
 
-@register_encoder("vrope", kind="rotary", paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)")
+@register_encoder(
+    "vrope",
+    paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)",
+    reference="johncaged/VRoPE vrope.py (VRoPE.generate_nd_positions)",
+)
 class VRoPE(_MultimodalRotary):
     """VRoPE: per-pair positions, the four symmetric combinations of a frame's ``(i, j)``.
 
@@ -348,7 +364,11 @@ class VRoPE(_MultimodalRotary):
         super().__init__(vrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention), scaling=scaling)
 
 
-@register_encoder("hope", kind="rotary", paper="Li et al. 2025, HoPE (arXiv:2505.20444)")
+@register_encoder(
+    "hope",
+    paper="Li et al. 2025, HoPE (arXiv:2505.20444)",
+    reference="hrlics/HoPE modeling_hope.py (apply_hybrid_multimodal_rotary_pos_emb)",
+)
 class HoPE(_MultimodalRotary):
     """HoPE: hybrid frequency allocation, spatial ``h``/``w`` alternating on the high
     frequencies and zero frequency (temporal NoPE) on the lowest ``mrope_section[0]`` pairs.
@@ -382,7 +402,11 @@ class HoPE(_MultimodalRotary):
         super().__init__(plan, scaling=scaling)
 
 
-@register_encoder("v2pe", kind="rotary", paper="Ge et al. 2024, V2PE (arXiv:2412.09616)")
+@register_encoder(
+    "v2pe",
+    paper="Ge et al. 2024, V2PE (arXiv:2412.09616)",
+    reference="OpenGVLab/V2PE internvl/model/internlm2/modeling_internlm2.py (V2PE)",
+)
 class V2PE(RotaryEncoder):
     """V2PE: 1-D RoPE at the fractional positions of the ``v2pe`` layout.
 

@@ -87,3 +87,11 @@ def test_context_keys_are_checked():
         create_in_model("rope", {"dim": 64, "num_heads": 4, "colour": 1})
     with pytest.raises(ValueError, match="context must map keys"):
         make_info("x", encoder_info("rope").factory, "-", context={"dim": "width"})
+
+
+@pytest.mark.parametrize("info", mmpos.list_encoders(), ids=lambda i: i.name)
+def test_every_record_names_its_paper_and_reference_implementation(info):
+    assert info.paper
+    if info.kind != "none":
+        repo, _, where = info.reference.partition(" ")
+        assert repo.count("/") == 1 and where, f"{info.name}: reference must be 'owner/repo path/to/file'"
