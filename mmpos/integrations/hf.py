@@ -10,11 +10,14 @@
 Needs the ``hf`` extra (``pip install "mmpos-torch[hf]"``; tested on transformers 4.57.1 and 5.24.0).
 """
 
-from .hf_rope import current_rope, use_rope
+from .hf_rope import CONFIG_KEY, apply_config_rope, current_rope, from_pretrained, use_rope
 from .hf_rope_index import get_rope_index, installed_rule, scheme_for_config, token_layout
 
 __all__ = [
+    "CONFIG_KEY",
+    "apply_config_rope",
     "current_rope",
+    "from_pretrained",
     "get_rope_index",
     "installed_rule",
     "scheme_for_config",

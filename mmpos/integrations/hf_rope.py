@@ -54,7 +54,11 @@ from ..rotary import apply_rotary, plan_angles
 from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types
 from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
 
-__all__ = ["HFRotaryEmbedding", "current_rope", "use_rope"]
+__all__ = ["CONFIG_KEY", "HFRotaryEmbedding", "apply_config_rope", "current_rope", "from_pretrained", "use_rope"]
+
+#: the model-config attribute (a key of ``config.json``) where :func:`use_rope` writes the swapped
+#: scheme and its arguments, so that ``save_pretrained`` keeps them and :func:`from_pretrained` restores them
+CONFIG_KEY = "mmpos_rope"
 
 _COS_SIN_SHAPES = ("rows", "flat")  # cos / sin (3, B, L, D) (Qwen2/2.5-VL before transformers 5.17), (B, L, D)
 
@@ -305,8 +309,20 @@ def use_rope(
             vision block, divided by its token count).
 
     Returns:
-        ``model``, whose ``rope_deltas`` cache is cleared.
+        ``model``, whose ``rope_deltas`` cache is cleared. The scheme and the arguments given are
+        written into ``model.config`` under :data:`CONFIG_KEY` (``"own"`` removes the entry), so
+        ``save_pretrained`` stores them in ``config.json`` and :func:`from_pretrained` restores
+        the swap.
     """
+    given = {
+        "mrope_section": None if mrope_section is None else list(mrope_section),
+        "head_sections": None if head_sections is None else list(head_sections),
+        "delta": delta,
+        "temporal_scale": temporal_scale,
+        "training": training or None,
+        "advance": advance,
+        "visual_stride": visual_stride,
+    }
     core, text = _parts(model)
     if scheme != "own" and scheme not in SCHEMES:
         raise ValueError(f"scheme must be 'own' or one of {tuple(SCHEMES)}, got {scheme!r}")
@@ -331,6 +347,8 @@ def use_rope(
     )
     _restore(core, text)
     if scheme == "own":
+        if hasattr(core.config, CONFIG_KEY):
+            delattr(core.config, CONFIG_KEY)
         return model
 
     cfg = getattr(core.config, "text_config", core.config)
@@ -368,4 +386,27 @@ def use_rope(
             installed.hooks.append(module.register_forward_hook(_rotate_heads_hook(rotary, head_dim)))
     core.__dict__["_mmpos_rope"] = installed
     core.rope_deltas = None
+    setattr(core.config, CONFIG_KEY, {"scheme": scheme, **{k: v for k, v in given.items() if v is not None}})
     return model
+
+
+def apply_config_rope(model: nn.Module) -> nn.Module:
+    """Install the scheme recorded under :data:`CONFIG_KEY` in ``model.config`` (what
+    :func:`use_rope` wrote before ``save_pretrained``); a model without the entry is returned as is."""
+    core, _ = _parts(model)
+    spec = getattr(core.config, CONFIG_KEY, None)
+    if spec is None:
+        return model
+    if not isinstance(spec, dict) or not isinstance(spec.get("scheme"), str):
+        raise TypeError(f"config.{CONFIG_KEY} must be a dict with a 'scheme' name (written by use_rope), got {spec!r}")
+    options = {k: v for k, v in spec.items() if k != "scheme"}
+    return use_rope(model, spec["scheme"], **options)
+
+
+def from_pretrained(model_class: Any, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> nn.Module:
+    """``model_class.from_pretrained(...)``, then the swapped scheme its config records
+    (:func:`apply_config_rope`): a model saved after :func:`use_rope` comes back with the same
+    rotary scheme (logits equal). ``model_class``: e.g. ``Qwen2VLForConditionalGeneration``."""
+    if not hasattr(model_class, "from_pretrained"):
+        raise TypeError(f"model_class must be a transformers model class, got {model_class!r}")
+    return apply_config_rope(model_class.from_pretrained(pretrained_model_name_or_path, *args, **kwargs))

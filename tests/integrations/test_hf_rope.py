@@ -487,3 +487,39 @@ def test_unknown_layout_names_what_is_missing():
     del model.model.language_model.rotary_emb
     with pytest.raises(ValueError, match=r"not found \['language_model.rotary_emb'\]"):
         use_rope(model, "vrope")
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(
+    "scheme, options", [("mrope-i", {}), ("v2pe", {"delta": 0.25}), ("hope", {"temporal_scale": 0.75})]
+)
+def test_swap_survives_save_pretrained_and_from_pretrained(tmp_path, scheme, options):
+    """Issue 23 (3): use_rope writes the scheme into the config (``config.mmpos_rope``);
+    ``save_pretrained`` -> ``mmpos.integrations.hf.from_pretrained`` gives the same logits, while a
+    plain ``from_pretrained`` loads the model's own RoPE (and apply_config_rope installs the swap)."""
+    from mmpos.integrations.hf import CONFIG_KEY, apply_config_rope, from_pretrained
+
+    if RULE == "hf-4.57":
+        pytest.skip(
+            "transformers 4.57.1 reloads this saved Qwen2-VL config as its text config (model_type "
+            "'qwen2_vl_text', no vision_config) without mmpos too; the round trip is checked on 5.x"
+        )
+    torch.manual_seed(0)
+    model = _qwen2_vl().eval()
+    inputs = _batch("qwen2-vl")
+    own = model(**inputs).logits
+    use_rope(model, scheme, **options)
+    swapped = model(**inputs).logits
+    assert not torch.allclose(own, swapped)
+    assert getattr(model.config, CONFIG_KEY) == {"scheme": scheme, **options}
+    model.save_pretrained(tmp_path)
+    loaded = from_pretrained(type(model), tmp_path).eval()
+    assert current_rope(loaded) == scheme and torch.equal(loaded(**inputs).logits, swapped)
+    plain = type(model).from_pretrained(tmp_path).eval()
+    assert current_rope(plain) == "own" and torch.equal(plain(**inputs).logits, own)
+    assert torch.equal(apply_config_rope(plain)(**inputs).logits, swapped)
+    use_rope(plain, "own")
+    assert not hasattr(plain.config, CONFIG_KEY) and torch.equal(plain(**inputs).logits, own)
+    plain.config.mmpos_rope = "mrope-i"
+    with pytest.raises(TypeError, match="must be a dict with a 'scheme' name"):
+        apply_config_rope(plain)
