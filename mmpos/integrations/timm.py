@@ -402,13 +402,13 @@ class EvaRotary(nn.Module):
     def get_embed(self, shape: Sequence[int] | None = None, dtype: torch.dtype | None = None) -> Tensor:
         """sin / cos of the patch grid ``shape`` (default: the model's grid) in timm's ``cat`` layout."""
         shape = self.feat_shape if shape is None else list(shape)
-        device = next(iter(self.buffers()), torch.empty(0)).device
-        coords = self.coords(shape, device)
-        if self.per_layer:
-            return torch.stack([self._table(next(iter(d.values())), coords, dtype) for d in self.pos_layers])
-        if not len(self.pos_rotary):
+        encoders = [next(iter(d.values())) for d in self.pos_layers] or list(self.pos_rotary.values())
+        if not encoders:
             raise ValueError("EvaRotary holds no encoder")
-        return self._table(next(iter(self.pos_rotary.values())), coords, dtype)
+        coords = self.coords(shape, encoders[0].weight.device)  # the plan's device (a buffer or a parameter)
+        if self.per_layer:
+            return torch.stack([self._table(encoder, coords, dtype) for encoder in encoders])
+        return self._table(encoders[0], coords, dtype)
 
     def no_weight_decay(self) -> set[str]:
         """Learned frequencies (RoPE-Mixed), as :func:`mmpos.nn.placement.no_weight_decay` names them."""
