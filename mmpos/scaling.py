@@ -68,6 +68,7 @@ from .rotary import FrequencyPlan
 __all__ = [
     "DYNAMIC_RULES",
     "POSITION_RULES",
+    "RAMPS",
     "RULES",
     "SPECTRA",
     "PlanRescale",
@@ -97,6 +98,8 @@ DYNAMIC_RULES = ("dynamic", "longrope", "ref-shape")
 #: rules that only rescale positions: defined on any plan, dense learned ones (RoPE-Mixed) included
 POSITION_RULES = ("linear", "ref-shape")
 SPECTRA = ("axis", "shared")
+#: the ramps of ``ntk-by-parts`` / ``yarn`` (:class:`RopeScaling`)
+RAMPS = ("index", "ratio")
 _NEEDS_ORIGINAL = ("dynamic", "ntk-by-parts", "yarn", "llama3", "longrope", "ref-shape")
 _SPECTRAL = ("ntk", "theta", "dynamic", "ntk-by-parts", "yarn")  # need k, n (and theta) of each pair
 
@@ -137,6 +140,10 @@ class RopeScaling:
         low_freq_factor, high_freq_factor: Llama 3.1's wavelength bounds (1, 4); ``llama3`` only.
         short_factor, long_factor: LongRoPE's per-pair divisors, one per rotary pair of the plan
             in pair order; ``longrope`` only (both required).
+        ramp: ``ntk-by-parts`` / ``yarn``: ``"index"`` (the reference implementation and Hugging Face: linear
+            in the pair index between the correction dimensions, which keeps the fastest pair unscaled
+            even when ``L0 < 2 pi beta_slow``) or ``"ratio"`` (the paper's eq. 18: linear in
+            ``r = L0 / wavelength`` between ``beta_slow`` and ``beta_fast``, per pair).
     """
 
     rule: str
@@ -152,6 +159,7 @@ class RopeScaling:
     high_freq_factor: float = 4.0
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    ramp: str = "index"
 
     def __post_init__(self) -> None:
         rule = check_choice(self.rule, "rule", RULES)
@@ -177,6 +185,11 @@ class RopeScaling:
             raise ValueError(f"beta_fast must exceed beta_slow, got beta_fast={beta_fast} and beta_slow={beta_slow}")
         put(self, "beta_fast", beta_fast)
         put(self, "beta_slow", beta_slow)
+        check_choice(self.ramp, "ramp", RAMPS)
+        if self.ramp != "index" and rule not in ("ntk-by-parts", "yarn"):
+            raise ValueError(
+                f"ramp applies to rules ntk-by-parts / yarn only, got ramp={self.ramp!r} with rule {rule!r}"
+            )
         if not isinstance(self.truncate, bool):
             raise TypeError(f"truncate must be a bool, got {self.truncate!r}")
         low, high = (
@@ -427,22 +440,28 @@ def ntk_by_parts(
     beta_slow: float = 1.0,
     truncate: bool = True,
     spectrum: str = "axis",
+    ramp: str = "index",
 ) -> FrequencyPlan:
     """NTK-by-parts (Peng et al. 2023, YaRN, https://arxiv.org/abs/2309.00071, sec. 3.2), per axis.
 
     Pairs that turn fewer than ``beta_slow`` times over ``L0`` are interpolated (``f / s``), pairs that turn
     more than ``beta_fast`` times are kept, with a linear ramp over the pair index between. YaRN without
-    its attention factor.
+    its attention factor. ``ramp="ratio"``: the paper's ramp in ``r = L0 / wavelength`` (:class:`RopeScaling`).
     """
-    scaling = RopeScaling("ntk-by-parts", factor, original_size, beta_fast, beta_slow, truncate)
+    scaling = RopeScaling("ntk-by-parts", factor, original_size, beta_fast, beta_slow, truncate, ramp=ramp)
     return _rebuilt(plan, _by_parts_weight(plan, scaling, check_choice(spectrum, "spectrum", SPECTRA)))
 
 
 def _by_parts_weight(plan: FrequencyPlan, scaling: RopeScaling, spectrum: str) -> Tensor:
-    k, n, log_theta = _spectrum(plan.weight, spectrum, scaling.rule)
     s = _axis_column(scaling.per_axis("factor", plan.axes), plan.weight)
     l0 = _axis_column(scaling.per_axis("original_size", plan.axes), plan.weight)
-    keep = _ramp(k, n, log_theta, s, l0, scaling.beta_fast, scaling.beta_slow, scaling.truncate).float()
+    if scaling.ramp == "ratio":  # the paper's gamma(r), r = L0 / wavelength = L0 f / (2 pi), per pair
+        _one_hot(plan.weight, scaling.rule)
+        r = l0 * plan.weight.double() / (2 * math.pi)
+        keep = ((r - scaling.beta_slow) / (scaling.beta_fast - scaling.beta_slow)).clamp(0, 1).float()
+    else:
+        k, n, log_theta = _spectrum(plan.weight, spectrum, scaling.rule)
+        keep = _ramp(k, n, log_theta, s, l0, scaling.beta_fast, scaling.beta_slow, scaling.truncate).float()
     f = plan.weight.float()
     return (f / s.float()) * (1 - keep) + f * keep  # Hugging Face's order of operations
 
@@ -473,13 +492,23 @@ def yarn(
     mscale_all_dim: float | None = None,
     attention_factor: float | None = None,
     spectrum: str = "axis",
+    ramp: str = "index",
 ) -> tuple[FrequencyPlan, float]:
     """YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071): :func:`ntk_by_parts` and the attention factor.
 
     Returns the plan and the factor ``cos`` / ``sin`` are multiplied by (:func:`yarn_attention_factor`).
     """
     scaling = RopeScaling(
-        "yarn", factor, original_size, beta_fast, beta_slow, truncate, mscale, mscale_all_dim, attention_factor
+        "yarn",
+        factor,
+        original_size,
+        beta_fast,
+        beta_slow,
+        truncate,
+        mscale,
+        mscale_all_dim,
+        attention_factor,
+        ramp=ramp,
     )
     weight = _by_parts_weight(plan, scaling, check_choice(spectrum, "spectrum", SPECTRA))
     return _rebuilt(plan, weight), yarn_attention_factor(scaling, plan.axes)

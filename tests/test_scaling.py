@@ -503,3 +503,20 @@ def test_dynamic_rule_exports_to_onnx_with_a_dynamic_image_size(tmp_path):
     out = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: big.numpy()})[0])
     torch.testing.assert_close(out, model(big), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(model(big), vit(None).eval()(big), atol=1e-4)  # the rule acted
+
+
+def test_ratio_ramp_is_the_papers_gamma_of_r():
+    # YaRN eq. 18: gamma(r) = clamp((r - beta_slow) / (beta_fast - beta_slow), 0, 1), r = L0 / wavelength
+    plan = FrequencyPlan.rope(64)
+    scaled = ntk_by_parts(plan, 4.0, 2048, ramp="ratio").weight[0]
+    f = plan.weight[0].double()
+    gamma = ((2048 * f / (2 * math.pi) - 1) / 31).clamp(0, 1)
+    torch.testing.assert_close(scaled.double(), (1 - gamma) * f / 4 + gamma * f, rtol=1e-6, atol=0)
+    # a grid shorter than one turn (L0 = 4 < 2 pi): every pair is interpolated, the index ramp keeps pair 0
+    axial = FrequencyPlan.axial(16, ("h", "w"), theta=100.0)
+    ratio, _ = yarn(axial, 2.0, 4, ramp="ratio")
+    index, _ = yarn(axial, 2.0, 4)
+    assert torch.equal(ratio.weight, position_interpolation(axial, 2.0).weight)
+    assert torch.equal(index.weight[:, [0, 4]], axial.weight[:, [0, 4]])  # the fastest pair of each axis kept
+    with pytest.raises(ValueError, match="ramp applies to rules ntk-by-parts / yarn only"):
+        RopeScaling("linear", 2.0, ramp="ratio")

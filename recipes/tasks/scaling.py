@@ -50,10 +50,19 @@ RULES = ("linear", "ntk", "theta", "dynamic", "ntk-by-parts", "yarn", "llama3")
 
 
 def rule_scaling(rule: str, factor: float, original: tuple[float, ...]) -> dict:
-    """The :class:`~mmpos.scaling.RopeScaling` arguments for "trained at ``original``, run at ``factor`` times it"."""
+    """The :class:`~mmpos.scaling.RopeScaling` arguments for "trained at ``original``, run at ``factor`` times it".
+
+    ``"<rule>@ratio"`` (``ntk-by-parts``, ``yarn``): the paper's ramp in ``L0 / wavelength`` (``ramp="ratio"``).
+    """
+    rule, at, variant = rule.partition("@")
     if rule == "ref-shape":
         return {"rule": rule, "original_size": list(original)}
-    return {"rule": rule, "factor": float(factor), "original_size": list(original)}
+    out = {"rule": rule, "factor": float(factor), "original_size": list(original)}
+    if at:
+        if variant != "ratio":
+            raise ValueError(f"data.rules: a variant after '@' must be 'ratio' (the paper's ramp), got {variant!r}")
+        out["ramp"] = variant
+    return out
 
 
 @contextmanager

@@ -25,6 +25,12 @@ def test_scaled_encoders_equals_building_with_the_rule_and_restores():
         assert torch.equal(plain.angles(coords), before) and plain.rescale is None and plain.attention_factor == 1.0
 
 
+def test_rule_variants():
+    assert rule_scaling("yarn@ratio", 2.0, (4.0,))["ramp"] == "ratio"
+    with pytest.raises(ValueError, match="must be 'ratio'"):
+        rule_scaling("yarn@paper", 2.0, (4.0,))
+
+
 def test_scaled_encoders_on_a_learned_plan_keeps_the_parameter():
     mixed = mmpos.create("rope-mixed", head_dim=16, num_heads=2)
     weight = mixed.weight.detach().clone()
@@ -49,4 +55,5 @@ def test_text_scaling_smoke(tmp_path):
 def test_vit_scaling_smoke(tmp_path):
     run = run_recipe(ROOT / "recipes" / "configs" / "vit_scaling.yaml", SMOKE, out=tmp_path)
     (final,) = run["finals"]
-    assert set(final["metrics"]) == {"acc", "acc@2x"} | {f"acc@2x:{r}" for r in RULES}
+    ratio = {"acc@2x:ntk-by-parts@ratio", "acc@2x:yarn@ratio"}
+    assert set(final["metrics"]) == {"acc", "acc@2x"} | {f"acc@2x:{r}" for r in RULES} | ratio
