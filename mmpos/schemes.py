@@ -369,6 +369,13 @@ def _check_hope(name: str, o: dict) -> dict:
     return o
 
 
+def _check_spacing(name: str, o: dict) -> dict:
+    s = 2.0 if o["temporal_scale"] is None else o["temporal_scale"]  # VideoRoPE's default temporal spacing
+    if not (_is_number(s) and math.isfinite(s) and s > 0):
+        raise ValueError(f"temporal_scale (the {name} temporal spacing) must be a finite number > 0, got {s!r}")
+    return dict(o, temporal_scale=float(s))
+
+
 def _check_stride(name: str, o: dict) -> dict:
     s = 1 if o["temporal_scale"] is None else o["temporal_scale"]
     if not isinstance(s, int) or isinstance(s, bool) or s < 1:
@@ -419,6 +426,12 @@ def _hope_block(g: BlockGeometry, o: SchemeOptions):
     w_off = g.wi - torch.floor((g.w[g.block] - 1) / 2) + t_off
     extent = (g.t - 1) * g.scale + 1  # the text continues at the last t + 1
     return torch.stack([t_off, h_off, w_off]), extent, torch.ones(3, dtype=torch.float64, device=t_off.device)
+
+
+def _videorope_block(g: BlockGeometry, o: SchemeOptions):
+    """VideoRoPE's diagonal layout: ``t = start + s f``; ``h = i - floor((H-1)/2) + t`` (w alike),
+    the text after the block at the last ``t`` + 1 -- HoPE's layout with one fixed spacing ``s``."""
+    return _hope_block(g, o)
 
 
 def _vrope_block(g: BlockGeometry, o: SchemeOptions):
@@ -550,6 +563,20 @@ for _scheme in (
         id_dtype=torch.float32,
         delta_dtype=torch.float32,
         paper="Li et al. 2025, HoPE (arXiv:2505.20444)",
+    ),
+    # VideoRoPE (JJJYmmm/Multimodal-RoPEs pos_design/videorope.py: diagonal layout, spacing temporal_stride = 2)
+    Scheme(
+        "videorope",
+        THW,
+        "videorope",
+        _videorope_block,
+        _IDENTITY,
+        _IDENTITY,
+        options=("temporal_scale",),
+        check=_check_spacing,
+        id_dtype=torch.float32,
+        delta_dtype=torch.float32,
+        paper="Wei et al. 2025, VideoRoPE (arXiv:2502.05173)",
     ),
     # VRoPE's four combinations travel as (c0, c1, c2): c3 = c1 + c2 - c0 for every position
     Scheme(

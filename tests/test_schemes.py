@@ -148,6 +148,10 @@ REFERENCES = {
     "mhrope-qwen2-vl": (lambda u: _reference_mrope_i(u, 1, False), {}),
     "hope": (lambda u: _reference_hope(u, 0.75), {"temporal_scale": 0.75}),
     "hope@1.5": (lambda u: _reference_hope(u, 1.5), {"temporal_scale": 1.5}),
+    # VideoRoPE (JJJYmmm/Multimodal-RoPEs pos_design/videorope.py): t = start + s f, h = i - (H-1)//2 + t,
+    # w = j - (W-1)//2 + t, text after at the last t + 1 -- the loop of the HoPE reference with one spacing s
+    "videorope": (lambda u: _reference_hope(u, 2.0), {}),
+    "videorope@0.5": (lambda u: _reference_hope(u, 0.5), {"temporal_scale": 0.5}),
     "vrope": (_reference_vrope, {}),
     "v2pe": (lambda u: _reference_v2pe(u, 1 / 16), {"delta": 1 / 16}),
     "v2pe@0.5": (lambda u: _reference_v2pe(u, 0.5), {"delta": 0.5}),
@@ -350,3 +354,17 @@ def test_v2pe_block_span_form():
         resolve_options("v2pe", visual_stride=0)
     with pytest.raises(ValueError, match="visual_stride applies only to schemes"):
         resolve_options("qwen2-vl", visual_stride=2)
+
+
+def test_videorope_hand_worked_and_options():
+    """VideoRoPE's diagonal layout on a 2-frame 2 x 3 video after 2 text tokens (spacing 2, the
+    reference default): t = 2, 4; h = i + t; w = j - 1 + t; the text after at 4 + 1."""
+    lay = build([[Text(2), Video((2, 4, 6)), Text(1)]], "videorope")
+    assert lay.position_ids[:, 0].tolist() == [
+        [0, 1, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 5],
+        [0, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5, 5],
+        [0, 1, 1, 2, 3, 1, 2, 3, 3, 4, 5, 3, 4, 5, 5],
+    ]
+    assert lay.rope_deltas.tolist() == [[5 + 1 - 15]] and lay.position_ids.dtype == torch.float32
+    with pytest.raises(ValueError, match="temporal spacing"):
+        resolve_options("videorope", temporal_scale=0)

@@ -58,10 +58,12 @@ __all__ = [
     "MRoPE",
     "MRoPEInterleaved",
     "VRoPE",
+    "VideoRoPE",
     "default_mrope_section",
     "hope_plan",
     "mhrope_plan",
     "mrope_plan",
+    "videorope_plan",
     "vrope_plan",
 ]
 
@@ -195,6 +197,24 @@ def hope_plan(
     spatial = torch.arange(p - s_t) % 2  # 0 -> h, 1 -> w
     index = torch.cat([spatial, torch.full((s_t,), -1, dtype=torch.long)])
     return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), ("h", "w"), head_dim, convention)
+
+
+def videorope_plan(
+    head_dim: int, mrope_section: Sequence[int] | None = None, theta: float = 10000.0, convention: str = "half"
+) -> FrequencyPlan:
+    """VideoRoPE low-frequency temporal allocation on axes ``("t", "h", "w")``.
+
+    With ``mrope_section = (s_t, s_h, s_w)``: pairs ``p < s_h + s_w`` read ``h`` (even ``p``)
+    and ``w`` (odd ``p``), the last ``s_t`` pairs -- the lowest frequencies -- read ``t``
+    (Wiselnn570/VideoRoPE ``apply_m_modify_multimodal_rotary_pos_emb``: ``[16, 24, 24]`` ->
+    ``hwhw...`` x48, then ``t`` x16). HoPE's allocation with the temporal pairs rotated.
+    """
+    p = _pairs(head_dim)
+    section = default_mrope_section(head_dim) if mrope_section is None else mrope_section
+    s_t, _, _ = _check_section(section, p, "rotary pair counts")
+    spatial = torch.arange(p - s_t) % 2 + 1  # 1 -> h, 2 -> w
+    index = torch.cat([spatial, torch.zeros(s_t, dtype=torch.long)])  # 0 -> t on the lowest frequencies
+    return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), THW, head_dim, convention)
 
 
 class _MultimodalRotary(RotaryEncoder):
@@ -362,6 +382,39 @@ class VRoPE(_MultimodalRotary):
         scaling: RopeScaling | dict | None = None,
     ) -> None:
         super().__init__(vrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention), scaling=scaling)
+
+
+@register_encoder(
+    "videorope",
+    paper="Wei et al. 2025, VideoRoPE (arXiv:2502.05173)",
+    reference="Wiselnn570/VideoRoPE videorope-transformer/modeling_videorope.py (apply_m_modify_multimodal_rotary_pos_emb)",
+)
+class VideoRoPE(_MultimodalRotary):
+    """VideoRoPE: low-frequency temporal allocation (LTA), the spatial ``h``/``w`` pairs
+    alternating on the high frequencies, ``t`` on the lowest ``mrope_section[0]`` pairs.
+
+    Paper: Wei et al., "VideoRoPE: What Makes for Good Video Rotary Position Embedding?",
+    ICML 2025, https://arxiv.org/abs/2502.05173. Reference: Wiselnn570/VideoRoPE
+    ``videorope-transformer/modeling_videorope.py`` (``apply_m_modify_multimodal_rotary_pos_emb``);
+    positions (the diagonal layout, adjustable temporal spacing) from the ``videorope`` layout
+    of :mod:`mmpos.schemes` (JJJYmmm/Multimodal-RoPEs ``pos_design/videorope.py``).
+
+    Reads ``("t", "h", "w")``. Args: as :class:`HoPE` (``mrope_section`` default ``[16, 24, 24]``
+    for ``head_dim=128``; its ``t`` pairs are rotated here).
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        mrope_section: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
+    ) -> None:
+        plan = videorope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention)
+        super().__init__(plan, scaling=scaling)
 
 
 @register_encoder(

@@ -387,3 +387,22 @@ def test_rotate_compiles_without_graph_breaks():
     ref = enc.rotate(q, k, coords)
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
     assert math.isclose(float(out[0].norm()), float(q.norm()), rel_tol=1e-4)  # rotations keep the norm
+
+
+def test_videorope_plan_is_the_reference_lta_allocation():
+    """Wiselnn570/VideoRoPE ``apply_m_modify_multimodal_rotary_pos_emb`` with [16, 24, 24]: over the
+    64 rotate-half channels of each half, 48 alternate h, w (h first), the last 16 read t; every
+    pair keeps the 1-D frequency theta ** (-p / 64) (transcribed: channel index -> row)."""
+    from mmpos.encoders.mrope import videorope_plan
+
+    section = [16, 24, 24]
+    rows = []  # the reference's loop over the first half of the channels: sections (48, 16)
+    for i, n in enumerate([section[1] + section[2], section[0]]):
+        rows += [1 if j % 2 == 0 else 2 for j in range(n)] if i % 2 == 0 else [0] * n
+    plan = videorope_plan(128, section, theta=1e6)
+    weight = plan.weight  # (A, P): axis a's frequency at pair p
+    assert (weight != 0).sum(0).eq(1).all()  # one axis per pair
+    assert weight.abs().argmax(0).tolist() == rows
+    assert torch.allclose(weight.sum(0), rope_frequencies(64, 1e6).to(weight.dtype))
+    enc = create("videorope", head_dim=128, mrope_section=section, theta=1e6)
+    assert enc.axes == ("t", "h", "w") and torch.equal(enc.weight, plan.weight)

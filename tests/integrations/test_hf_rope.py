@@ -132,6 +132,7 @@ SWAPS = [
     ("v2pe", {"delta": 0.25}),
     ("v2pe", {"visual_stride": 4.0}),  # the block-span form
     ("hope", {"temporal_scale": 0.75}),
+    ("videorope", {}),
     ("flat", {}),
 ]
 
