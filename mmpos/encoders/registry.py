@@ -41,6 +41,7 @@ from typing import Any
 
 from torch import nn
 
+from .._validate import check_axes, check_int, check_ints
 from .base import PositionEncoder
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "info_of",
     "list_encoders",
     "make_info",
+    "model_context",
     "register_encoder",
 ]
 
@@ -310,6 +312,46 @@ def create(name: str, **kwargs: Any) -> nn.Module | None:
     """
     check_arguments(name, kwargs)
     return encoder_info(name).factory(**kwargs)
+
+
+def model_context(
+    dim: int,
+    num_heads: int,
+    depth: int,
+    *,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
+    grid_size: Sequence[int] | None = None,
+    axes: Sequence[str] | None = None,
+    prefix_rows: int | None = None,
+) -> dict[str, Any]:
+    """The context a backbone hands its encoders (keys of :data:`CONTEXT_KEYS`; ``layer`` is added per block).
+
+    Args:
+        dim: model width; num_heads: query heads; depth: number of blocks.
+        num_kv_heads: key/value heads (default ``num_heads``); head_dim: default ``dim // num_heads``.
+        grid_size: the training token grid; axes: the coordinate axes the tokens carry.
+        prefix_rows: how many prefix tokens the backbone's own absolute table gives a row.
+    """
+    dim, num_heads, depth = check_int(dim, "dim"), check_int(num_heads, "num_heads"), check_int(depth, "depth")
+    if head_dim is None:
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads} (or pass head_dim)")
+        head_dim = dim // num_heads
+    context = {
+        "dim": dim,
+        "num_heads": num_heads,
+        "num_kv_heads": num_heads if num_kv_heads is None else check_int(num_kv_heads, "num_kv_heads"),
+        "head_dim": check_int(head_dim, "head_dim"),
+        "depth": depth,
+    }
+    if grid_size is not None:
+        context["grid_size"] = check_ints(grid_size, "grid_size")
+    if axes is not None:
+        context["axes"] = check_axes(axes)
+    if prefix_rows is not None:
+        context["prefix_rows"] = check_int(prefix_rows, "prefix_rows", low=0)
+    return context
 
 
 def create_in_model(name: str | EncoderInfo, context: Mapping[str, Any], **kwargs: Any) -> nn.Module | None:

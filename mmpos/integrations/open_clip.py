@@ -54,9 +54,10 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..coords import Coords
+from ..encoders.registry import model_context
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import PositionalBackbone, convert_backbone, model_context
+from ..nn.placement import PositionalBackbone, convert_backbone
 from ..rotary import Rotation
 from . import timm as mmpos_timm
 from .checkpoint import TransferReport

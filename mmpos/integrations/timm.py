@@ -46,10 +46,10 @@ from torch import Tensor, nn
 
 from ..coords import Coords
 from ..encoders.base import RotaryEncoder
-from ..encoders.registry import list_encoders
+from ..encoders.registry import list_encoders, model_context
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import Placement, PositionalBackbone, convert_backbone, model_context, module_key
+from ..nn.placement import Placement, PositionalBackbone, convert_backbone, module_key
 from ..rotary import Rotation
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
@@ -511,7 +511,7 @@ def convert(
             is a bias encoder). ``pos="none", keep_abs_pos=True`` leaves the model's outputs unchanged.
         conv_after: block indices after which conv encoders run (CPVT: after block 0).
 
-    Encoders get what their record reads of the model context (:func:`mmpos.nn.placement.model_context`):
+    Encoders get what their record reads of the model context (:func:`mmpos.encoders.registry.model_context`):
     ``dim``, ``num_heads``, ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size`` (the model's patch
     grid), ``axes=("h", "w")``, ``prefix_rows`` (the rows of timm's table: ``num_prefix_tokens``, 0 with
     ``no_embed_class``; ``learned`` reads it) and, for attention and conv encoders, ``layer``. Placement and

@@ -16,9 +16,10 @@ from timm.layers import DropPath, Mlp
 from torch import Tensor, nn
 
 from ..coords import Coords
+from ..encoders.registry import model_context
 from ..rotary import Rotation
 from .attention import Attention
-from .placement import Placement, PositionalBackbone, attach, model_context
+from .placement import Placement, PositionalBackbone, attach
 
 __all__ = ["Block", "Transformer"]
 

@@ -26,10 +26,10 @@ from torch import Tensor, nn
 from ..coords import Coords
 from ..encoders.base import AdditiveEncoder, BiasEncoder
 from ..encoders.maglap import MagLapEncoder
-from ..encoders.registry import make_info
+from ..encoders.registry import make_info, model_context
 from ..graph.coords import GraphCoords
 from .blocks import Block
-from .placement import Placement, PositionalBackbone, attach, model_context
+from .placement import Placement, PositionalBackbone, attach
 
 __all__ = ["READOUTS", "RECORDS", "GraphTransformer", "NodeFeatureEncoder", "PairwiseBias"]
 

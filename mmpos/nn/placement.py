@@ -3,7 +3,7 @@
 :class:`Placement` serves :class:`mmpos.nn.Transformer`, :class:`mmpos.nn.GraphTransformer` and
 the timm and open_clip integrations alike. Resolved once from ``pos`` (a name or a list of names,
 see ``mmpos.list_encoders()``), ``pos_kwargs`` and the backbone's context (built by
-:func:`model_context`, the one builder), it builds what each encoder's registry record
+:func:`mmpos.encoders.registry.model_context`, the one builder), it builds what each encoder's registry record
 (:class:`mmpos.EncoderInfo`) asks for:
 
 * :meth:`Placement.additive`: additive encoders for the embedding stage;
@@ -37,10 +37,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._validate import check_axes, check_int, check_ints
 from ..coords import Coords
 from ..encoders.base import PositionEncoder
-from ..encoders.registry import EncoderInfo, create_in_model, default_no_weight_decay, encoder_info, info_of
+from ..encoders.registry import (
+    EncoderInfo,
+    create_in_model,
+    default_no_weight_decay,
+    encoder_info,
+    info_of,
+)
 from ..rotary import Rotation
 
 __all__ = [
@@ -50,7 +55,6 @@ __all__ = [
     "apply_convs",
     "attach",
     "convert_backbone",
-    "model_context",
     "module_key",
     "no_weight_decay",
     "rotations",
@@ -60,46 +64,6 @@ __all__ = [
 def module_key(name: str) -> str:
     """The ``nn.ModuleDict`` key of encoder ``name`` (keys may not hold dots)."""
     return name.replace(".", "_")
-
-
-def model_context(
-    dim: int,
-    num_heads: int,
-    depth: int,
-    *,
-    num_kv_heads: int | None = None,
-    head_dim: int | None = None,
-    grid_size: Sequence[int] | None = None,
-    axes: Sequence[str] | None = None,
-    prefix_rows: int | None = None,
-) -> dict[str, Any]:
-    """The context a backbone hands its encoders (the keys of :data:`mmpos.encoders.registry.CONTEXT_KEYS`).
-
-    Args:
-        dim: model width; num_heads: query heads; depth: number of blocks.
-        num_kv_heads: key/value heads (default ``num_heads``); head_dim: default ``dim // num_heads``.
-        grid_size: the training token grid; axes: the coordinate axes the tokens carry.
-        prefix_rows: how many prefix tokens the backbone's own absolute table gives a row.
-    """
-    dim, num_heads, depth = check_int(dim, "dim"), check_int(num_heads, "num_heads"), check_int(depth, "depth")
-    if head_dim is None:
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads} (or pass head_dim)")
-        head_dim = dim // num_heads
-    context = {
-        "dim": dim,
-        "num_heads": num_heads,
-        "num_kv_heads": num_heads if num_kv_heads is None else check_int(num_kv_heads, "num_kv_heads"),
-        "head_dim": check_int(head_dim, "head_dim"),
-        "depth": depth,
-    }
-    if grid_size is not None:
-        context["grid_size"] = check_ints(grid_size, "grid_size")
-    if axes is not None:
-        context["axes"] = check_axes(axes)
-    if prefix_rows is not None:
-        context["prefix_rows"] = check_int(prefix_rows, "prefix_rows", low=0)
-    return context
 
 
 def _names(pos: str | Sequence[str] | None) -> list[str]:
@@ -117,7 +81,7 @@ class Placement:
     Args:
         pos: encoder name or list of names (``"none"`` or ``None``: no mmpos encoder).
         pos_kwargs: keyword arguments per encoder name, e.g. ``{"rope": {"theta": 100}}``.
-        context: what the backbone hands every encoder that reads it (:func:`model_context`;
+        context: what the backbone hands every encoder that reads it (:func:`~mmpos.encoders.registry.model_context`;
             ``depth`` is required).
         conv_after: block indices after which conv encoders (CPE/PEG) run.
         keep_abs_pos: for backbones with their own absolute embedding: keep it; ``None``

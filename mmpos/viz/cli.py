@@ -57,19 +57,14 @@ def _settings(items: Sequence[str]) -> dict:
 def _encoder(args: argparse.Namespace, grid: tuple[int, ...] | None, axes: tuple[str, ...] | None):
     import torch
 
-    from ..encoders.registry import create_in_model, encoder_info
+    from ..encoders.registry import create_in_model, encoder_info, model_context
 
     info = encoder_info(args.encoder)
     if info.kind == "none":
         raise ValueError(f"encoder {args.encoder!r} has no position encoding to draw")
-    context = {"dim": args.dim, "num_heads": args.heads, "num_kv_heads": args.heads, "depth": 1, "layer": 0}
     if args.dim % args.heads:
         raise ValueError(f"--dim {args.dim} must be divisible by --heads {args.heads}")
-    context["head_dim"] = args.dim // args.heads
-    if grid is not None:
-        context["grid_size"] = grid
-    if axes is not None:
-        context["axes"] = axes
+    context = {**model_context(args.dim, args.heads, 1, grid_size=grid, axes=axes), "layer": 0}
     torch.manual_seed(args.seed)
     encoder = create_in_model(args.encoder, context, **_settings(args.set))
     if getattr(args, "random_init", False):

@@ -71,8 +71,9 @@ def test_records_carry_what_the_outer_parts_read():
 
 def test_shared_encoder_with_parameters_is_refused(monkeypatch):
     from mmpos.encoders import registry
+    from mmpos.encoders.registry import model_context
     from mmpos.encoders.rope_nd import MixedRoPE
-    from mmpos.nn.placement import Placement, model_context
+    from mmpos.nn.placement import Placement
 
     registry._load()
     monkeypatch.setitem(registry._REGISTRY, "wrong", make_info("wrong", MixedRoPE, "-", shared=True))
