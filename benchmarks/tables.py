@@ -49,7 +49,7 @@ VARIANTS = ("sdpa", "rope", "2d-tpe")
 def positions(length: int, device: str) -> torch.Tensor:
     """``(2, 1, L)`` row-major and column-major positions of text + a square table + text."""
     side, text = TABLES[length]
-    layout = build([[Text(text // 2), Table.grid(side, side, col_sep=0), Text(text - text // 2)]], ("row", "col"))
+    layout = build([[Text(text // 2), Table.grid(side, side, col_sep=0, rule_rows=False), Text(text - text // 2)]], ("row", "col"))
     assert layout.order_coords.num_tokens == length
     return layout.order_coords.pos.permute(2, 0, 1).to(device)
 

@@ -75,14 +75,16 @@ class Table:
         header: row 0 is a header row (recorded; it is serialised like the other rows).
         col_sep: tokens of the separator after every cell (the reference's ``'|'``; 0 for none).
         row_end: tokens closing every row (the reference's ``'<SEP>'``; 0 for none).
-        rule_rows: a rule row after every row (``'-'`` per cell, with the same separators).
+        rule_rows: a rule row after every row (``'-'`` per cell, with the same separators), as
+            the reference's serialisation always inserts (JinaLeejnl/2D-TPE); ``False`` for the
+            compact layout without them.
     """
 
     cells: tuple[tuple[int, ...], ...]
     header: bool = False
     col_sep: int = 1
     row_end: int = 1
-    rule_rows: bool = False
+    rule_rows: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.cells, (str, bytes)) or not isinstance(self.cells, Sequence) or len(self.cells) == 0:

@@ -9,7 +9,7 @@ from mmpos.table import ORDERS, Table, build, serialise
 
 def test_orders_of_a_rectangular_table_follow_the_reference_tx_ty():
     # 2 x 2 cells of one token, '|' after each cell, '<SEP>' per row: items per row [c, |, c, |, SEP]
-    layout = build([[Text(2), Table.grid(2, 2), Text(2)]], orders=("row", "col"))
+    layout = build([[Text(2), Table.grid(2, 2, rule_rows=False), Text(2)]], orders=("row", "col"))
     row, col = layout.order_coords.pos[0].long().unbind(-1)
     assert row.tolist() == list(range(14))
     # column-major over items: (0,c0)=2 (1,c0)=3 (0,|)=4 (1,|)=5 (0,c1)=6 (1,c1)=7 (0,|)=8 (1,|)=9 (0,SEP)=10 (1,SEP)=11
@@ -21,8 +21,16 @@ def test_orders_of_a_rectangular_table_follow_the_reference_tx_ty():
     ]  # fmt: skip
 
 
+def test_default_layout_has_the_references_rule_rows():
+    # the reference serialises a rule row after every row; the compact layout is rule_rows=False
+    assert Table.grid(2, 2) == Table.grid(2, 2, rule_rows=True)
+    ser, compact = serialise(Table.grid(2, 2)), serialise(Table.grid(2, 2, rule_rows=False))
+    assert (ser.num_tokens, compact.num_tokens) == (20, 10)  # 4 item rows [c, |, c, |, SEP] instead of 2
+    assert int(ser.item_row.max()) == 3 and int(compact.item_row.max()) == 1
+
+
 def test_multi_token_cells_stay_contiguous_in_every_order():
-    t = Table(((1, 3), (2, 1)), col_sep=0, row_end=0)
+    t = Table(((1, 3), (2, 1)), col_sep=0, row_end=0, rule_rows=False)
     ser = serialise(t)
     for name in ORDERS:
         pos = ser.orders[name]
@@ -52,7 +60,7 @@ def test_ragged_tables_keep_every_token_and_end_rows_in_one_column():
 
 
 def test_batch_padding_and_decode_positions():
-    samples = [[Text(1), Table.grid(1, 2)], [Text(2), Table(((2,), (1, 1))), Text(1)]]
+    samples = [[Text(1), Table.grid(1, 2, rule_rows=False)], [Text(2), Table(((2,), (1, 1)), rule_rows=False), Text(1)]]
     for side in ("right", "left"):
         layout = build(samples, orders=("row", "col"), padding_side=side)
         mask = layout.mask

@@ -105,6 +105,28 @@ def _tpe_forward(
     return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1)), None
 
 
+class _TPEForward:
+    """The patched ``self_attn.forward`` (a plain object, not a closure, so patched models pickle)."""
+
+    def __init__(self, attn: nn.Module, rotary: nn.Module, rotate: Any, orders: int, sequential: tuple[bool, ...]):
+        self.attn, self.rotary, self.rotate, self.orders, self.sequential = attn, rotary, rotate, orders, sequential
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, None]:
+        return _tpe_forward(self.attn, self.rotary, self.rotate, self.orders, self.sequential, *args, **kwargs)
+
+
+def _router_act(config: Any) -> nn.Module:
+    """The config's ``hidden_act`` (transformers' ``ACT2FN``), as the reference's router uses; SiLU without one."""
+    name = getattr(config, "hidden_act", None)
+    if name is None:
+        return nn.SiLU()
+    from transformers.activations import ACT2FN
+
+    if name not in ACT2FN:
+        raise ValueError(f"config.hidden_act={name!r} is not an activation transformers knows")
+    return ACT2FN[name]
+
+
 def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[int] = (0,)) -> nn.Module:
     """Install 2D-TPE attention with ``orders`` orders on every decoder layer of ``model`` (in place).
 
@@ -114,8 +136,11 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
         sequential_orders: indices of orders whose positions follow the token sequence (the
             row-major order of a serialised table), attended without a permutation.
 
-    Returns ``model``. The routers are new parameters (SwiGLU-style gates, random init), in the
-    dtype and on the device of each layer's ``q_proj``.
+    Returns ``model``. The routers are new parameters (SwiGLU-style gates), in the dtype and on
+    the device of each layer's ``q_proj``, initialised as the reference's ``from_pretrained``
+    leaves them (transformers' ``_init_weights``: weights ``normal(0, config.initializer_range)``,
+    0.02 by default, biases zero; the mix starts near ``1 / K``), with the config's
+    ``hidden_act`` as the gate activation.
     """
     base, layers = decoder_layers(model)
     if not isinstance(orders, int) or isinstance(orders, bool) or orders < 1:
@@ -123,6 +148,8 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
     if any(not isinstance(i, int) or not 0 <= i < orders for i in sequential_orders):
         raise ValueError(f"sequential_orders must hold order indices in [0, {orders}), got {sequential_orders!r}")
     sequential = tuple(i in sequential_orders for i in range(orders))
+    config = getattr(model, "config", getattr(base, "config", None))
+    std = float(getattr(config, "initializer_range", 0.02))
     for layer in layers:
         attn = layer.self_attn
         for name in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "layer_idx"):
@@ -138,9 +165,13 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
         if rotate is None:
             raise TypeError(f"the module of {type(attn).__name__} defines no apply_rotary_pos_emb")
         weight = attn.q_proj.weight
-        attn.tpe_router = TPERouter(attn.head_dim, orders).to(device=weight.device, dtype=weight.dtype)
-        bound = (attn, base.rotary_emb, rotate, orders, sequential)
-        attn.forward = lambda *args, _bound=bound, **kw: _tpe_forward(*_bound, *args, **kw)
+        router = TPERouter(attn.head_dim, orders, act=_router_act(config))
+        with torch.no_grad():
+            for lin in (router.gate_1, router.gate_2, router.gate_3):
+                lin.weight.normal_(0.0, std)
+                lin.bias.zero_()
+        attn.tpe_router = router.to(device=weight.device, dtype=weight.dtype)
+        attn.forward = _TPEForward(attn, base.rotary_emb, rotate, orders, sequential)
     return model
 
 

@@ -93,6 +93,8 @@ def multi_order_sdpa(
         dropout_p: attention dropout.
     """
     num = len(q)
+    if key_mask is not None and not torch.compiler.is_compiling() and bool(key_mask.all()):
+        key_mask = None  # no padding: causal orders run through is_causal (no (B, 1, N, N) mask); eager only
     if len(k) != num or pos.shape[0] != num:
         raise ValueError(f"q, k and pos must hold one entry per order, got {len(q)}, {len(k)}, {pos.shape[0]}")
     sequential = [False] * num if sequential is None else list(sequential)
@@ -224,6 +226,11 @@ class MultiOrderAttention(nn.Module):
         attn_drop: float = 0.0,
     ) -> None:
         super().__init__()
+        if type(self).mix_weights is MultiOrderAttention.mix_weights:
+            raise TypeError(
+                f"{type(self).__name__} does not define mix_weights(x) -> (B, N, H, K): MultiOrderAttention is a "
+                "base class; use TPEAttention or subclass it with a mix_weights method"
+            )
         if not isinstance(num_heads, int) or num_heads <= 0 or dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -262,7 +269,10 @@ class MultiOrderAttention(nn.Module):
 
     def mix_weights(self, x: Tensor) -> Tensor:
         """``(B, N, H, K)`` weights over the orders per head and token (subclasses define it)."""
-        raise NotImplementedError
+        raise TypeError(
+            f"{type(self).__name__} does not define mix_weights(x) -> (B, N, H, K); MultiOrderAttention is a base "
+            "class: use TPEAttention or a subclass that defines it"
+        )
 
     def _rotate(self, q: Tensor, k: Tensor, pos: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         angles = pos.unsqueeze(-1).float() * self.inv_freq  # (K, B, N, P)
@@ -328,24 +338,29 @@ class MultiOrderAttention(nn.Module):
 
 
 class TPERouter(nn.Module):
-    """The 2D-TPE router: ``softmax(gate_3(SiLU(gate_1(h)) * gate_2(h)))`` on each head-sized slice ``h``.
+    """The 2D-TPE router: ``softmax(gate_3(act(gate_1(h)) * gate_2(h)))`` on each head-sized slice ``h``.
 
     ``forward(x (B, N, H * head_dim)) -> (B, N, H, K)``; the gates are shared by the heads.
+    ``act`` defaults to SiLU; the reference uses its model config's ``hidden_act``
+    (:func:`mmpos.integrations.hf_tpe.install_tpe` passes it).
     """
 
-    def __init__(self, head_dim: int, num_orders: int = 2, hidden: int | None = None) -> None:
+    def __init__(
+        self, head_dim: int, num_orders: int = 2, hidden: int | None = None, act: nn.Module | None = None
+    ) -> None:
         super().__init__()
         if num_orders < 1:
             raise ValueError(f"num_orders must be >= 1, got {num_orders}")
         hidden = 4 * head_dim if hidden is None else hidden
         self.head_dim = head_dim
+        self.act = nn.SiLU() if act is None else act
         self.gate_1 = nn.Linear(head_dim, hidden)
         self.gate_2 = nn.Linear(head_dim, hidden)
         self.gate_3 = nn.Linear(hidden, num_orders)
 
     def forward(self, x: Tensor) -> Tensor:
         h = x.unflatten(-1, (-1, self.head_dim))  # (B, N, H, head_dim)
-        logits = self.gate_3(F.silu(self.gate_1(h)) * self.gate_2(h))
+        logits = self.gate_3(self.act(self.gate_1(h)) * self.gate_2(h))
         return logits.float().softmax(-1).to(x.dtype)
 
 

@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
 @lru_cache(maxsize=256)
 def table_layout(prefix: int, rows: int, cols: int, cell_tokens: int, col_sep: int) -> TableLayout:
     """The layout of one sample of :mod:`recipes.data.tables`: ``prefix`` text tokens, the table, one token."""
-    table = Table.grid(rows, cols, cell_tokens, col_sep=col_sep, row_end=1)
+    table = Table.grid(rows, cols, cell_tokens, col_sep=col_sep, row_end=1, rule_rows=False)
     return build([[Text(prefix), table, Text(1)]], orders=("row", "col"))
 
 

@@ -91,3 +91,30 @@ def test_padding_and_errors():
         install_tpe(_model("llama"), orders=0)
     with pytest.raises(TypeError, match="Llama"):
         install_tpe(torch.nn.Linear(2, 2))
+
+
+def test_router_starts_as_the_references_from_pretrained_and_uses_hidden_act():
+    model = _model("llama")
+    model.config.hidden_act = "gelu"
+    install_tpe(model, orders=2)
+    router = model.model.layers[0].self_attn.tpe_router
+    for lin in (router.gate_1, router.gate_2, router.gate_3):  # _init_weights: normal(0, initializer_range), bias 0
+        assert lin.bias.abs().max() == 0 and abs(lin.weight.std().item() - 0.02) < 0.004
+    assert isinstance(router.act, type(transformers.activations.ACT2FN["gelu"]))
+    w = router(torch.randn(3, 5, 32))
+    assert (w - 0.5).abs().max() < 0.01  # the mix starts at about 1 / K
+    model.config.hidden_act = "no-such-act"
+    with pytest.raises(ValueError, match="hidden_act"):
+        install_tpe(model, orders=2)
+
+
+def test_patched_model_pickles():
+    import pickle
+
+    model = install_tpe(_model("qwen2"), orders=2)
+    pos = torch.arange(9).expand(2, 1, 9)
+    ids = torch.randint(64, (1, 9))
+    clone = pickle.loads(pickle.dumps(model))
+    with torch.no_grad():
+        torch.testing.assert_close(clone(ids, tpe_positions=pos).logits, model(ids, tpe_positions=pos).logits)
+    assert clone.model.layers[0].self_attn.forward.attn is clone.model.layers[0].self_attn

@@ -197,3 +197,34 @@ def test_transformer_blocks_take_the_multi_order_attention():
     assert model.blocks[0].attn.router.gate_1.weight.grad is not None
     with pytest.raises(ValueError, match="attn_layer"):
         Transformer(32, 1, 4, pos="rope", attn_layer=lambda i: TPEAttention(32, 4))
+
+
+def test_all_real_mask_takes_the_is_causal_path(monkeypatch):
+    import torch.nn.functional as F
+
+    from mmpos.nn import multi_order
+
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("attn_mask") is None, kwargs.get("is_causal", False)))
+        return real(*args, **kwargs)
+
+    torch.manual_seed(0)
+    layer = TPEAttention(32, 4).eval()
+    lay = build([[Text(3), Table.grid(3, 2), Text(2)]])  # the mask table.build attaches: all True here
+    x = torch.randn(1, lay.order_coords.num_tokens, 32)
+    with torch.no_grad():
+        ref = layer(x, replace(lay.order_coords, mask=None))
+        monkeypatch.setattr(multi_order.F, "scaled_dot_product_attention", spy)
+        out = layer(x, lay.order_coords)
+    assert calls == [(True, True), (True, True)]  # both orders: no (B, 1, N, N) mask
+    torch.testing.assert_close(out, ref)
+
+
+def test_base_class_needs_mix_weights():
+    from mmpos.nn.multi_order import MultiOrderAttention
+
+    with pytest.raises(TypeError, match="mix_weights"):
+        MultiOrderAttention(32, 4)
