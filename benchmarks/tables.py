@@ -7,7 +7,11 @@ Variants, on the same ``q``, ``k``, ``v`` ``(1, 8, L, 64)`` and hidden states ``
 * ``2d-tpe``: :class:`mmpos.nn.TPEAttention`'s attention part -- RoPE per order (row-major,
   column-major), the row order attended directly, the column order permuted / attended /
   un-permuted (:func:`mmpos.nn.multi_order.multi_order_sdpa`), the router on the hidden states and
-  the mix (:func:`mmpos.nn.multi_order.mix_orders`).
+  the mix (:func:`mmpos.nn.multi_order.mix_orders`);
+* ``causal-layer`` / ``tpe-layer``: whole layers, as users call them: a plain causal RoPE layer
+  (q/k/v and output projections, one causal SDPA call) and the public :class:`mmpos.nn.TPEAttention`
+  on the coordinates ``table.build`` returns (its all-real mask attached; the layer then takes the
+  ``is_causal`` path); ``tpe-layer`` is reported against ``causal-layer`` (train step only).
 
 Measured: forward + backward of a training step; one decoding step (one new query against a
 KV cache of ``L`` tokens; 2D-TPE keeps ``K`` rotated keys per token, plain RoPE one); the peak
@@ -36,6 +40,7 @@ import torch.nn.functional as F
 from _memory import peak_mib
 
 from mmpos.layout import Text
+from mmpos.nn import TPEAttention
 from mmpos.nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
 from mmpos.rotary import apply_rotary, rope_frequencies
 from mmpos.table import Table, build
@@ -43,15 +48,22 @@ from mmpos.table import Table, build
 HEADS, HEAD_DIM = 8, 64
 DIM = HEADS * HEAD_DIM
 TABLES = {1024: (31, 32), 4096: (63, 64)}  # L -> (table side, text tokens): side * (side + 1) + text = L
-VARIANTS = ("sdpa", "rope", "2d-tpe")
+VARIANTS = ("sdpa", "rope", "2d-tpe", "causal-layer", "tpe-layer")
+LAYERS = ("causal-layer", "tpe-layer")  # whole attention layers (projections included), train step only
+
+
+def layout_coords(length: int, device: str):
+    """The order coordinates of text + a square table + text, as ``table.build`` returns them (mask attached)."""
+    side, text = TABLES[length]
+    table = Table.grid(side, side, col_sep=0, rule_rows=False)
+    layout = build([[Text(text // 2), table, Text(text - text // 2)]], ("row", "col"))
+    assert layout.order_coords.num_tokens == length
+    return layout.order_coords.to(device)
 
 
 def positions(length: int, device: str) -> torch.Tensor:
     """``(2, 1, L)`` row-major and column-major positions of text + a square table + text."""
-    side, text = TABLES[length]
-    layout = build([[Text(text // 2), Table.grid(side, side, col_sep=0, rule_rows=False), Text(text - text // 2)]], ("row", "col"))
-    assert layout.order_coords.num_tokens == length
-    return layout.order_coords.pos.permute(2, 0, 1).to(device)
+    return layout_coords(length, device).pos.permute(2, 0, 1)
 
 
 def _rot(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -74,8 +86,21 @@ class Bench:
         self.h1 = torch.randn(1, 1, DIM, device=device)
         self.cache_k = torch.randn(2, 1, HEADS, length, HEAD_DIM, device=device)  # one key per order
         self.cache_v = torch.randn(1, HEADS, length, HEAD_DIM, device=device)
+        # whole layers: the public TPEAttention called as users call it (coords from table.build, mask
+        # attached), against a plain causal RoPE layer with the same projections
+        self.coords = layout_coords(length, device)
+        self.tpe = TPEAttention(DIM, HEADS).to(device)
+        self.qkv = torch.nn.Linear(DIM, 3 * DIM, bias=False).to(device)
+        self.out = torch.nn.Linear(DIM, DIM, bias=False).to(device)
 
     def forward(self, variant: str) -> torch.Tensor:
+        if variant == "tpe-layer":
+            return self.tpe(self.h, self.coords)
+        if variant == "causal-layer":
+            q, k, v = self.qkv(self.h).view(1, -1, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+            p = self.pos[0]
+            o = F.scaled_dot_product_attention(_rot(q, p, self.inv_freq), _rot(k, p, self.inv_freq), v, is_causal=True)
+            return self.out(o.transpose(1, 2).reshape(1, -1, DIM))
         q, k, v = self.q, self.k, self.v
         if variant == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -108,7 +133,8 @@ class Bench:
     def zero(self) -> None:
         for t in (self.q, self.k, self.v, self.h):
             t.grad = None
-        self.router.zero_grad(set_to_none=True)
+        for m in (self.router, self.tpe, self.qkv, self.out):
+            m.zero_grad(set_to_none=True)
 
 
 def sync(device: str) -> None:
@@ -135,7 +161,8 @@ def measure(length: int, device: str, repeats: int) -> dict[str, dict[str, float
     decode = {v: [] for v in VARIANTS}
     for v in VARIANTS:  # warm-up
         bench.train_step(v)
-        bench.decode_step(v)
+        if v not in LAYERS:
+            bench.decode_step(v)
         bench.zero()
     for _ in range(repeats):
         for v in VARIANTS:
@@ -145,6 +172,8 @@ def measure(length: int, device: str, repeats: int) -> dict[str, dict[str, float
             sync(device)
             train[v].append(clock(device) - t0)
             bench.zero()
+            if v in LAYERS:
+                continue
             t0 = clock(device)
             for _ in range(20):
                 bench.decode_step(v)
@@ -154,9 +183,9 @@ def measure(length: int, device: str, repeats: int) -> dict[str, dict[str, float
     for v in VARIANTS:
         out[v] = {
             "train_ms": 1e3 * statistics.median(train[v]),
-            "decode_ms": 1e3 * statistics.median(decode[v]),
+            "decode_ms": 1e3 * statistics.median(decode[v]) if decode[v] else None,
             "peak_mib": peak_memory(bench, v),
-            "cache_mib": bench.cache_bytes(v) / 2**20,
+            "cache_mib": bench.cache_bytes(v) / 2**20 if v not in LAYERS else None,
         }
     return out
 
@@ -165,8 +194,14 @@ def table(results: dict[int, dict[str, dict[str, float]]]) -> str:
     head = "| L | variant | fwd+bwd ms | x sdpa | decode ms | x sdpa | peak MiB | x sdpa | KV cache MiB | x sdpa |"
     lines = [head, "|" + "---|" * 10]
     for length, res in results.items():
-        base = res["sdpa"]
         for v, r in res.items():
+            base = res["causal-layer" if v in LAYERS else "sdpa"]  # layers against the plain causal layer
+            if v in LAYERS:
+                lines.append(
+                    f"| {length} | {v} | {r['train_ms']:.1f} | {r['train_ms'] / base['train_ms']:.2f} (x causal-layer) "
+                    f"| - | - | {r['peak_mib']:.0f} | {r['peak_mib'] / max(base['peak_mib'], 1e-9):.2f} | - | - |"
+                )
+                continue
             lines.append(
                 f"| {length} | {v} | {r['train_ms']:.1f} | {r['train_ms'] / base['train_ms']:.2f} | "
                 f"{r['decode_ms']:.3f} | {r['decode_ms'] / base['decode_ms']:.2f} | {r['peak_mib']:.0f} | "
