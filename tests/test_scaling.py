@@ -368,6 +368,7 @@ ROTARY = {
     "mrope-i": {},
     "mhrope": {"num_kv_heads": 4},
     "vrope": {},
+    "videorope": {},
     "hope": {},
     "v2pe": {},
     "rope-mixed": {"num_heads": 4},
@@ -387,7 +388,9 @@ def test_every_rotary_encoder_accepts_scaling(name):
         enc.weight.data.copy_(base.weight.data)
         assert torch.equal(enc.weight, base.weight)  # the parameter is not rescaled; forward divides it
     n = 6
-    coords = Coords.sequence(n) if name in ("rope", "v2pe", "mrope", "mrope-i", "mhrope", "vrope") else None
+    coords = (
+        Coords.sequence(n) if name in ("rope", "v2pe", "mrope", "mrope-i", "mhrope", "vrope", "videorope") else None
+    )
     if name in ("rope-axial", "rope-mixed", "hope"):
         coords = Coords.grid(2, 3)
     if name == "vrope":
