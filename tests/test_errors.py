@@ -267,6 +267,12 @@ def _float_image():
 
 
 ENCODER_CASES += [
+    row("attention-float-dim", lambda: Attention(16.0, 2), ValueError, r"dim must be a positive int, got 16.0"),
+    row("attention-zero-heads", lambda: Attention(16, 0), ValueError, r"num_heads must be a positive int, got 0"),
+    row("attention-kv-heads-bool", lambda: Attention(16, 2, num_kv_heads=True), ValueError, r"num_kv_heads must be"),
+    row("attention-causal-int", lambda: Attention(16, 2, causal=1), TypeError, r"causal must be a bool"),
+]
+ENCODER_CASES += [
     row(
         "irpe-ratio-allocates-95-GiB",
         lambda: mmpos.create("irpe", head_dim=16, ratio=1e4),

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validate import check_float
+from .._validate import check_bool, check_float, check_int
 from ..coords import Coords
 from ..encoders.base import BiasEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import Rotation
@@ -161,10 +161,13 @@ class Attention(nn.Module):
         proj_drop: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_heads <= 0 or dim % num_heads:
+        dim, num_heads = check_int(dim, "dim"), check_int(num_heads, "num_heads")
+        for flag, name in ((causal, "causal"), (qkv_bias, "qkv_bias"), (proj_bias, "proj_bias")):
+            check_bool(flag, name)
+        if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        num_kv_heads = num_heads if num_kv_heads is None else check_int(num_kv_heads, "num_kv_heads")
+        if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = dim // num_heads
