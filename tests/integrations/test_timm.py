@@ -290,8 +290,11 @@ def test_bad_input():
         mt.convert(_vit(), pos="rope", keep_abs_pos="yes")
     with pytest.raises(ValueError, match="model must be a timm VisionTransformer"):
         mt.convert(torch.nn.Linear(2, 2), pos="rope")
+    dropping = _vit(patch_drop_rate=0.5)
     with pytest.raises(ValueError, match="patch_drop_rate"):
-        mt.convert(_vit(patch_drop_rate=0.5), pos="rope")
+        mt.convert(dropping, pos="rope")
+    assert type(dropping) is VisionTransformer and type(dropping.blocks[0]).__name__ == "Block"  # left alone
+    assert dropping.pos_embed is not None and not hasattr(dropping, "pos_rotary")
     with pytest.raises(ValueError, match="not a timm VisionTransformer"):
         mt.create_vit("vit_relpos_small_patch16_224", pos="rope", img_size=32, depth=1)
     model = _vit()
