@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -271,6 +272,12 @@ ENCODER_CASES += [
     row("attention-zero-heads", lambda: Attention(16, 0), ValueError, r"num_heads must be a positive int, got 0"),
     row("attention-kv-heads-bool", lambda: Attention(16, 2, num_kv_heads=True), ValueError, r"num_kv_heads must be"),
     row("attention-causal-int", lambda: Attention(16, 2, causal=1), TypeError, r"causal must be a bool"),
+    row(
+        "maglap-phase-tol-nan",
+        lambda: __import__("mmpos.graph").graph.maglap_eigenpairs(torch.tensor([[0], [1]]), 2, 1, phase_tol=math.nan),
+        ValueError,
+        r"phase_tol must be a finite number >= 0, got nan",
+    ),
 ]
 ENCODER_CASES += [
     row(

@@ -79,6 +79,7 @@ import torch
 from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
+from .._validate import check_float
 from .laplacian import NORMALIZATIONS, binary_adjacency, check_q, edge_array, relative_q, scipy_magnetic_laplacian
 
 __all__ = [
@@ -439,6 +440,8 @@ def maglap_eigenpairs(
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     if isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 1:
         raise ValueError(f"dense_max_nodes must be a positive int, got {dense_max_nodes!r}")
+    check_float(tol, "tol", strict=False)  # NaN / inf tolerances were accepted
+    check_float(phase_tol, "phase_tol", strict=False)
     ei = edge_array(edge_index, num_nodes)
     if solver == "auto" and num_nodes <= dense_max_nodes and normalization == "sym":
         return _dense_graph(ei, num_nodes, k, qs, q_relative, phase, phase_tol)  # small graphs: no sparse overhead
