@@ -106,3 +106,33 @@ def test_reference_preset_uses_sign_rotate():
         AddMagneticLaplacianPE.from_preset("geisler2023-sorting", k=8)
     with pytest.raises(ValueError, match="name must be"):
         AddMagneticLaplacianPE.from_preset("geisler")
+
+
+def test_node_pe_feeds_gpsconv_without_glue():
+    from torch_geometric.nn import GINConv, GPSConv
+
+    from mmpos.integrations.pyg import MagLapNodePE
+
+    tr = AddMagneticLaplacianPE(k=4, q=0.25)
+    graphs = []
+    for n in (6, 3, 5):
+        g = tr(_graph(n, n))
+        g.x = torch.randn(n, 7)
+        graphs.append(g)
+    batch = Batch.from_data_list(graphs)
+    torch.manual_seed(0)
+    node_pe = MagLapNodePE(16, k=4, in_dim=7)
+    h = node_pe(batch)
+    # the glue users wrote by hand before: add the Q axis, spread the per-graph eigenpairs to nodes
+    enc = node_pe.encoder
+    want = node_pe.input(batch.x) + enc.encode(
+        batch.maglap_pe.unsqueeze(-2), batch.maglap_pe_eigval[batch.batch].unsqueeze(-2), batch.maglap_pe_mask[batch.batch]
+    )
+    torch.testing.assert_close(h, want)
+    torch.testing.assert_close(node_pe(graphs[1])[:, :], h[6:9], atol=1e-6, rtol=0)  # a single Data works too
+    conv = GPSConv(16, GINConv(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())), heads=4)
+    out = conv(h, batch.edge_index, batch.batch)
+    out.square().mean().backward()
+    assert out.shape == (14, 16) and all(p.grad is not None for p in node_pe.encoder.parameters() if p.requires_grad)
+    multi = Batch.from_data_list([AddMagneticLaplacianPE(k=3, q=[0.0, 0.25])(_graph(5, 0)) for _ in range(2)])
+    assert MagLapNodePE(8, k=3, num_q=2)(multi).shape == (10, 8)

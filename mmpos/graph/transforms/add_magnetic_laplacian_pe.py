@@ -41,7 +41,7 @@ class AddMagneticLaplacianPE(BaseTransform):
       when ``n < k``.
 
     The per-graph entries have a leading 1, so a :class:`~torch_geometric.data.Batch`
-    stacks them to ``(B, ...)``. :class:`mmpos.integrations.pyg.MagLapGPSInput` turns a
+    stacks them to ``(B, ...)``. :class:`mmpos.integrations.pyg.MagLapNodePE` turns a
     batch of them into what :class:`torch_geometric.nn.GPSConv` takes.
 
     With ``attr_name=None`` (as PyG's positional-encoding transforms), the real and
