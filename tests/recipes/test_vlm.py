@@ -42,9 +42,9 @@ class ThreeTokens(nn.Module):
         return torch.zeros(images.shape[0], 3, 8)
 
 
-def _vlm(scheme="qwen2-vl", tower=None, width=8, **kw):
+def _vlm(scheme="qwen2-vl", tower=None, width=8, dim=16, num_heads=2, **kw):
     tower = tower if tower is not None else PatchMeans(width)
-    return TinyVLM(tower, width, P, vocab_size=11, scheme=scheme, dim=16, depth=2, num_heads=2, **kw)
+    return TinyVLM(tower, width, P, vocab_size=11, scheme=scheme, dim=dim, depth=2, num_heads=num_heads, **kw)
 
 
 def test_merger_groups_2x2_patches_in_raster_order_of_the_merged_grid():
@@ -81,7 +81,8 @@ def test_segments_of_gives_patch_grids_before_the_merge():
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_forward_with_the_layout_of_every_scheme(scheme):
     torch.manual_seed(0)
-    model = _vlm(scheme).eval()
+    # 4 KV heads of 8 dims: MHRoPE's default head_sections ([1, 1, 1] + one unrotated head) need >= 4
+    model = _vlm(scheme, dim=32, num_heads=4).eval()
     parts = [
         ("text", torch.randint(11, (2, 2))),
         ("image", torch.rand(2, 3, 2 * P, 4 * P)),
@@ -92,6 +93,12 @@ def test_forward_with_the_layout_of_every_scheme(scheme):
     layout = build([segments_of(parts, P)] * 2, scheme, **options)
     logits = model(parts, layout.coords)
     assert logits.shape == (2, 2 + 2 + 4 + 3, 11) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("scheme", [name for name, s in sorted(SCHEMES.items()) if s.encoder == "mhrope"])
+def test_mhrope_decoder_with_too_few_kv_heads_is_refused(scheme):
+    with pytest.raises(ValueError, match="head_sections"):
+        _vlm(scheme, num_heads=2)  # 2 KV heads: the default head_sections would leave an axis without a head
 
 
 def test_positions_reach_the_decoder():
