@@ -120,7 +120,7 @@ def test_attention_is_the_references_multi_head_attention():
     assert att.q.bias is None and att.out.bias is not None and att.q.out_features == 16  # 4 heads x key size 4
     x, keep = torch.randn(3, 5, 17), torch.tensor([True, True, True, False, True]).expand(3, 5)
     # layers.py MultiHeadAttention: logits = q k^T / sqrt(key_size), masked keys -1e30, softmax, out projection
-    heads = lambda lin: lin(x).view(3, 5, 4, 4)  # noqa: E731  (M, T, H, key)
+    heads = lambda lin: lin(x).view(3, 5, 4, 4)
     logits = torch.einsum("mthd,mThd->mhtT", heads(att.q), heads(att.k)) / 2.0
     logits = logits.masked_fill(~keep[:, None, None, :], -1e30)
     out = torch.einsum("mhtT,mThd->mthd", logits.softmax(-1), heads(att.v)).reshape(3, 5, 16)
@@ -154,7 +154,7 @@ def _reference_maglapnet(enc, vec, val):
     trans = enc.norm(trans)  # trans = self.norm()(trans)
     attn_mask = padding[:, None, :, None] & padding[:, None, None, :]  # (n, 1, T, T)
     a = enc.attn
-    heads = lambda lin: lin(trans).view(*trans.shape[:2], a.num_heads, a.key_dim)  # noqa: E731
+    heads = lambda lin: lin(trans).view(*trans.shape[:2], a.num_heads, a.key_dim)
     logits = torch.einsum("nthd,nThd->nhtT", heads(a.q), heads(a.k)) / a.key_dim**0.5
     weights = torch.where(attn_mask, logits, torch.tensor(-1e30)).softmax(-1)
     att = torch.einsum("nhtT,nThd->nthd", weights, heads(a.v)).reshape(*trans.shape[:2], -1)

@@ -259,7 +259,7 @@ def test_sign_rotate_rule_follows_the_reference():
 
 
 def test_warm_start_is_certified_or_refused(monkeypatch):
-    import mmpos.graph.eigen as eigen
+    from mmpos.graph import eigen
 
     taken = []
     real = eigen._solve_warm

@@ -126,7 +126,9 @@ def test_node_pe_feeds_gpsconv_without_glue():
     # the glue users wrote by hand before: add the Q axis, spread the per-graph eigenpairs to nodes
     enc = node_pe.encoder
     want = node_pe.input(batch.x) + enc.encode(
-        batch.maglap_pe.unsqueeze(-2), batch.maglap_pe_eigval[batch.batch].unsqueeze(-2), batch.maglap_pe_mask[batch.batch]
+        batch.maglap_pe.unsqueeze(-2),
+        batch.maglap_pe_eigval[batch.batch].unsqueeze(-2),
+        batch.maglap_pe_mask[batch.batch],
     )
     torch.testing.assert_close(h, want)
     torch.testing.assert_close(node_pe(graphs[1])[:, :], h[6:9], atol=1e-6, rtol=0)  # a single Data works too
