@@ -398,11 +398,12 @@ def apply_rotary(
 
     ``out``: a tensor of ``x``'s shape, dtype and device to write the result into and return
     (a KV-cache slot, a slice of a fused QKV buffer), or ``x`` itself to rotate in place; the
-    values are bit-identical to the out-of-place call. Other memory shared by ``out`` and ``x``
-    is an error of torch's ``out=`` checks.
+    values are bit-identical to the out-of-place call. An ``out`` that overlaps the bytes ``x`` spans
+    without being ``x`` is a ``ValueError``.
     """
     if out is not None:
         _check_out(out, x, "out")
+        _check_no_overlap(out, x, "out", alias_ok=True)
     cos2, sin2 = _pair_tables(cos, sin, convention)
     return _rotate_channels(x, cos2.to(x.dtype), sin2.to(x.dtype), convention, exact, out)
 
@@ -417,7 +418,7 @@ def _rotate_channels(
     if out is None:
         return torch.cat((_rotate(x[..., :rotary], cos2, sin2, convention, exact), x[..., rotary:]), dim=-1)
     _rotate(x[..., :rotary], cos2, sin2, convention, exact, out[..., :rotary])
-    if not _same_memory(out, x):
+    if torch.compiler.is_compiling() or not _same_memory(out, x):  # (in place, a copy onto itself is harmless)
         out[..., rotary:].copy_(x[..., rotary:])
     return out
 
@@ -425,6 +426,25 @@ def _rotate_channels(
 def _same_memory(a: Tensor, b: Tensor) -> bool:
     """Whether ``a`` and ``b`` are the same view of the same memory (an in-place call)."""
     return a.data_ptr() == b.data_ptr() and a.stride() == b.stride() and a.shape == b.shape
+
+
+def _span(t: Tensor) -> tuple[int, int]:
+    """The byte range ``[first, last]`` a strided tensor's elements lie in."""
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else -1
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size() - 1
+
+
+def _check_no_overlap(out: Tensor, x: Tensor, name: str, alias_ok: bool) -> None:
+    """``out`` must be ``x`` itself (when ``alias_ok``) or lie outside the bytes ``x`` spans: a partial
+    overlap would overwrite input that is still to be read. (Not checked while compiling.)"""
+    if torch.compiler.is_compiling() or out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
+        return
+    if alias_ok and _same_memory(out, x):
+        return
+    (a0, a1), (b0, b1) = _span(out), _span(x)
+    if a0 <= b1 and b0 <= a1:
+        what = "the input itself (in place) or memory outside it" if alias_ok else "memory outside k"
+        raise ValueError(f"{name} must be {what}: it overlaps input that is still to be read")
 
 
 def rotate_qk(q: Tensor, k: Tensor, angles: Tensor, convention: str = "half") -> tuple[Tensor, Tensor]:
@@ -464,7 +484,8 @@ class Rotation:
 
         ``out``: ``(q_out, k_out)`` of the shapes, dtypes and devices of ``q`` and ``k`` to write into and
         return (KV-cache slots, slices of a fused QKV buffer), bit-identical to the out-of-place call;
-        ``out=(q, k)`` rotates in place (:meth:`rotate_`). ``q_out`` must not share memory with ``k``.
+        ``out=(q, k)`` rotates in place (:meth:`rotate_`). An output overlapping its input without being
+        it, or ``q_out`` (other than ``q``) overlapping ``k``, is a ``ValueError``.
         """
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
@@ -494,6 +515,10 @@ class Rotation:
             q_out, k_out = out
             _check_out(q_out, q, "out[0] (for q)")
             _check_out(k_out, k, "out[1] (for k)")
+            _check_no_overlap(q_out, q, "out[0] (for q)", alias_ok=True)
+            _check_no_overlap(k_out, k, "out[1] (for k)", alias_ok=True)
+            if not torch.compiler.is_compiling() and not _same_memory(q_out, q):  # q first: k must survive
+                _check_no_overlap(q_out, k, "out[0] (for q)", alias_ok=False)
         cos2, sin2 = _pair_tables(self.cos, self.sin, self.convention)  # once for q and k
         return (
             _rotate_channels(q, cos2.to(q.dtype), sin2.to(q.dtype), self.convention, self.exact, q_out),

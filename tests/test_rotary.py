@@ -335,10 +335,11 @@ def test_rotation_out_is_checked():
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_compiled_rotation_into_given_storage_and_in_place_has_no_graph_break(backend):
+@pytest.mark.parametrize("pairs", [8, 6])  # full and partial rotary
+def test_compiled_rotation_into_given_storage_and_in_place_has_no_graph_break(backend, pairs):
     torch.manual_seed(0)
     q, k = torch.randn(1, 9, 4, 16).transpose(1, 2), torch.randn(1, 9, 2, 16).transpose(1, 2)
-    angles = torch.randn(1, 9, 8)
+    angles = torch.randn(1, 9, pairs)
     rotation = Rotation(angles.cos(), angles.sin(), "half", 16)
     ref_q, ref_k = rotation.rotate(q, k)
 
@@ -354,3 +355,22 @@ def test_compiled_rotation_into_given_storage_and_in_place_has_no_graph_break(ba
     q_in, k_in = q.clone(), k.clone()
     torch.compile(in_place, backend=backend, fullgraph=True)(q_in, k_in, angles.cos(), angles.sin())
     assert torch.equal(q_in, ref_q) and torch.equal(k_in, ref_k)
+
+
+def test_rotation_into_overlapping_storage_is_refused():
+    """An ``out`` that overlaps the input without being it would overwrite tokens still to be read."""
+    angles = torch.randn(1, 9, 4)
+    buf = torch.randn(1, 2, 10, 8)
+    with pytest.raises(ValueError, match=r"out must be the input itself \(in place\) or memory outside it"):
+        apply_rotary(buf[:, :, :9], angles.cos(), angles.sin(), out=buf[:, :, 1:])
+    qkv = torch.randn(1, 9, 3, 2, 8)
+    q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
+    rotation = Rotation(angles.cos(), angles.sin(), "half", 8)
+    with pytest.raises(ValueError, match=r"out\[0\] \(for q\) must be the input itself"):
+        rotation.rotate(q, k, out=(k, torch.empty_like(k)))  # k's columns of the fused buffer, interleaved with q's
+    q_alone = q.clone()
+    with pytest.raises(ValueError, match=r"out\[0\] \(for q\) must be memory outside k"):
+        rotation.rotate(q_alone, k, out=(k, torch.empty_like(k)))  # would overwrite k before it is rotated
+    slots = torch.empty(2, 1, 2, 9, 8)  # q's and k's slots side by side in one cache tensor: no overlap
+    rotation.rotate(q, k, out=(slots[0], slots[1]))
+    assert torch.equal(slots[0], rotation.rotate(q, k)[0])
