@@ -35,6 +35,8 @@ from dataclasses import InitVar, dataclass, replace
 import torch
 from torch import Tensor
 
+from ._validate import check_axes
+
 __all__ = ["Coords", "Modality"]
 
 
@@ -120,7 +122,7 @@ class Coords:
             raise ValueError(f"pos must be a floating tensor of shape (B, N, A), got {got}")
         if pos.dtype in _HALF_EXACT and not torch.compiler.is_compiling():
             warnings.warn(_half_warning(pos.dtype), stacklevel=3)
-        object.__setattr__(self, "axes", tuple(self.axes))
+        object.__setattr__(self, "axes", check_axes(self.axes, "axes"))  # distinct non-empty names, not a string
         if len(self.axes) != pos.shape[-1]:
             raise ValueError(f"axes must name the {pos.shape[-1]} position axes, got {self.axes!r}")
         b, n = pos.shape[:2]
@@ -195,6 +197,8 @@ class Coords:
         ``Coords.grid(14, 14, num_prefix_tokens=1)``: a ViT's class token and 196 patches.
         """
         sizes = _positive_sizes(sizes, "sizes")
+        if axes is not None:
+            axes = check_axes(axes, "axes")  # a string "hw" is not two axis names
         if axes is None:
             defaults = {1: ("seq",), 2: ("h", "w"), 3: ("t", "h", "w")}
             if len(sizes) not in defaults:
@@ -381,6 +385,12 @@ class Coords:
 
     def expand(self, batch: int) -> Coords:
         """The same coordinates for ``batch`` sequences (from a batch of 1, without a copy)."""
+        if (
+            isinstance(batch, bool)
+            or not isinstance(batch, (int, torch.SymInt))
+            or (isinstance(batch, int) and batch < 1)
+        ):
+            raise ValueError(f"expand() needs a positive int batch, got {batch!r}")  # 0 made an empty batch, -1 none
         if self.batch_size == batch:
             return self
         if self.batch_size != 1:

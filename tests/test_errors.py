@@ -273,6 +273,15 @@ ENCODER_CASES += [
     row("attention-kv-heads-bool", lambda: Attention(16, 2, num_kv_heads=True), ValueError, r"num_kv_heads must be"),
     row("attention-causal-int", lambda: Attention(16, 2, causal=1), TypeError, r"causal must be a bool"),
     row(
+        "coords-expand-0",
+        lambda: Coords.grid(2, 3).expand(0),
+        ValueError,
+        r"expand\(\) needs a positive int batch, got 0",
+    ),
+    row("coords-expand-minus-1", lambda: Coords.grid(2, 3).expand(-1), ValueError, r"positive int batch, got -1"),
+    row("coords-grid-axes-string", lambda: Coords.grid(2, 3, axes="hw"), ValueError, r"axes must name .* got 'hw'"),
+    row("coords-repeated-axes", lambda: Coords(torch.zeros(1, 2, 2), ("h", "h")), ValueError, r"got \('h', 'h'\)"),
+    row(
         "maglap-phase-tol-nan",
         lambda: __import__("mmpos.graph").graph.maglap_eigenpairs(torch.tensor([[0], [1]]), 2, 1, phase_tol=math.nan),
         ValueError,
