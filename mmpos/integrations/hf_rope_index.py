@@ -324,8 +324,23 @@ def scheme_rope_index(
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
     fractional = ids.is_floating_point() and lay.num_vision_tokens > 0
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
+        _check_id_range(ids, deltas, input_ids.dtype)
         ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
     return ids, deltas
+
+
+def _check_id_range(ids: Tensor, deltas: Tensor, dtype: torch.dtype) -> None:
+    """Position ids are returned in the dtype of ``input_ids``: refuse ids it cannot hold (int32 would wrap)."""
+    if dtype.is_floating_point or dtype == torch.bool or dtype.itemsize >= 8 or not ids.numel():
+        return
+    info = torch.iinfo(dtype)
+    low = min(int(ids.min()), int(deltas.min()) if deltas.numel() else 0)
+    high = max(int(ids.max()), int(deltas.max()) if deltas.numel() else 0)
+    if low < info.min or high > info.max:
+        raise ValueError(
+            f"position ids reach {high if high > info.max else low}, beyond the range of input_ids' dtype {dtype} "
+            f"([{info.min}, {info.max}]): they would wrap around; pass input_ids as torch.int64"
+        )
 
 
 def _check_cu_seqlens(cu_seqlens: Any, total: int) -> np.ndarray:
