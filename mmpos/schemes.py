@@ -434,6 +434,12 @@ def _videorope_block(g: BlockGeometry, o: SchemeOptions):
     return _hope_block(g, o)
 
 
+def _reset_block(g: BlockGeometry, o: SchemeOptions):
+    """Spatial reset, stride 1 (ILRoPE / OmniRoPE: ``(start + f, i, j)``; with ``frames=True`` every
+    block is one frame, so the text after it continues at ``start + max(1, h, w)``)."""
+    return _qwen_block(g, o, reset=True)
+
+
 def _vrope_block(g: BlockGeometry, o: SchemeOptions):
     """VRoPE: the four symmetric combinations of ``(i, j)``, frame ``f`` at ``f (H + W - 1)``."""
     hk, wk = g.h[g.block], g.w[g.block]
@@ -577,6 +583,41 @@ for _scheme in (
         id_dtype=torch.float32,
         delta_dtype=torch.float32,
         paper="Wei et al. 2025, VideoRoPE (arXiv:2502.05173)",
+    ),
+    # ILRoPE and OmniRoPE (JJJYmmm/Multimodal-RoPEs pos_design/omnirope.py, ilrope.py = the same index):
+    # a video is one block per frame, h and w restart at 0 in every block, the text after a block at
+    # start + max(1, h, w); ILRoPE rotates with the interleaved (cyclic) allocation, OmniRoPE with the chunked one
+    Scheme(
+        "ilrope",
+        THW,
+        "mrope-i",
+        _reset_block,
+        _IDENTITY,
+        _IDENTITY,
+        frames=True,
+        paper="Liao et al. 2025, ILRoPE (Mogao, arXiv:2505.05472)",
+    ),
+    Scheme(
+        "omnirope",
+        THW,
+        "mrope",
+        _reset_block,
+        _IDENTITY,
+        _IDENTITY,
+        frames=True,
+        paper="Wu et al. 2025, OmniGen2 Omni-RoPE (arXiv:2506.18871)",
+    ),
+    # MM-RoPE (JJJYmmm/Multimodal-RoPEs pos_design/mmrope.py at position_scale (1, 1, 1)): Qwen2-VL's
+    # positions with a video as one block per frame; its distributed T,T,H,W,H,W,H,W allocation is the encoder
+    Scheme(
+        "mmrope",
+        THW,
+        "mmrope",
+        _qwen_block,
+        _IDENTITY,
+        _IDENTITY,
+        frames=True,
+        paper="Yuan et al. 2025, Lumos-1 MM-RoPE (arXiv:2507.08801)",
     ),
     # VRoPE's four combinations travel as (c0, c1, c2): c3 = c1 + c2 - c0 for every position
     Scheme(

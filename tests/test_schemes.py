@@ -10,6 +10,8 @@ interleavings and compared with :func:`mmpos.layout.build` and the scheme's rota
   Qwen3-VL's ``apply_interleaved_mrope`` (``freq_allocation/mrope_i.py``).
 * HoPE: hrlics/HoPE ``modeling_hope.py`` (as restated in JJJYmmm ``pos_design/hope.py``).
 * VRoPE: johncaged/VRoPE ``vrope.py`` (``generate_nd_positions``).
+* ILRoPE / OmniRoPE: JJJYmmm ``pos_design/omnirope.py`` (``ilrope.py`` calls it); MM-RoPE:
+  ``pos_design/mmrope.py`` (``position_scale`` 1) and ``freq_allocation/mmrope.py`` (``T,T,H,W,H,W,H,W``).
 * V2PE: OpenGVLab/V2PE (``arange(last, last + stride * (n + 1), stride)[1:]``, text resumes at
   ``ceil(last visual) + 1``; ``modeling_internlm2.py`` 1-D RoPE at those positions).
 """
@@ -140,6 +142,41 @@ def _reference_v2pe(units, delta: float):
     return pos
 
 
+def _split_frames(units):
+    """A video of ``t`` frames as ``t`` one-frame blocks (the references' ``repeat_interleave`` of the grids)."""
+    return [u for unit in units for u in ([unit] if unit[0] == "text" else [("block", 1, *unit[2:])] * unit[1])]
+
+
+def _reference_omnirope(units):
+    """JJJYmmm ``get_omnirope_index`` (= ``get_ilrope_index``): frames split; text at ``shift, shift + 1, ...``
+    (then ``shift`` = last + 1); a block ``(shift, i, j)`` (spatial reset); then ``shift += max(1, H, W)``."""
+    pos, shift = [], 0
+    for unit in _split_frames(units):
+        if unit[0] == "text":
+            pos.extend([shift + k] * 3 for k in range(unit[1]))
+            shift += unit[1]
+            continue
+        _, _, h, w = unit
+        pos.extend([shift, i, j] for _, i, j in _frames(1, h, w))
+        shift += max(1, h, w)
+    return pos
+
+
+def _reference_mmrope(units):
+    """JJJYmmm ``get_mmrope_index`` at ``position_scale = (1, 1, 1)``: frames split; every unit starts at the
+    previous unit's max + 1; a block at ``(st, st + i, st + j)``."""
+    pos, st = [], 0
+    for unit in _split_frames(units):
+        if unit[0] == "text":
+            pos.extend([st + k] * 3 for k in range(unit[1]))
+            st += unit[1]
+            continue
+        _, _, h, w = unit
+        pos.extend([st, st + i, st + j] for _, i, j in _frames(1, h, w))
+        st += max(h, w)  # the block's max is st + max(h - 1, w - 1)
+    return pos
+
+
 REFERENCES = {
     "mrope-i": (lambda u: _reference_mrope_i(u, 1, True), {}),
     "mrope-i@3": (lambda u: _reference_mrope_i(u, 3, True), {"temporal_scale": 3}),
@@ -153,6 +190,9 @@ REFERENCES = {
     "videorope": (lambda u: _reference_hope(u, 2.0), {}),
     "videorope@0.5": (lambda u: _reference_hope(u, 0.5), {"temporal_scale": 0.5}),
     "vrope": (_reference_vrope, {}),
+    "ilrope": (_reference_omnirope, {}),
+    "omnirope": (_reference_omnirope, {}),
+    "mmrope": (_reference_mmrope, {}),
     "v2pe": (lambda u: _reference_v2pe(u, 1 / 16), {"delta": 1 / 16}),
     "v2pe@0.5": (lambda u: _reference_v2pe(u, 0.5), {"delta": 0.5}),
 }
@@ -188,7 +228,7 @@ def _mrope_i_axis(p: int, section) -> int:
     return 0
 
 
-@pytest.mark.parametrize("scheme", ["mrope-i", "mhrope", "vrope", "hope", "v2pe"])
+@pytest.mark.parametrize("scheme", ["mrope-i", "mhrope", "vrope", "hope", "v2pe", "ilrope", "omnirope", "mmrope"])
 def test_angles_equal_the_reference_allocation(scheme):
     """Angles per pair (and per KV head for MHRoPE) from the reference positions and the
     reference frequency allocation, against the scheme's encoder on the layout."""
@@ -205,13 +245,17 @@ def test_angles_equal_the_reference_allocation(scheme):
     for b, sample in enumerate(samples):
         pos = torch.tensor(reference(_units(sample)), dtype=torch.float64)  # (n, A)
         n = pos.shape[0]
-        if scheme == "mrope-i":  # default interleaved section for 16 pairs
+        if scheme in ("mrope-i", "ilrope"):  # default interleaved section for 16 pairs
             section = (6, 5, 5)
             expected = torch.stack([pos[:, _mrope_i_axis(p, section)] * inv[p] for p in range(pairs)], -1)
         elif scheme == "mhrope":  # KV head j reads axis j (t, h, w), the fourth head is not rotated
             expected = torch.stack([pos[:, j, None] * inv if j < 3 else torch.zeros(n, pairs) for j in range(4)])
         elif scheme == "vrope":
             expected = torch.stack([pos[:, p % 4] * inv[p] for p in range(pairs)], -1)
+        elif scheme == "omnirope":  # chunked default (4, 6, 6): TTTT HHHHHH WWWWWW
+            expected = torch.stack([pos[:, 0 if p < 4 else 1 if p < 10 else 2] * inv[p] for p in range(pairs)], -1)
+        elif scheme == "mmrope":  # meta components of 8 pairs: T T H W H W H W
+            expected = torch.stack([pos[:, (0, 0, 1, 2, 1, 2, 1, 2)[p % 8]] * inv[p] for p in range(pairs)], -1)
         elif scheme == "hope":  # section (4, 6, 6): 12 spatial pairs h, w, h, w, ..., then 4 NoPE pairs
             expected = torch.stack([pos[:, 1 + p % 2] * inv[p] if p < 12 else torch.zeros(n) for p in range(pairs)], -1)
         else:
@@ -368,3 +412,37 @@ def test_videorope_hand_worked_and_options():
     assert lay.rope_deltas.tolist() == [[5 + 1 - 15]] and lay.position_ids.dtype == torch.float32
     with pytest.raises(ValueError, match="temporal spacing"):
         resolve_options("videorope", temporal_scale=0)
+
+
+def test_ilrope_omnirope_mmrope_hand_worked():
+    """Text 2, an image of 2 x 3 merged tokens, text 2, a 2-frame video of 2 x 2, text 1 (worked by hand from
+    the reference loops of JJJYmmm ``pos_design/omnirope.py`` and ``mmrope.py``)."""
+    sample = [[Text(2), Image((1, 4, 6)), Text(2), Video((2, 4, 4)), Text(1)]]
+    reset = [
+        [0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7, 7, 7, 7, 9, 9, 9, 9, 11],
+        [0, 1, 0, 0, 0, 1, 1, 1, 5, 6, 0, 0, 1, 1, 0, 0, 1, 1, 11],
+        [0, 1, 0, 1, 2, 0, 1, 2, 5, 6, 0, 1, 0, 1, 0, 1, 0, 1, 11],
+    ]
+    mm = [
+        [0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7, 7, 7, 7, 9, 9, 9, 9, 11],
+        [0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11],
+        [0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 7, 8, 7, 8, 9, 10, 9, 10, 11],
+    ]
+    for scheme, expected in (("ilrope", reset), ("omnirope", reset), ("mmrope", mm)):
+        lay = build(sample, scheme)
+        assert lay.hf_position_ids("3d")[:, 0].tolist() == expected, scheme
+        assert lay.rope_deltas.tolist() == [[12 - 19]], scheme  # max + 1 - length, as the references
+    # ILRoPE rotates with the interleaved allocation, OmniRoPE with the chunked one
+    assert (get_scheme("ilrope").encoder, get_scheme("omnirope").encoder) == ("mrope-i", "mrope")
+
+
+def test_mmrope_allocation_gives_every_axis_the_whole_spectrum():
+    """2:3:3 per meta component of 8 pairs; each axis reads pairs from the highest to the lowest frequencies."""
+    enc = create("mmrope", head_dim=128)
+    reads = (enc.weight != 0).double()  # (axes, pairs) for t, h, w
+    assert reads.sum(-1).tolist() == [16.0, 24.0, 24.0]  # 64 pairs: 8 meta components of T T H W H W H W
+    for a in range(3):
+        idx = reads[a].nonzero().flatten()
+        assert int(idx.min()) < 8 and int(idx.max()) >= 56  # high and low frequencies on every axis
+    with pytest.raises(ValueError, match="mrope_section"):
+        create("mmrope", head_dim=128, mrope_section=[16, 24, 24])  # the pattern fixes the sections

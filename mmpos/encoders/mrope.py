@@ -17,6 +17,7 @@ mhrope              ``t, h, w``             KV head ``j`` reads one axis with al
                                             (``head_sections`` count KV heads, e.g.
                                             ``[2, 3, 3]``); leftover heads unrotated
 vrope               ``c0, c1, c2, c3``      combination ``c{p mod 4}``
+mmrope              ``t, h, w``             ``t, t, h, w, h, w, h, w`` by ``p mod 8``
 hope                ``h, w``                pairs ``< P - section_t``: ``h`` (even ``p``),
                                             ``w`` (odd ``p``); the last ``section_t``
                                             (lowest-frequency) pairs: zero frequency
@@ -52,9 +53,11 @@ from .registry import register_encoder
 
 __all__ = [
     "AXIS_ORDERS",
+    "MMROPE_PATTERN",
     "V2PE",
     "HoPE",
     "MHRoPE",
+    "MMRoPE",
     "MRoPE",
     "MRoPEInterleaved",
     "VRoPE",
@@ -62,6 +65,7 @@ __all__ = [
     "default_mrope_section",
     "hope_plan",
     "mhrope_plan",
+    "mmrope_plan",
     "mrope_plan",
     "videorope_plan",
     "vrope_plan",
@@ -214,6 +218,20 @@ def videorope_plan(
     s_t, _, _ = _check_section(section, p, "rotary pair counts")
     spatial = torch.arange(p - s_t) % 2 + 1  # 1 -> h, 2 -> w
     index = torch.cat([spatial, torch.zeros(s_t, dtype=torch.long)])  # 0 -> t on the lowest frequencies
+    return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), THW, head_dim, convention)
+
+
+#: MM-RoPE's meta component: 8 rotary pairs read ``t, t, h, w, h, w, h, w`` (the 2:3:3 ratio, repeated)
+MMROPE_PATTERN = (0, 0, 1, 2, 1, 2, 1, 2)
+
+
+def mmrope_plan(head_dim: int, theta: float = 10000.0, convention: str = "half") -> FrequencyPlan:
+    """MM-RoPE distributed allocation on axes ``("t", "h", "w")``: pair ``p`` reads axis
+    ``MMROPE_PATTERN[p mod 8]`` (``T, T, H, W, H, W, H, W`` per meta component of 8 pairs; a
+    remainder keeps the pattern), so every axis spans the whole spectrum in the 2:3:3 ratio.
+    JJJYmmm/Multimodal-RoPEs ``freq_allocation/mmrope.py`` (``MMRopeEmbedding.apply_transformation``)."""
+    p = _pairs(head_dim)
+    index = torch.tensor(MMROPE_PATTERN)[torch.arange(p) % len(MMROPE_PATTERN)]
     return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), THW, head_dim, convention)
 
 
@@ -415,6 +433,36 @@ class VideoRoPE(_MultimodalRotary):
     ) -> None:
         plan = videorope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention)
         super().__init__(plan, scaling=scaling)
+
+
+@register_encoder(
+    "mmrope",
+    paper="Yuan et al. 2025, Lumos-1 MM-RoPE (arXiv:2507.08801)",
+    reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/freq_allocation/mmrope.py (MMRopeEmbedding)",
+)
+class MMRoPE(_MultimodalRotary):
+    """MM-RoPE: distributed 2:3:3 meta-component frequency allocation.
+
+    Paper: Yuan et al., "Lumos-1: On Autoregressive Video Generation from a Unified Model
+    Perspective", 2025, https://arxiv.org/abs/2507.08801 (MM-RoPE). Reference:
+    JJJYmmm/Multimodal-RoPEs ``multimodal_ropes/freq_allocation/mmrope.py``: every 8 consecutive
+    rotary pairs read ``t, t, h, w, h, w, h, w`` (:func:`mmrope_plan`), so each axis has high and
+    low frequencies (M-RoPE's chunks give ``t`` only the highest). Positions: the ``mmrope`` layout.
+
+    Reads ``("t", "h", "w")``. Args: ``dim``, ``num_heads``, ``head_dim``, ``theta``,
+    ``convention``, ``scaling`` as :class:`MRoPE` (no ``mrope_section``: the pattern fixes it).
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
+    ) -> None:
+        super().__init__(mmrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention), scaling=scaling)
 
 
 @register_encoder(

@@ -133,6 +133,9 @@ SWAPS = [
     ("v2pe", {"visual_stride": 4.0}),  # the block-span form
     ("hope", {"temporal_scale": 0.75}),
     ("videorope", {}),
+    ("ilrope", {}),
+    ("omnirope", {}),
+    ("mmrope", {}),
     ("flat", {}),
 ]
 
