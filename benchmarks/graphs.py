@@ -53,7 +53,7 @@ BIG = [
     "mmpos-q0.25-f64",
     "mmpos-qa0.01-f64",
 ]
-SMALL = ["pyg-f32", "mmpos-q0-f64", "mmpos-q0.25-f64", "mmpos-q0-f64-many", "mmpos-q0.25-f64-many"]
+SMALL = ["pyg-f32", "pyg-f64", "mmpos-q0-f64", "mmpos-q0.25-f64", "mmpos-q0-f64-many", "mmpos-q0.25-f64-many"]
 
 
 def _big_graph(n: int, seed: int = 0):
@@ -141,6 +141,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--methods", nargs="*", default=None)
+    p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass (one more call per method)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -178,7 +179,7 @@ def main() -> None:
             print(f"round {r} {m}: wall {wall:.2f} s, CPU {cpu:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
     ref_val = _eigvals_pyg_f64(graphs[0], args.k) if args.only == "big" else None
     peaks = {}
-    for m in methods:
+    for m in [] if args.no_memory else methods:
         tracemalloc.start()
         _call(m, graphs, args.k)
         peaks[m] = tracemalloc.get_traced_memory()[1] / 2**20
@@ -193,7 +194,7 @@ def main() -> None:
         if ref_val is not None and "-q0-" in m:
             err = float(np.abs(last[m][0].maglap_pe_eigval[0].double().numpy() - ref_val[: args.k]).max())
         rows.append(
-            {"method": m, "wall_s": wall, "cpu_s": cpu, "vs_pyg_cpu": ratio, "peak_mib": peaks[m], "eig_err": err}
+            {"method": m, "wall_s": wall, "cpu_s": cpu, "vs_pyg_cpu": ratio, "peak_mib": peaks.get(m), "eig_err": err}
         )
     print(
         "\n| method | wall (s) | CPU (s) | CPU / PyG same precision | peak traced (MiB) | max eigenvalue diff vs PyG f64 |"
@@ -202,7 +203,8 @@ def main() -> None:
     for r in rows:
         ratio = f"{r['vs_pyg_cpu']:.2f}x" if r["vs_pyg_cpu"] is not None else "-"
         err = f"{r['eig_err']:.1e}" if r["eig_err"] is not None else "-"
-        print(f"| {r['method']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {ratio} | {r['peak_mib']:.0f} | {err} |")
+        peak = f"{r['peak_mib']:.0f}" if r["peak_mib"] is not None else "-"
+        print(f"| {r['method']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {ratio} | {peak} | {err} |")
     print(f"load average at the end {os.getloadavg()}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
