@@ -25,6 +25,7 @@ from mmpos.integrations.hf_rope_index import (
     get_rope_index,
     installed_rule,
     scheme_for_config,
+    scheme_rope_index,
     token_layout,
 )
 
@@ -519,3 +520,18 @@ def test_packed_rows_equal_each_sample_alone(scheme):
         packed_rope_index(config, input_ids, torch.tensor([0, 3, 3, sum(lengths)]), images, videos, seconds)
     with pytest.raises(ValueError, match=r"input_ids must be a packed \(1, N\)"):
         packed_rope_index(config, input_ids.expand(2, -1), cu, images, videos, seconds)
+
+
+@pytest.mark.parametrize("scheme", ["ilrope", "omnirope", "mmrope"])
+def test_frame_block_schemes_on_a_qwen2_vl_prompt_match_layout_build(scheme):
+    """ILRoPE / OmniRoPE / MM-RoPE place a video as one block per frame: from a Qwen2-VL prompt (one run of
+    video tokens) the token-id path splits it as ``layout.build`` does (both checked against the references'
+    loops in tests/test_schemes.py)."""
+    segs = [layout.Text(3), layout.Image((1, 4, 6)), layout.Text(3), layout.Video((2, 4, 4)), layout.Text(2)]
+    ids = torch.tensor([[5, 6, START] + [IMAGE] * 6 + [END, 7, START] + [VIDEO] * 8 + [END, 8]])
+    options = RopeIndexOptions.from_config(CONFIGS["qwen2-vl"][0], scheme=scheme)
+    position_ids, deltas = scheme_rope_index(options, ids, torch.tensor([[1, 4, 6]]), torch.tensor([[2, 4, 4]]))
+    lay = layout.build([segs], scheme)
+    assert torch.equal(position_ids, lay.hf_position_ids("3d")) and torch.equal(deltas, lay.rope_deltas)
+    t = position_ids[0, 0]  # frames at tokens 12-15 and 16-19: each one time position, the second later
+    assert len(set(t[12:16].tolist())) == 1 and len(set(t[16:20].tolist())) == 1 and t[16] > t[12]
