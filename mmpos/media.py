@@ -58,11 +58,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image as PILImage
-from PIL import ImageOps, UnidentifiedImageError
 from torch import Tensor
 
+from ._extras import requires
 from .layout import Image, Text, Video
+
+with requires("media"):  # one line naming the package and the extra when it is missing
+    from PIL import Image as PILImage
+    from PIL import ImageOps, UnidentifiedImageError
 
 __all__ = [
     "IMAGE_SPECS",

@@ -20,7 +20,8 @@ def test_a_missing_optional_package_names_the_package_and_the_extra(monkeypatch)
 
 
 def test_a_submodule_of_a_missing_package_is_reported_by_its_top_level_name(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch_geometric", None)
+    for name in ("torch_geometric", "torch_geometric.data"):  # as if never installed, even if another test imported it
+        monkeypatch.setitem(sys.modules, name, None)
     message = r"^torch-geometric is not installed; .*\[graph\]'$"
     with pytest.raises(ModuleNotFoundError, match=message), requires("graph"):
         from torch_geometric.data import Data  # noqa: F401

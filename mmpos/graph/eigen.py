@@ -73,14 +73,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 import torch
-from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
+from .._extras import requires
 from .._validate import check_float
 from .laplacian import NORMALIZATIONS, binary_adjacency, check_q, edge_array, relative_q, scipy_magnetic_laplacian
+
+with requires("graph"):  # one line naming the package and the extra when it is missing
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+    from scipy.sparse.csgraph import connected_components
 
 __all__ = [
     "PHASE_RULES",

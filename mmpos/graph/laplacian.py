@@ -28,9 +28,13 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import Tensor
+
+from .._extras import requires
+
+with requires("graph"):  # one line naming the package and the extra when it is missing
+    import scipy.sparse as sp
 
 __all__ = ["NORMALIZATIONS", "magnetic_laplacian", "num_one_way_edges", "relative_q"]
 

@@ -23,11 +23,14 @@ sparse products, so it also runs on large graphs.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from .._extras import requires
 from .laplacian import binary_adjacency, edge_array
+
+with requires("graph"):  # one line naming the package and the extra when it is missing
+    import scipy.sparse as sp
 
 __all__ = ["directional_random_walk_node_pe", "directional_random_walks", "transition_matrix"]
 

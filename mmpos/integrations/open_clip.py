@@ -37,22 +37,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import open_clip
 import torch
 import torch.nn.functional as F
-from open_clip.timm_model import TimmModel
-from open_clip.transformer import (
-    Attention,
-    CustomResidualAttentionBlock,
-    ResidualAttentionBlock,
-    VisionTransformer,
-)
-from timm.layers import resample_abs_pos_embed
-from timm.models._features import feature_take_indices
-from timm.models.vision_transformer import VisionTransformer as TimmVisionTransformer
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from .._extras import requires
 from ..coords import Coords
 from ..encoders.registry import model_context
 from ..nn import placement
@@ -62,6 +52,19 @@ from ..rotary import Rotation
 from . import timm as mmpos_timm
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
+
+with requires("clip"):  # one line naming the package and the extra when it is missing
+    import open_clip
+    from open_clip.timm_model import TimmModel
+    from open_clip.transformer import (
+        Attention,
+        CustomResidualAttentionBlock,
+        ResidualAttentionBlock,
+        VisionTransformer,
+    )
+    from timm.layers import resample_abs_pos_embed
+    from timm.models._features import feature_take_indices
+    from timm.models.vision_transformer import VisionTransformer as TimmVisionTransformer
 
 __all__ = [
     "OPEN_CLIP_ALIASES",

@@ -35,15 +35,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import timm
 import torch
-from timm.layers import Attention
-from timm.models._features import feature_take_indices
-from timm.models._manipulate import checkpoint
-from timm.models.eva import Eva
-from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
+from .._extras import requires
 from ..coords import Coords
 from ..encoders.base import RotaryEncoder
 from ..encoders.registry import list_encoders, model_context
@@ -53,6 +48,14 @@ from ..nn.placement import Placement, PositionalBackbone, convert_backbone, modu
 from ..rotary import Rotation
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
+
+with requires("timm"):  # one line naming the package and the extra when it is missing
+    import timm
+    from timm.layers import Attention
+    from timm.models._features import feature_take_indices
+    from timm.models._manipulate import checkpoint
+    from timm.models.eva import Eva
+    from timm.models.vision_transformer import Block, VisionTransformer
 
 __all__ = [
     "FROM_CHECKPOINT",

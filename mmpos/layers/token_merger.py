@@ -32,10 +32,13 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from timm.layers import Mlp
 from torch import Tensor, nn
 
+from .._extras import requires
 from ..coords import Coords
+
+with requires("timm"):  # one line naming the package and the extra when it is missing
+    from timm.layers import Mlp
 
 __all__ = ["AdaptiveTokenMerger", "merge_schedule"]
 

@@ -12,14 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timm.layers import DropPath, Mlp
 from torch import Tensor, nn
 
+from .._extras import requires
 from ..coords import Coords
 from ..encoders.registry import model_context
 from ..rotary import Rotation
 from .attention import Attention
 from .placement import Placement, PositionalBackbone, attach
+
+with requires("timm"):  # one line naming the package and the extra when it is missing
+    from timm.layers import DropPath, Mlp
 
 __all__ = ["Block", "Transformer"]
 

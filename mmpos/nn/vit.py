@@ -11,11 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from timm.layers import PatchEmbed, to_2tuple
 from torch import Tensor, nn
 
+from .._extras import requires
 from ..coords import Coords
 from .blocks import Transformer
+
+with requires("timm"):  # one line naming the package and the extra when it is missing
+    from timm.layers import PatchEmbed, to_2tuple
 
 __all__ = ["VisionTransformer"]
 

@@ -26,9 +26,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from .._extras import requires
 from . import packages
+
+with requires("recipes"):  # one line naming the package and the extra when it is missing
+    import yaml
 
 if TYPE_CHECKING:  # importlib.resources.abc is Python >= 3.11
     from importlib.resources.abc import Traversable

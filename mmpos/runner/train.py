@@ -47,10 +47,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from .._extras import requires
 from .config import ConfigError, RunError, config_digest
 from .tasks import Task, get_task
+
+with requires("recipes"):  # one line naming the package and the extra when it is missing
+    from tqdm.auto import tqdm
 
 __all__ = [
     "Dist",

@@ -17,15 +17,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
+from .._extras import requires
 from ..coords import Coords, Modality
 from ..encoders.base import PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
 from .maps import LayoutRows, PlanTable, SimilarityMap, extrapolation_maps, layout_rows, plan_table, similarity_map
+
+with requires("viz"):  # one line naming the package and the extra when it is missing
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
 __all__ = ["plot_extrapolation", "plot_layout", "plot_plan", "plot_similarity", "plot_similarity_map"]
 

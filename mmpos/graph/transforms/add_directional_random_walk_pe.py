@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import torch
-from torch_geometric.data import Data
-from torch_geometric.transforms import BaseTransform
 
+from ..._extras import requires
 from ..random_walk import check_walk, directional_random_walk_node_pe, directional_random_walks
+
+with requires("graph"):  # one line naming the package and the extra when it is missing
+    from torch_geometric.data import Data
+    from torch_geometric.transforms import BaseTransform
 
 __all__ = ["AddDirectionalRandomWalkPE"]
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch_geometric.data import Data
-from torch_geometric.transforms import BaseTransform
 
+from ..._extras import requires
 from ..eigen import PHASE_RULES, SOLVERS, MagLapEigen, check_k, maglap_eigenpairs, maglap_eigenpairs_many
 from ..laplacian import check_q
+
+with requires("graph"):  # one line naming the package and the extra when it is missing
+    from torch_geometric.data import Data
+    from torch_geometric.transforms import BaseTransform
 
 __all__ = ["PRESETS", "AddMagneticLaplacianPE"]
 
