@@ -55,9 +55,7 @@ def parse_scheme(encoder: str) -> tuple[str, str | None]:
     """``"v2pe@0.25"`` -> ``("v2pe", "0.25")``; ``"qwen2-vl"`` -> ``("qwen2-vl", None)``."""
     ((scheme, option),) = parse_encoders(encoder, _SCHEME_VARIANTS, combine=False).items
     if scheme not in SCHEMES:
-        raise ValueError(
-            f"encoder must name a layout scheme {sorted(SCHEMES)} (optionally '@option'), got {encoder!r}"
-        )
+        raise ValueError(f"encoder must name a layout scheme {sorted(SCHEMES)} (optionally '@option'), got {encoder!r}")
     return scheme, option
 
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from open_clip.transformer import VisionTransformer
 
-from recipes.data import video
 from mmpos.runner.sweep import run_recipe
 from mmpos.runner.tasks import get_task
+from recipes.data import video
 from recipes.tasks.multimodal import _layout_options, parse_scheme, vision_tower
 from recipes.vlm import PatchTokens
 

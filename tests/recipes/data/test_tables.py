@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from recipes.data.tables import table_batch, vocab
 from mmpos.layout import Text
 from mmpos.table import Table, build
+from recipes.data.tables import table_batch, vocab
 
 
 def _cells(b, v):
