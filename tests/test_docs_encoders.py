@@ -103,7 +103,7 @@ def test_learned_page_runs_and_its_shape_comments_hold(learned):
     assert learned["table"] is pe.pos_embed
     assert not learned["no_class_row"][0, 0].any()
     torch.testing.assert_close(learned["no_class_row"][:, 1:], learned["video"].pos_embed)
-    assert tuple(learned["vit"].transformer.additive[0].pos_embed.shape) == (1, 1 + 8 * 8, 64)
+    assert tuple(learned["vit"].transformer.pos_encoders["learned"].pos_embed.shape) == (1, 1 + 8 * 8, 64)
 
 
 def test_learned_page_resampling_is_timms_and_keeps_the_class_row(learned):
