@@ -2,6 +2,7 @@
 
     mmpos list [encoders]                        encoders with kind and paper
     mmpos list recipes                           shipped recipes with their descriptions
+    mmpos list schemes                           layout schemes: axes, rotary encoder, paper, HF model types
     mmpos run RECIPE [key=value ...] [--resume RUN_FOLDER] [--out DIR]
     mmpos cp RECIPE DEST [--force]               copy a shipped recipe to edit and run as your own
     mmpos info                                   versions and device
@@ -52,6 +53,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"{'name':<{width}}  description")
         for name in names:
             print(f"{name:<{width}}  {recipe_description(name)}")
+        return 0
+    if args.what == "schemes":
+        from .schemes import SCHEMES
+
+        width = max(len(n) for n in SCHEMES)
+        print(f"{'name':<{width}}  {'axes':<11}  {'encoder':<10}  paper; Hugging Face model types")
+        for name, scheme in sorted(SCHEMES.items()):
+            families = f"; {', '.join(scheme.model_types)}" if scheme.model_types else ""
+            print(f"{name:<{width}}  {','.join(scheme.axes):<11}  {scheme.encoder:<10}  {scheme.paper}{families}")
         return 0
     from . import list_encoders
 
@@ -157,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="mmpos", description="Position encoders for multimodal and structured data.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{list,run,cp,info,plot}", parser_class=_Parser)
     lst = sub.add_parser("list", help="list the registered encoders, or the shipped recipes")
-    lst.add_argument("what", nargs="?", choices=("encoders", "recipes"), default="encoders")
+    lst.add_argument("what", nargs="?", choices=("encoders", "recipes", "schemes"), default="encoders")
     lst.set_defaults(fn=_cmd_list)
     sub.add_parser("info", help="versions of mmpos and its dependencies, and the device").set_defaults(fn=_cmd_info)
     run = sub.add_parser("run", help="run a recipe (a YAML path or the name of a shipped recipe)")

@@ -68,6 +68,18 @@ def test_list_recipes_shows_every_shipped_recipe_with_its_description(capsys):
     assert rows["quickstart"].split(None, 1)[1] == description
 
 
+def test_list_schemes_shows_every_scheme_with_its_encoder_paper_and_families(capsys):
+    from mmpos.schemes import SCHEMES
+
+    assert main(["list", "schemes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert sorted(rows) == sorted(SCHEMES)
+    for name, scheme in SCHEMES.items():
+        assert scheme.encoder in rows[name].split() and scheme.paper in rows[name]
+        assert all(family in rows[name] for family in scheme.model_types)
+
+
 def test_cp_copies_a_shipped_recipe_and_refuses_to_overwrite(tmp_path, capsys):
     dest = tmp_path / "mine.yaml"
     assert main(["cp", "quickstart", str(dest)]) == 0
