@@ -8,9 +8,9 @@ Public API: the names below and the documented submodules (``docs/api.md``):
 (the recipe runner; the recipes themselves live in the top-level ``recipes`` package beside the library).
 """
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .coords import Coords, Modality
@@ -32,19 +32,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f".{name}", __name__)  # a submodule: mmpos.rotary, mmpos.layout, ...
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, submodules=True)  # also mmpos.rotary, ...
 
 
 __all__ = [

@@ -5,8 +5,9 @@ install; ``Transformer``, ``Block`` and ``VisionTransformer`` need the ``timm`` 
 ``GraphTransformer`` the ``graph`` extra.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
 
 # the core (torch only), imported at once: the function ``attention`` must win over its submodule's name
 from .attention import Attention, attention, attention_mask
@@ -19,10 +20,10 @@ if TYPE_CHECKING:
 
 # name -> submodule that defines it, for what needs an extra (imported on first access)
 _LAZY = {
-    "Block": "blocks",
-    "Transformer": "blocks",
-    "GraphTransformer": "graph_transformer",
-    "VisionTransformer": "vit",
+    "Block": ".blocks",
+    "Transformer": ".blocks",
+    "GraphTransformer": ".graph_transformer",
+    "VisionTransformer": ".vit",
 }
 
 __all__ = [
@@ -39,14 +40,4 @@ __all__ = [
     "router_entropy_loss",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)

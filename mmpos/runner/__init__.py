@@ -11,9 +11,7 @@ Only the config module (PyYAML) loads with the package; the runner, sweeps and t
 on first use of their names, so ``mmpos list recipes`` and ``mmpos cp`` start quickly.
 """
 
-import importlib
-from typing import Any
-
+from .._lazy import lazy_attributes
 from .config import (
     ConfigError,
     find_recipe,
@@ -26,12 +24,12 @@ from .packages import recipe_packages
 
 # name -> submodule that defines it (imported on first access, PEP 562)
 _LAZY = {
-    "train_run": "train",
-    "run_recipe": "sweep",
-    "Task": "tasks",
-    "get_task": "tasks",
-    "list_tasks": "tasks",
-    "register_task": "tasks",
+    "train_run": ".train",
+    "run_recipe": ".sweep",
+    "Task": ".tasks",
+    "get_task": ".tasks",
+    "list_tasks": ".tasks",
+    "register_task": ".tasks",
 }
 
 __all__ = [
@@ -50,14 +48,4 @@ __all__ = [
     "train_run",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
