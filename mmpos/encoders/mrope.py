@@ -38,7 +38,7 @@ positions are float64 (``v2pe`` at long contexts).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
@@ -254,6 +254,25 @@ class _MultimodalRotary(RotaryEncoder):
         return coords
 
 
+class _SectionedRotary(_MultimodalRotary):
+    """A plan from ``(head_dim, mrope_section, theta, convention)``: the subclass names it as ``plan_of``."""
+
+    plan_of: Callable[..., FrequencyPlan]
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        mrope_section: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
+    ) -> None:
+        plan = self.plan_of(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention)
+        super().__init__(plan, scaling=scaling)
+
+
 @register_encoder(
     "mrope",
     paper="Wang et al. 2024, Qwen2-VL M-RoPE (arXiv:2409.12191)",
@@ -407,7 +426,7 @@ class VRoPE(_MultimodalRotary):
     paper="Wei et al. 2025, VideoRoPE (arXiv:2502.05173)",
     reference="Wiselnn570/VideoRoPE videorope-transformer/modeling_videorope.py (apply_m_modify_multimodal_rotary_pos_emb)",
 )
-class VideoRoPE(_MultimodalRotary):
+class VideoRoPE(_SectionedRotary):
     """VideoRoPE: low-frequency temporal allocation (LTA), the spatial ``h``/``w`` pairs
     alternating on the high frequencies, ``t`` on the lowest ``mrope_section[0]`` pairs.
 
@@ -421,18 +440,8 @@ class VideoRoPE(_MultimodalRotary):
     for ``head_dim=128``; its ``t`` pairs are rotated here).
     """
 
-    def __init__(
-        self,
-        dim: int | None = None,
-        num_heads: int | None = None,
-        head_dim: int | None = None,
-        mrope_section: Sequence[int] | None = None,
-        theta: float = 10000.0,
-        convention: str = "half",
-        scaling: RopeScaling | dict | None = None,
-    ) -> None:
-        plan = videorope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention)
-        super().__init__(plan, scaling=scaling)
+    #: (head_dim, mrope_section, theta, convention) -> FrequencyPlan
+    plan_of = staticmethod(videorope_plan)
 
 
 @register_encoder(
@@ -470,7 +479,7 @@ class MMRoPE(_MultimodalRotary):
     paper="Li et al. 2025, HoPE (arXiv:2505.20444)",
     reference="hrlics/HoPE modeling_hope.py (apply_hybrid_multimodal_rotary_pos_emb)",
 )
-class HoPE(_MultimodalRotary):
+class HoPE(_SectionedRotary):
     """HoPE: hybrid frequency allocation, spatial ``h``/``w`` alternating on the high
     frequencies and zero frequency (temporal NoPE) on the lowest ``mrope_section[0]`` pairs.
 
@@ -489,18 +498,7 @@ class HoPE(_MultimodalRotary):
         theta, convention: as :class:`MRoPE`.
     """
 
-    def __init__(
-        self,
-        dim: int | None = None,
-        num_heads: int | None = None,
-        head_dim: int | None = None,
-        mrope_section: Sequence[int] | None = None,
-        theta: float = 10000.0,
-        convention: str = "half",
-        scaling: RopeScaling | dict | None = None,
-    ) -> None:
-        plan = hope_plan(resolve_head_dim(dim, num_heads, head_dim), mrope_section, theta, convention)
-        super().__init__(plan, scaling=scaling)
+    plan_of = staticmethod(hope_plan)
 
 
 @register_encoder(
