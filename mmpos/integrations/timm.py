@@ -289,6 +289,14 @@ class PositionalVisionTransformer(PositionalBackbone, VisionTransformer):
 
 
 # ---------------------------------------------------------------------------------- timm's Eva RoPE ViTs
+def _eva_head_dim(attn: nn.Module) -> int:
+    """An Eva attention's head size: ``head_dim`` where timm has it, else its projection width / heads (timm < 1.0.21)."""
+    if hasattr(attn, "head_dim"):
+        return int(attn.head_dim)
+    width = attn.qkv.out_features // 3 if attn.qkv is not None else attn.q_proj.out_features
+    return width // attn.num_heads
+
+
 def _eva_convention(model: Eva) -> str:
     """The rotation layout the Eva blocks apply: ``"half"`` (``rotate_half``) or ``"interleaved"``."""
     attn = model.blocks[0].attn
@@ -452,7 +460,7 @@ def _convert_eva(model: Eva, pos: str | Sequence[str] | None, pos_kwargs: dict[s
         model.embed_dim,
         attn.num_heads,
         len(model.blocks),
-        head_dim=attn.head_dim,
+        head_dim=_eva_head_dim(attn),
         grid_size=model.patch_embed.grid_size,
         axes=("h", "w"),
     )
