@@ -254,6 +254,24 @@ class _MultimodalRotary(RotaryEncoder):
         return coords
 
 
+class _PatternRotary(_MultimodalRotary):
+    """A plan from ``(head_dim, theta, convention)`` alone (its pattern fixes the sections): ``plan_of``."""
+
+    plan_of: Callable[..., FrequencyPlan]
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        theta: float = 10000.0,
+        convention: str = "half",
+        scaling: RopeScaling | dict | None = None,
+    ) -> None:
+        plan = self.plan_of(resolve_head_dim(dim, num_heads, head_dim), theta, convention)
+        super().__init__(plan, scaling=scaling)
+
+
 class _SectionedRotary(_MultimodalRotary):
     """A plan from ``(head_dim, mrope_section, theta, convention)``: the subclass names it as ``plan_of``."""
 
@@ -394,7 +412,7 @@ class MHRoPE(_MultimodalRotary):
     paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)",
     reference="johncaged/VRoPE vrope.py (VRoPE.generate_nd_positions)",
 )
-class VRoPE(_MultimodalRotary):
+class VRoPE(_PatternRotary):
     """VRoPE: per-pair positions, the four symmetric combinations of a frame's ``(i, j)``.
 
     Paper: Liu et al., "VRoPE: Rotary Position Embedding for Video Large Language Models",
@@ -409,16 +427,7 @@ class VRoPE(_MultimodalRotary):
         dim, num_heads, head_dim: the head size. theta, convention: as :class:`MRoPE`.
     """
 
-    def __init__(
-        self,
-        dim: int | None = None,
-        num_heads: int | None = None,
-        head_dim: int | None = None,
-        theta: float = 10000.0,
-        convention: str = "half",
-        scaling: RopeScaling | dict | None = None,
-    ) -> None:
-        super().__init__(vrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention), scaling=scaling)
+    plan_of = staticmethod(vrope_plan)
 
 
 @register_encoder(
@@ -449,7 +458,7 @@ class VideoRoPE(_SectionedRotary):
     paper="Yuan et al. 2025, Lumos-1 MM-RoPE (arXiv:2507.08801)",
     reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/freq_allocation/mmrope.py (MMRopeEmbedding)",
 )
-class MMRoPE(_MultimodalRotary):
+class MMRoPE(_PatternRotary):
     """MM-RoPE: distributed 2:3:3 meta-component frequency allocation.
 
     Paper: Yuan et al., "Lumos-1: On Autoregressive Video Generation from a Unified Model
@@ -462,16 +471,7 @@ class MMRoPE(_MultimodalRotary):
     ``convention``, ``scaling`` as :class:`MRoPE` (no ``mrope_section``: the pattern fixes it).
     """
 
-    def __init__(
-        self,
-        dim: int | None = None,
-        num_heads: int | None = None,
-        head_dim: int | None = None,
-        theta: float = 10000.0,
-        convention: str = "half",
-        scaling: RopeScaling | dict | None = None,
-    ) -> None:
-        super().__init__(mmrope_plan(resolve_head_dim(dim, num_heads, head_dim), theta, convention), scaling=scaling)
+    plan_of = staticmethod(mmrope_plan)
 
 
 @register_encoder(
