@@ -222,6 +222,20 @@ class TableLayout:
     def mask(self) -> Tensor:
         return self.order_coords.token_mask
 
+    def expand(self, batch: int) -> TableLayout:
+        """The same layout for ``batch`` samples (from a layout of 1 sample, without a copy), as :meth:`Coords.expand`."""
+        order_coords = self.order_coords.expand(batch)  # validates batch and the batch size 1
+        n = self.table_mask.shape[1]
+        return TableLayout(
+            order_coords,
+            self.grid_coords.expand(batch),
+            self.cell.expand(batch, n, 3),
+            self.table_mask.expand(batch, n),
+            self.next_position.expand(batch),
+            self.next_grid.expand(batch),
+            self.orders,
+        )
+
     def decode(self, num_new: int = 1) -> Tensor:
         """Positions ``(B, num_new, K)`` of ``num_new`` text tokens generated after each sample
         (the same under every order, as in the reference's ``tx[-1] + 1``, ``ty[-1] + 1``)."""

@@ -111,3 +111,18 @@ def test_layout_build_reads_tables_as_text_runs_under_every_scheme():
     pos = mixed.position_ids[:, 0, :n]
     assert torch.equal(pos, torch.arange(n).expand(3, n))  # table tokens: text positions on every axis
     assert (mixed.modality[0, n : n + 4] == 1).all() and mixed.position_ids[0, 0, -1] == n + 2
+
+
+def test_expand_gives_one_samples_layout_to_a_batch_without_a_copy():
+    one = build([[Text(2), Table.grid(2, 2)]])
+    three = one.expand(3)
+    assert three.order_coords.pos.shape[0] == three.cell.shape[0] == three.next_grid.shape[0] == 3
+    for name in ("cell", "table_mask", "next_position", "next_grid"):
+        assert torch.equal(getattr(three, name)[2], getattr(one, name)[0]), name
+        assert getattr(three, name).data_ptr() == getattr(one, name).data_ptr(), name  # a view
+    assert torch.equal(three.order_coords.pos[1], one.order_coords.pos[0]) and three.orders == one.orders
+    assert torch.equal(three.decode(2)[1], one.decode(2)[0])
+    with pytest.raises(ValueError, match="expand\\(\\) needs batch size 1, got 3"):
+        three.expand(4)
+    with pytest.raises(ValueError, match="expand\\(\\) needs a positive int batch, got 0"):
+        one.expand(0)

@@ -20,6 +20,7 @@ Metrics: ``acc`` (both tasks, at ``data.eval_sizes[0]``, ranks runs) and ``<task
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -152,16 +153,9 @@ def build_task(cfg: dict[str, Any], encoder: str, seed: int, device: torch.devic
     model = TableLM(v["size"], d["num_values"], encoder, **{k: m[k] for k in DEFAULTS["model"]})
 
     def layout_of(shape: tuple[int, ...], b: int) -> TableLayout:
-        lay = table_layout(*shape)
-        return TableLayout(
-            lay.order_coords.expand(b).to(device),
-            lay.grid_coords.expand(b).to(device),
-            lay.cell.expand(b, -1, -1),
-            lay.table_mask.expand(b, -1).to(device),
-            lay.next_position.expand(b),
-            lay.next_grid.expand(b),
-            lay.orders,
-        )
+        lay = table_layout(*shape).expand(b)
+        on = {"order_coords": lay.order_coords.to(device), "grid_coords": lay.grid_coords.to(device)}
+        return replace(lay, **on, table_mask=lay.table_mask.to(device))
 
     evals = {}
     for i, (rows, cols) in enumerate(sizes):

@@ -27,6 +27,7 @@ Shapes: tokens ``(B, L)``; targets ``(B, L, 2)`` (above, left; ``-100`` where th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -106,16 +107,9 @@ def build_task(cfg: dict[str, Any], encoder: str, seed: int, device: torch.devic
     w0, steps = float(d["entropy_weight"]), max(1, int(cfg["steps"] * float(d["anneal_fraction"])))
 
     def layout_of(rows: int, cols: int, b: int) -> TableLayout:
-        lay = table_layout(1, rows, cols, 1, 0)
-        return TableLayout(
-            lay.order_coords.expand(b).to(device),
-            lay.grid_coords.expand(b).to(device),
-            lay.cell.expand(b, -1, -1),
-            lay.table_mask.expand(b, -1).to(device),
-            lay.next_position.expand(b),
-            lay.next_grid.expand(b),
-            lay.orders,
-        )
+        lay = table_layout(1, rows, cols, 1, 0).expand(b)
+        on = {"order_coords": lay.order_coords.to(device), "grid_coords": lay.grid_coords.to(device)}
+        return replace(lay, **on, table_mask=lay.table_mask.to(device))
 
     def weight(step: int) -> float:
         if name != "2d-tpe":
