@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,7 +39,7 @@ from mmpos.runner.plots import scale_key
 from mmpos.runner.tasks import Task, encoder_names, parse_encoders, register_task
 
 from ..data.digits import digit_batch, split_images
-from .vision import build_model, load_checkpoint, param_groups
+from .vision import build_model, initial_weights, param_groups
 
 __all__ = ["build_digits_vit", "build_digits_vit_finetune"]
 
@@ -136,16 +135,6 @@ def _pretrain(cfg: dict, seed: int, device: torch.device) -> dict[str, Tensor]:
     return _PRETRAINED[key]
 
 
-def _initial_weights(cfg: dict, seed: int, device: torch.device) -> dict[str, Tensor]:
-    path = cfg["finetune"]["init_from"]
-    if path is not None:
-        path = Path(str(path).format(seed=seed))
-        if path.is_file():
-            return load_checkpoint(path)
-        log.warning("finetune.init_from=%s is missing: pretraining a learned-APE digits model in the task", path)
-    return _pretrain(cfg, seed, device)
-
-
 @register_task(
     "digits_vit_finetune", defaults={"model": _MODEL, "data": _DATA, "finetune": _FINETUNE, "validation": {}}
 )
@@ -155,7 +144,7 @@ def build_digits_vit_finetune(cfg: dict, encoder: str, seed: int, device: torch.
     model = build_model(cfg, spec.names, _CLASSES)
     start: dict[str, float] = {}
     if spec.variant is None:
-        report: Any = load_state_dict_report(model, _initial_weights(cfg, seed, device))
+        report: Any = load_state_dict_report(model, initial_weights(cfg, seed, device, pretrain=_pretrain))
         log.info("%s seed %d from the learned digits checkpoint: %s", encoder, seed, report)
         images, labels = split_images("test", cfg["data"]["image_size"])
         model.to(device).eval()

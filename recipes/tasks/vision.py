@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -288,15 +289,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Tensor]:
     return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
-def initial_weights(cfg: dict, seed: int, device: torch.device) -> dict[str, Tensor]:
-    """The learned-APE weights to start from: ``finetune.init_from`` or a pretraining run."""
+def initial_weights(
+    cfg: dict, seed: int, device: torch.device, pretrain: Callable[..., dict[str, Tensor]] | None = None
+) -> dict[str, Tensor]:
+    """The learned-APE weights to start from: ``finetune.init_from`` or ``pretrain(cfg, seed, device)``
+    (default :func:`pretrain_learned`; the digits task passes its own)."""
     path = cfg["finetune"]["init_from"]
     if path is not None:
         path = Path(str(path).format(seed=seed))
         if path.is_file():
             return load_checkpoint(path)
         log.warning("finetune.init_from=%s is missing: pretraining a learned-APE model in the task", path)
-    return pretrain_learned(cfg, seed, device)
+    return (pretrain or pretrain_learned)(cfg, seed, device)
 
 
 @register_task("vit_finetune", defaults={"model": _MODEL, "data": _DATA, "finetune": _FINETUNE})
