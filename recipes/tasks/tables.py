@@ -126,14 +126,18 @@ class TableLM(nn.Module):
             return layout.grid_coords
         return layout.order_coords.select("row")  # the serialisation order, read as 1-D positions
 
-    def forward(self, tokens: Tensor, layout: TableLayout) -> Tensor:
+    def features(self, tokens: Tensor, layout: TableLayout) -> Tensor:
+        """``(B, L, dim)``: every token after the blocks (before the final norm)."""
         coords = self.coords(layout)
         if self.encoder == "rope":
             coords = Coords(coords.pos, ("seq",), mask=coords.mask)
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, coords)
-        return self.head(self.norm(x[:, -1]))
+        return x
+
+    def forward(self, tokens: Tensor, layout: TableLayout) -> Tensor:
+        return self.head(self.norm(self.features(tokens, layout)[:, -1]))
 
 
 @register_task("table_proxy", defaults=DEFAULTS)

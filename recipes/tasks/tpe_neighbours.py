@@ -64,15 +64,7 @@ class DenseTableLM(TableLM):
     """:class:`~recipes.tasks.tables.TableLM` with its head on every token: ``(B, L, num_classes)``."""
 
     def forward(self, tokens: Tensor, layout: TableLayout) -> Tensor:
-        from mmpos.coords import Coords
-
-        coords = self.coords(layout)
-        if self.encoder == "rope":
-            coords = Coords(coords.pos, ("seq",), mask=coords.mask)
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x, coords)
-        return self.head(self.norm(x))
+        return self.head(self.norm(self.features(tokens, layout)))
 
 
 def neighbour_batch(values: Tensor, num_values: int) -> tuple[Tensor, Tensor]:
