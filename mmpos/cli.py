@@ -2,7 +2,7 @@
 
     mmpos list [encoders]                        encoders with kind and paper
     mmpos list recipes                           shipped recipes with their descriptions
-    mmpos list schemes                           layout schemes: axes, rotary encoder, paper, HF model types
+    mmpos list schemes                           layout schemes: axes, rotary encoder, paper, reference, HF model types
     mmpos run RECIPE [key=value ...] [--resume RUN_FOLDER] [--out DIR]
     mmpos cp RECIPE DEST [--force]               copy a shipped recipe to edit and run as your own
     mmpos info                                   versions and device
@@ -58,10 +58,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
         from .schemes import SCHEMES
 
         width = max(len(n) for n in SCHEMES)
-        print(f"{'name':<{width}}  {'axes':<11}  {'encoder':<10}  paper; Hugging Face model types")
+        print(f"{'name':<{width}}  {'axes':<11}  {'encoder':<10}  paper; reference; Hugging Face model types")
         for name, scheme in sorted(SCHEMES.items()):
-            families = f"; {', '.join(scheme.model_types)}" if scheme.model_types else ""
-            print(f"{name:<{width}}  {','.join(scheme.axes):<11}  {scheme.encoder:<10}  {scheme.paper}{families}")
+            fields = [scheme.paper or "-", scheme.reference or "-"]
+            if scheme.model_types:
+                fields.append(", ".join(scheme.model_types))
+            print(f"{name:<{width}}  {','.join(scheme.axes):<11}  {scheme.encoder:<10}  {'; '.join(fields)}")
         return 0
     from . import list_encoders
 

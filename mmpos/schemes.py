@@ -18,6 +18,8 @@ Every fact about a scheme lives in its :class:`Scheme` entry of :data:`SCHEMES`:
 * ``encoder`` -- the :mod:`mmpos.encoders` rotary encoder that reads its coordinates (the one
   scheme -> encoder map: read ``SCHEMES[name].encoder``);
 * ``frames`` -- whether a video is one block per frame (Qwen3-VL, timestamps between frames);
+* ``paper`` / ``reference`` -- the paper, and the repository and file (function) of the reference
+  implementation of its positions (``mmpos list schemes`` prints both);
 * ``model_types`` -- the Hugging Face ``config.model_type`` values whose own ``get_rope_index``
   this scheme reproduces (:func:`scheme_for_model_type`); ``rotary_model_types`` -- those of them
   whose own rotary embedding is ``encoder`` (what :func:`mmpos.integrations.hf_rope.use_rope`
@@ -245,6 +247,7 @@ class Scheme:
     coord_dtype: torch.dtype = torch.float32
     frames: bool = False
     paper: str = ""
+    reference: str = ""
     model_types: tuple[str, ...] = ()
     rotary_model_types: tuple[str, ...] = ()
 
@@ -479,6 +482,7 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         paper="Wang et al. 2024, Qwen2-VL (arXiv:2409.12191)",
+        reference="huggingface/transformers src/transformers/models/qwen2_vl/modeling_qwen2_vl.py (Qwen2VLModel.get_rope_index)",
         # transformers' get_rope_index of these families is Qwen2-VL's (ERNIE-4.5-VL divides a video's t by
         # vision_config.temporal_merge_size first: a property of its prompt, read from the config)
         model_types=("qwen2_vl", "paddleocr_vl", "ernie4_5_vl_moe"),
@@ -492,6 +496,7 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         paper="Bai et al. 2025, Qwen2.5-VL (arXiv:2502.13923)",
+        reference="huggingface/transformers src/transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py (Qwen2_5_VLModel.get_rope_index)",
         model_types=("qwen2_5_vl",),
         rotary_model_types=("qwen2_5_vl",),
     ),
@@ -504,6 +509,7 @@ for _scheme in (
         _IDENTITY,
         frames=True,
         paper="Qwen3-VL (interleaved M-RoPE, timestamped frames)",
+        reference="huggingface/transformers src/transformers/models/qwen3_vl/modeling_qwen3_vl.py (Qwen3VLModel.get_rope_index)",
         # one get_rope_index in transformers 5.24 for all of these (frames split, text after a block at
         # start + max(h, w)); their rotary embeddings differ (rotary_model_types: the ones mmpos reproduces)
         model_types=(
@@ -532,6 +538,7 @@ for _scheme in (
         options=("temporal_scale",),
         check=_check_stride,
         paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope_i.py (get_mrope_interleave_index, spatial_reset=True)",
     ),
     # MHRoPE with the positions of its paper's code (JJJYmmm/Multimodal-RoPEs README and test.py run
     # get_mrope_interleave_index with spatial_reset=True for it): spatial reset, integer temporal stride
@@ -545,6 +552,7 @@ for _scheme in (
         options=("temporal_scale",),
         check=_check_stride,
         paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope_i.py (get_mrope_interleave_index, spatial_reset=True)",
     ),
     # ... and with Qwen2-VL's positions (spatial_reset=False, that code's default)
     Scheme(
@@ -555,6 +563,7 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095), on Qwen2-VL positions",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope_i.py (get_mrope_interleave_index, spatial_reset=False)",
     ),
     Scheme(
         "hope",
@@ -569,6 +578,7 @@ for _scheme in (
         id_dtype=torch.float32,
         delta_dtype=torch.float32,
         paper="Li et al. 2025, HoPE (arXiv:2505.20444)",
+        reference="hrlics/HoPE modeling_hope.py (get_dynamic_rope_index)",
     ),
     # VideoRoPE (JJJYmmm/Multimodal-RoPEs pos_design/videorope.py: diagonal layout, spacing temporal_stride = 2)
     Scheme(
@@ -583,6 +593,7 @@ for _scheme in (
         id_dtype=torch.float32,
         delta_dtype=torch.float32,
         paper="Wei et al. 2025, VideoRoPE (arXiv:2502.05173)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/videorope.py (get_videorope_index)",
     ),
     # ILRoPE and OmniRoPE (JJJYmmm/Multimodal-RoPEs pos_design/omnirope.py, ilrope.py = the same index):
     # a video is one block per frame, h and w restart at 0 in every block, the text after a block at
@@ -596,6 +607,7 @@ for _scheme in (
         _IDENTITY,
         frames=True,
         paper="Liao et al. 2025, ILRoPE (Mogao, arXiv:2505.05472)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/ilrope.py (get_ilrope_index)",
     ),
     Scheme(
         "omnirope",
@@ -606,6 +618,7 @@ for _scheme in (
         _IDENTITY,
         frames=True,
         paper="Wu et al. 2025, OmniGen2 Omni-RoPE (arXiv:2506.18871)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/omnirope.py (get_omnirope_index)",
     ),
     # MM-RoPE (JJJYmmm/Multimodal-RoPEs pos_design/mmrope.py at position_scale (1, 1, 1)): Qwen2-VL's
     # positions with a video as one block per frame; its distributed T,T,H,W,H,W,H,W allocation is the encoder
@@ -618,6 +631,7 @@ for _scheme in (
         _IDENTITY,
         frames=True,
         paper="Yuan et al. 2025, Lumos-1 MM-RoPE (arXiv:2507.08801)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mmrope.py (get_mmrope_index)",
     ),
     # VRoPE's four combinations travel as (c0, c1, c2): c3 = c1 + c2 - c0 for every position
     Scheme(
@@ -628,6 +642,7 @@ for _scheme in (
         ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0)),
         ((1, 0, 0), (0, 1, 0), (0, 0, 1), (-1, 1, 1)),
         paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)",
+        reference="johncaged/VRoPE vrope.py (VRoPE.generate_nd_positions)",
     ),
     Scheme(
         "v2pe",
@@ -642,7 +657,17 @@ for _scheme in (
         id_dtype=torch.float64,
         coord_dtype=torch.float64,
         paper="Ge et al. 2024, V2PE (arXiv:2412.09616)",
+        reference="OpenGVLab/V2PE internvl/model/internvl_chat/modeling_internvl_chat.py (get_rope_pos_id)",
     ),
-    Scheme("flat", ("seq",), "rope", _flat_block, _REPEAT, _READ_ROW0, paper="1-D RoPE over the whole sequence"),
+    Scheme(
+        "flat",
+        ("seq",),
+        "rope",
+        _flat_block,
+        _REPEAT,
+        _READ_ROW0,
+        paper="1-D RoPE over the whole sequence (Su et al. 2021, RoFormer, arXiv:2104.09864)",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/vanilla.py (get_vanilla_rope_index)",
+    ),
 ):
     register_scheme(_scheme)

@@ -68,16 +68,20 @@ def test_list_recipes_shows_every_shipped_recipe_with_its_description(capsys):
     assert rows["quickstart"].split(None, 1)[1] == description
 
 
-def test_list_schemes_shows_every_scheme_with_its_encoder_paper_and_families(capsys):
+def test_list_schemes_shows_every_scheme_with_its_encoder_paper_reference_and_families(capsys):
     from mmpos.schemes import SCHEMES
 
     assert main(["list", "schemes"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-6:] == ["paper;", "reference;", "Hugging", "Face", "model", "types"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert sorted(rows) == sorted(SCHEMES)
     for name, scheme in SCHEMES.items():
-        assert scheme.encoder in rows[name].split() and scheme.paper in rows[name]
-        assert all(family in rows[name] for family in scheme.model_types)
+        name_, axes, encoder, rest = rows[name].split(None, 3)
+        assert (name_, axes, encoder) == (name, ",".join(scheme.axes), scheme.encoder)
+        fields = rest.split("; ")
+        assert fields[:2] == [scheme.paper, scheme.reference]  # every shipped scheme has both
+        assert fields[2:] == ([", ".join(scheme.model_types)] if scheme.model_types else [])
 
 
 def test_cp_copies_a_shipped_recipe_and_refuses_to_overwrite(tmp_path, capsys):

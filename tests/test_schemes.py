@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -268,6 +269,8 @@ def test_angles_equal_the_reference_allocation(scheme):
 def test_every_scheme_declares_what_the_paths_need():
     for name, sch in SCHEMES.items():
         assert sch.name == name and sch.axes and sch.encoder and sch.paper
+        # the reference implementation: "owner/repo path/to/file.py (function)"
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+ [\w./-]+\.py \(.+\)", sch.reference), (name, sch.reference)
         rows, back = torch.tensor(sch.hf_rows, dtype=torch.float64), torch.tensor(sch.rows_to_axes, dtype=torch.float64)
         assert rows.shape == (3, len(sch.axes)) and back.shape == (len(sch.axes), 3)
 
