@@ -225,4 +225,11 @@ def build_task(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task
             out[name] = hits / total
         return out
 
-    return Task(model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric=f"acc@{longest}")
+    return Task(
+        model=model,
+        train_batch=train_batch,
+        loss=loss,
+        evaluate=evaluate,
+        metric=f"acc@{longest}",
+        chance=1.0 / vocab,  # values drawn uniformly
+    )

@@ -175,5 +175,10 @@ def build_task(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task
         return out
 
     return Task(
-        model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric=f"acc@{max(d['eval_images'])}"
+        model=model,
+        train_batch=train_batch,
+        loss=loss,
+        evaluate=evaluate,
+        metric=f"acc@{max(d['eval_images'])}",
+        chance=1.0 / nv,  # values drawn uniformly
     )

@@ -37,10 +37,12 @@ def test_maglap_direction_smoke(tmp_path):
     assert {f["encoder"] for f in finals} == {"lap", "maglap", "oracle"}
     for f in finals:
         assert {"test_acc", "id_acc", "test_pair_consistency"} <= set(f["metrics"])
-    lap = next(f for f in finals if f["encoder"] == "lap")["metrics"]
+    lap = next(f for f in finals if f["encoder"] == "lap")
+    assert lap["chance"] == 0.5  # the task declares its chance level
+    lap = lap["metrics"]
     assert (
         lap["test_acc"] == 0.5 and lap["id_acc"] == 0.5 and lap["test_pair_consistency"] == 0.0
-    )  # blind by construction
+    )  # blind by construction: exactly at the declared chance
 
 
 def test_reversal_flips_every_label():
@@ -89,7 +91,7 @@ def test_program_graphs_are_dags_with_balanced_ancestor_pairs():
 def test_maglap_programs_smoke(tmp_path):
     finals = _smoke(tmp_path, "maglap_programs", "[maglap,oracle]")
     for f in finals:
-        assert {"test_acc", "id_acc"} <= set(f["metrics"])
+        assert {"test_acc", "id_acc"} <= set(f["metrics"]) and f["chance"] == 0.5
 
 
 # --------------------------------------------------------------------------- M-RoPE family
@@ -120,6 +122,7 @@ def test_temporal_copy_smoke(tmp_path):
     finals = _smoke(tmp_path, "temporal_copy", "[qwen2-vl,hope]")
     for f in finals:
         assert {"acc@6", "acc@8", "fps2_acc", "margin@8", "margin_t@8"} <= set(f["metrics"])
+        assert f["chance"] == 1 / 16  # vocab 16, values drawn uniformly
 
 
 # --------------------------------------------------------------------------- V2PE
@@ -136,7 +139,7 @@ def test_stride_positions_follow_the_v2pe_rule():
 def test_v2pe_recall_smoke(tmp_path):
     finals = _smoke(tmp_path, "v2pe_recall", "[none,v2pe@rand,stride@rand]")
     for f in finals:
-        assert {"acc@2", "acc@4"} <= set(f["metrics"])
+        assert {"acc@2", "acc@4"} <= set(f["metrics"]) and f["chance"] == 1 / 16
     cfg = resolve_config(load_yaml(CONFIGS / "v2pe_recall.yaml"), SMOKE)
     with pytest.raises(ValueError, match="needs an option"):
         get_task("v2pe_recall").build(cfg, "stride", 0, torch.device("cpu"))
