@@ -62,7 +62,8 @@ def check_axes(value: Any, name: str = "axes", min_len: int = 1) -> tuple[str, .
         or not all(isinstance(a, str) and a for a in items)
         or len(set(items)) != len(items)
     ):
-        raise ValueError(f"{name} must name at least {min_len} axes (distinct strings, in a tuple), got {value!r}")
+        count = "one axis" if min_len == 1 else f"{min_len} axes"
+        raise ValueError(f"{name} must name at least {count} (distinct non-empty strings, in a tuple), got {value!r}")
     return items
 
 

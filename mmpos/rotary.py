@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validate import check_float
+from ._validate import check_axes, check_float, check_int, check_ints
 from .coords import Coords
 
 __all__ = [
@@ -50,25 +50,25 @@ def rope_frequencies(pairs: int, theta: float = 10000.0) -> Tensor:
 
     Computed as Hugging Face transformers computes ``inv_freq`` (so values match bit for bit).
     """
-    if pairs <= 0:
-        raise ValueError(f"pairs must be positive, got {pairs}")
+    pairs = check_int(pairs, "pairs")  # 2.5 or True: a clear error, not a spectrum of another size
     theta = check_float(theta, "theta")  # inf, NaN, a string: a clear error, not inf / NaN angles
     dim = 2 * pairs
     return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
 
 
 def _check_head_dim(head_dim: int, rotary_dim: int | None) -> int:
-    if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0 or head_dim % 2:
         raise ValueError(f"head_dim must be a positive even int, got {head_dim!r}")
     rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    if not isinstance(rotary_dim, int) or rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
+    bad = not isinstance(rotary_dim, int) or isinstance(rotary_dim, bool)
+    if bad or rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
         raise ValueError(f"rotary_dim must be a positive even int <= head_dim={head_dim}, got {rotary_dim!r}")
     return rotary_dim // 2
 
 
 def _check_sections(sections: Sequence[int], total: int, axes: tuple[str, ...]) -> tuple[int, ...]:
-    """One non-negative pair count per axis, summing to the ``total`` rotary pairs."""
-    sections = tuple(int(s) for s in sections)
+    """One non-negative pair count per axis, summing to the ``total`` rotary pairs (ints only: ``1.5`` is refused)."""
+    sections = check_ints(sections, "sections", low=0)
     if any(s < 0 for s in sections) or sum(sections) != total:
         raise ValueError(
             f"sections must be non-negative and sum to the {total} rotary pairs, got {list(sections)} (sum {sum(sections)})"
@@ -100,9 +100,12 @@ class FrequencyPlan:
     convention: str = "half"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "axes", tuple(self.axes))
+        object.__setattr__(self, "axes", check_axes(self.axes))
         pairs = _check_head_dim(self.head_dim, None)
         w = self.weight
+        if not isinstance(w, Tensor) or not w.is_floating_point():  # an int weight would give integer angles
+            kind = w.dtype if isinstance(w, Tensor) else type(w).__name__
+            raise TypeError(f"weight must be a floating-point tensor (A, P) or (H, A, P), got {kind}")
         if w.dim() not in (2, 3) or w.shape[-2] != len(self.axes):
             raise ValueError(
                 f"weight must be (A, P) or (H, A, P) with A={len(self.axes)} axes {self.axes}, got {tuple(w.shape)}"
@@ -137,11 +140,28 @@ class FrequencyPlan:
         ``axis_index`` is ``(P,)`` or ``(H, P)`` long; ``-1`` leaves the pair unrotated.
         ``freq`` broadcasts against it.
         """
-        axis_index = torch.as_tensor(axis_index, dtype=torch.long)
-        freq = torch.as_tensor(freq, dtype=torch.float32).expand(axis_index.shape)
-        a = len(tuple(axes))
+        axes = check_axes(axes)
+        axis_index = torch.as_tensor(axis_index)
+        if axis_index.is_floating_point() or axis_index.is_complex() or axis_index.dtype == torch.bool:
+            # torch.as_tensor(..., dtype=long) would truncate 0.7 to axis 0
+            raise TypeError(
+                f"axis_index must be an integer tensor (axis numbers, -1: unrotated), got {axis_index.dtype}"
+            )
+        axis_index = axis_index.long()
+        if axis_index.dim() not in (1, 2):
+            raise ValueError(f"axis_index must be (P,) or (H, P), got shape {tuple(axis_index.shape)}")
+        freq = torch.as_tensor(freq)
+        if freq.is_complex() or freq.dtype == torch.bool or not bool(torch.isfinite(freq).all()):
+            raise ValueError(f"freq must hold finite real frequencies, got {freq.dtype} {freq.flatten()[:4].tolist()}")
+        try:
+            freq = freq.to(torch.float32).expand(axis_index.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"freq of shape {tuple(freq.shape)} must broadcast against axis_index {tuple(axis_index.shape)}"
+            ) from None
+        a = len(axes)
         if axis_index.numel() and (axis_index.min() < -1 or axis_index.max() >= a):
-            raise ValueError(f"axis_index must lie in [-1, {a - 1}] for axes {tuple(axes)}")
+            raise ValueError(f"axis_index must lie in [-1, {a - 1}] for axes {axes}")
         onehot = axis_index.unsqueeze(-2) == torch.arange(a).view(a, 1)  # (..., A, P)
         weight = torch.where(onehot, freq.unsqueeze(-2), torch.zeros(()))
         return cls(weight, tuple(axes), head_dim, convention)
@@ -157,6 +177,8 @@ class FrequencyPlan:
     ) -> FrequencyPlan:
         """1-D RoPE (Su et al., 2021) on axis ``axis``; ``rotary_dim < head_dim`` for partial rotary."""
         pairs = _check_head_dim(head_dim, rotary_dim)
+        if not isinstance(axis, str) or not axis:
+            raise ValueError(f"axis must name one coordinate axis (a non-empty str), got {axis!r}")
         freq = rope_frequencies(pairs, theta)
         return cls.from_assignment(torch.zeros(pairs, dtype=torch.long), freq, (axis,), head_dim, convention)
 
@@ -176,7 +198,7 @@ class FrequencyPlan:
         (rope-vit's ``100 ** (-4k / D)`` for two axes of ``D / 4`` pairs each).
         """
         pairs = _check_head_dim(head_dim, rotary_dim)
-        axes = tuple(axes)
+        axes = check_axes(axes)
         if sections is None:
             if pairs % len(axes):
                 raise ValueError(f"rotary pairs {pairs} do not split evenly over axes {axes}; pass sections")
@@ -202,7 +224,7 @@ class FrequencyPlan:
         then ``TTTT``.
         """
         pairs = _check_head_dim(head_dim, None)
-        axes = tuple(axes)
+        axes = check_axes(axes)
         sections = _check_sections(sections, pairs, axes)
         p = torch.arange(pairs)
         index = torch.zeros(pairs, dtype=torch.long)
@@ -225,7 +247,7 @@ class FrequencyPlan:
         0-15 (highest frequencies) read ``t``, 16-39 ``h``, 40-63 ``w``.
         """
         pairs = _check_head_dim(head_dim, None)
-        axes = tuple(axes)
+        axes = check_axes(axes)
         sections = _check_sections(sections, pairs, axes)
         index = _chunk_index(sections)
         return cls.from_assignment(index, rope_frequencies(pairs, theta), axes, head_dim, convention)
@@ -246,9 +268,10 @@ class FrequencyPlan:
         beyond their sum are not rotated. ``weight`` is ``(num_heads, A, P)``.
         """
         pairs = _check_head_dim(head_dim, None)
-        axes = tuple(axes)
-        head_sections = tuple(int(s) for s in head_sections)
-        if len(head_sections) != len(axes) or any(s < 0 for s in head_sections) or sum(head_sections) > num_heads:
+        axes = check_axes(axes)
+        num_heads = check_int(num_heads, "num_heads")
+        head_sections = check_ints(head_sections, "head_sections", low=0)  # 1.5 heads is refused, not read as 1
+        if len(head_sections) != len(axes) or sum(head_sections) > num_heads:
             raise ValueError(
                 f"head_sections must hold one non-negative head count per axis {axes} summing to at most "
                 f"num_heads={num_heads}, got {list(head_sections)}"

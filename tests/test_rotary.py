@@ -135,6 +135,68 @@ def test_bad_plans(build, match):
         build()
 
 
+# Every plan builder refuses what int() / as_tensor(dtype=long) used to truncate: 2.5 pairs of a section
+# became 2, axis 0.7 became axis 0, 1.5 heads became 1 -- a plan of another shape, silently.
+@pytest.mark.parametrize(
+    "build, error, match",
+    [
+        (lambda: FrequencyPlan.axial(16, ("h", "w"), sections=[2.5, 1.5]), ValueError, r"sections must hold ints"),
+        (lambda: FrequencyPlan.axial(16, ("h", "w"), sections=[2.0, 2.0]), ValueError, r"sections must hold ints"),
+        (lambda: FrequencyPlan.chunked_axes(16, [2.7, 3.2, 2.1]), ValueError, r"sections must hold ints"),
+        (lambda: FrequencyPlan.cyclic_axes(16, [2, 3, 3.0]), ValueError, r"sections must hold ints"),
+        (lambda: FrequencyPlan.chunked_axes(16, "233"), ValueError, r"sections must be a sequence of ints"),
+        (lambda: FrequencyPlan.per_head(16, 4, [1.5, 1, 1]), ValueError, r"head_sections must hold ints"),
+        (lambda: FrequencyPlan.per_head(16, 4.0, [1, 1, 1]), ValueError, r"num_heads must be a positive int"),
+        (lambda: FrequencyPlan.per_head(16, True, [1, 0, 0]), ValueError, r"num_heads must be a positive int"),
+        (lambda: FrequencyPlan.per_head(16, 4, [1, 1]), ValueError, r"head_sections must hold one"),
+        (lambda: FrequencyPlan.rope(16.0), ValueError, r"head_dim must be a positive even int"),
+        (lambda: FrequencyPlan.rope(16, rotary_dim=True), ValueError, r"rotary_dim must be a positive even int"),
+        (lambda: FrequencyPlan.rope(16, axis=""), ValueError, r"axis must name one coordinate axis"),
+        (lambda: FrequencyPlan.axial(16, "hw"), ValueError, r"axes must name at least one axis"),
+        (lambda: FrequencyPlan.axial(16, ("h", "h")), ValueError, r"axes must name at least one axis"),
+        (lambda: FrequencyPlan.cyclic_axes(16, [4, 4], axes=("t", 1)), ValueError, r"axes must name"),
+        (
+            lambda: FrequencyPlan.from_assignment(torch.tensor([0.7, 1.2]), torch.ones(2), ("h", "w"), 4),
+            TypeError,
+            r"axis_index must be an integer tensor",
+        ),
+        (
+            lambda: FrequencyPlan.from_assignment(torch.tensor([[[0, 1]]]), torch.ones(2), ("h", "w"), 4),
+            ValueError,
+            r"axis_index must be \(P,\) or \(H, P\)",
+        ),
+        (
+            lambda: FrequencyPlan.from_assignment(torch.tensor([0, 1]), torch.ones(3), ("h", "w"), 4),
+            ValueError,
+            r"freq of shape \(3,\) must broadcast against axis_index \(2,\)",
+        ),
+        (
+            lambda: FrequencyPlan.from_assignment(torch.tensor([0, 1]), [1.0, float("inf")], ("h", "w"), 4),
+            ValueError,
+            r"freq must hold finite real frequencies",
+        ),
+        (lambda: FrequencyPlan(torch.ones(1, 2, dtype=torch.long), ("seq",), 4), TypeError, r"weight must be a float"),
+        (lambda: FrequencyPlan([[1.0, 1.0]], ("seq",), 4), TypeError, r"weight must be a floating-point tensor"),
+        (lambda: rope_frequencies(2.5), ValueError, r"pairs must be a positive int, got 2.5"),
+        (lambda: rope_frequencies(True), ValueError, r"pairs must be a positive int, got True"),
+    ],
+)
+def test_plan_builders_refuse_what_they_would_truncate(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_plan_builders_accept_integral_sections_of_any_int_type():
+    import numpy as np
+
+    ref = FrequencyPlan.chunked_axes(16, [2, 3, 3]).weight
+    assert torch.equal(FrequencyPlan.chunked_axes(16, np.array([2, 3, 3])).weight, ref)
+    assert torch.equal(FrequencyPlan.chunked_axes(16, (np.int64(2), 3, 3)).weight, ref)
+    # an int freq is exact in float32: accepted
+    plan = FrequencyPlan.from_assignment(torch.tensor([0, 1, -1]), 2, ("h", "w"), 6)
+    assert plan.weight.tolist() == [[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]]
+
+
 def test_rotate_qk_with_per_head_angles_groups_query_heads():
     torch.manual_seed(0)
     plan = FrequencyPlan.per_head(8, 2, [1, 1], axes=("h", "w"))
