@@ -118,3 +118,17 @@ def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
     return value
+
+
+#: Largest integer below which every integer is exact in float32 (float64: 2**53).
+FLOAT32_EXACT = 2**24
+_warned: set[object] = set()
+
+
+def warn_once(key: object, message: str, stacklevel: int = 3) -> None:
+    """A ``UserWarning`` with ``message`` the first time ``key`` is seen in this process (never in forward)."""
+    if key not in _warned:
+        import warnings
+
+        _warned.add(key)
+        warnings.warn(message, stacklevel=stacklevel)

@@ -38,7 +38,8 @@ Conventions shared with the rotary encoders (:mod:`mmpos.encoders.mrope`):
   ``p mod 4 == k``; for vision token ``(i, j)`` of an ``H x W`` frame the four axes hold
   ``i + j``, ``i + (W-1-j)``, ``(H-1-i) + j``, ``(H-1-i) + (W-1-j)`` (plus the frame offset).
 * ``coords.pos`` is float32, except ``v2pe`` (float64, so fractional steps such as
-  ``1/256`` stay exact at ``10**6`` tokens).
+  ``1/256`` stay exact at ``10**6`` tokens) and layouts whose positions pass ``2**24``
+  (float64, so integer positions stay exact; float32 ``position_ids`` there warn once).
 * ``rope_deltas`` ``(B, 1)``: next position minus ``L`` (int64; float32 for ``hope``,
   whose positions after a video may be fractional); during decoding the token at
   cache position ``c`` gets position ``c + rope_deltas`` on every axis
@@ -61,7 +62,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validate import check_bytes
+from ._validate import FLOAT32_EXACT, check_bytes, warn_once
 from .coords import Coords, Modality
 from .schemes import BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
 
@@ -234,15 +235,18 @@ class Layout:
         sch = get_scheme(self.scheme)
         a = len(sch.axes)
         real = self._masks[0]  # (B, L) bool, on the host
-        pos = np.empty((*real.shape, a), dtype=torch.empty(0, dtype=sch.coord_dtype).numpy().dtype)  # (B, L, A)
         if self._parts is None:  # position_ids hold the positions exactly (integers below 2**53)
-            np.copyto(pos, _host(self.position_ids[:a]).transpose(1, 2, 0), casting="unsafe")  # one rounding
+            exact = _host(self.position_ids[:a]).transpose(1, 2, 0)  # (B, L, A) view
         else:  # the packer's float64 positions (position_ids may be float32)
             text, vision, is_vision = (p.numpy() for p in self._parts)
-            exact = np.empty(pos.shape, dtype=np.float64)
+            exact = np.empty((*real.shape, a), dtype=np.float64)
             exact[...] = text[..., None]
             exact[is_vision] = vision.T
-            np.copyto(pos, exact, casting="unsafe")
+        dtype, on_real = sch.coord_dtype, exact[real]  # (N, A)
+        if dtype == torch.float32 and on_real.size and np.abs(on_real).max() > FLOAT32_EXACT:
+            dtype = torch.float64  # as the Coords builders: float32 would merge neighbouring integer positions
+        pos = np.empty((*real.shape, a), dtype=torch.empty(0, dtype=dtype).numpy().dtype)  # (B, L, A)
+        np.copyto(pos, exact, casting="unsafe")  # one rounding
         pos[~real] = 0
         device = self.position_ids.device
         mask = torch.from_numpy(real.copy()).to(device)
@@ -564,6 +568,15 @@ def _pack(
         raise ValueError(
             "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
             "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
+        )
+    largest = max((float(np.abs(x).max()) for x in bounds if x.size), default=0.0)
+    if sch.id_dtype == torch.float32 and largest > FLOAT32_EXACT:
+        warn_once(
+            ("layout-float32", sch.name),
+            f"scheme {sch.name!r} writes float32 position_ids (as its reference) and positions here pass "
+            f"{FLOAT32_EXACT} (2**24), where float32 cannot hold every integer: neighbouring tokens share one "
+            "position id (Layout.coords keeps them exact in float64); check second_per_grid, temporal_scale",
+            stacklevel=4,
         )
     if axes == 1:
         ids_np[int(exact) :] = run  # one axis on all three rows

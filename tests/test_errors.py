@@ -376,6 +376,45 @@ def test_float32_positions_beyond_two_to_the_24_warn_once(monkeypatch):
     assert len(messages) == 1 and "above 16777216 (2**24) float32 cannot hold every integer" in messages[0]
 
 
+def test_layout_coords_keep_integer_positions_exact_past_two_to_the_24():
+    """A layout's coordinates were float32 whatever the positions: past 2**24 they no longer equalled the int64
+    position_ids (60000005 read as 60000004). They are float64 there now, float32 below (unchanged)."""
+    from mmpos.layout import Text, Video, build
+
+    # Qwen2.5-VL: t = 3 + frame * tokens_per_second (2) * second_per_grid (1e7); the text after starts at max + 1
+    lay = build([[Text(3), Video((4, 4, 4), second_per_grid=1e7), Text(3)]], "qwen2.5-vl")
+    ids = lay.position_ids.permute(1, 2, 0)[0]  # (L, 3) int64
+    assert ids.dtype == torch.int64 and ids[-3:, 0].tolist() == [60000004, 60000005, 60000006]
+    assert lay.coords.pos.dtype == torch.float64 and torch.equal(lay.coords.pos[0], ids.double())
+    small = build([[Text(3), Video((4, 4, 4), second_per_grid=1.0), Text(3)]], "qwen2.5-vl")
+    assert small.coords.pos.dtype == torch.float32
+    assert torch.equal(small.coords.pos[0], small.position_ids.permute(1, 2, 0)[0].float())
+
+
+def test_layout_float32_position_ids_past_two_to_the_24_warn_once(monkeypatch):
+    """HoPE writes float32 position_ids (as its reference): past 2**24 neighbours share an id -- one warning;
+    its coordinates keep the packer's exact float64 positions."""
+    import warnings
+
+    from mmpos import _validate
+    from mmpos.layout import Text, Video, build
+
+    monkeypatch.setattr(_validate, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            lay = build([[Text(3), Video((4, 4, 4)), Text(3)]], "hope", temporal_scale=1e7)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "scheme 'hope' writes float32 position_ids" in messages[0], messages
+    ids = lay.position_ids.permute(1, 2, 0)[0]  # (L, 3) float32: two neighbours merged
+    assert ids[-3:, 0].tolist() == [30000004.0, 30000004.0, 30000006.0]
+    assert lay.coords.pos.dtype == torch.float64 and lay.coords.pos[0, -3:, 0].tolist() == [3e7 + 4, 3e7 + 5, 3e7 + 6]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build([[Text(3), Video((4, 4, 4)), Text(3)]], "hope", temporal_scale=1.0)
+    assert not caught
+
+
 CASES = [
     row("register_encoder-bad-kind", _register_bad_kind, ValueError, r"kind must be one of .*got 'rotation'"),
     row(
