@@ -467,6 +467,31 @@ def _flat_block(g: BlockGeometry, o: SchemeOptions):
     return g.local.unsqueeze(0), g.tokens.to(torch.float64), torch.ones(1, dtype=torch.float64, device=g.local.device)
 
 
+def _hy_v4_vl_block(g: BlockGeometry, o: SchemeOptions):
+    """HY-V4-VL (XD-RoPE): a frame of ``H`` rows of ``W`` tokens (``w`` counts the newline token that
+    ends every merged row) spans ``S = max(H, W)`` positions; token ``(f, i, j)`` at
+    ``(start + f S, start + i + f S, start + j + f S)``, the text after the block at ``start + T S``."""
+    side = torch.maximum(g.h, g.w)  # (K,)
+    frame = g.ti * side[g.block]  # (Nv,)
+    offset = torch.stack([frame, g.hi + frame, g.wi + frame])
+    return offset, g.t * side, torch.ones(3, dtype=torch.float64, device=offset.device)
+
+
+def _glm_image_block(g: BlockGeometry, o: SchemeOptions):
+    """GLM-Image: ``(start + f, start + i, start + j)``, the text after the block at
+    ``start + max(h, w)`` (its one rule: the temporal extent is ignored)."""
+    offset = torch.stack([g.ti, g.hi, g.wi])
+    return offset, torch.maximum(g.h, g.w), torch.ones(3, dtype=torch.float64, device=offset.device)
+
+
+def _hunyuan_vl_block(g: BlockGeometry, o: SchemeOptions):
+    """HunYuan-VL: token ``(i, j)`` of the ``k``-th image of the batch (reading order) at
+    ``(w, h, image) = (j, i, k)``, absolute (no block start); the text runs on over the block
+    (extent: its token count), so text tokens sit at their index among the real tokens."""
+    offset = torch.stack([g.wi, g.hi, g.block.to(torch.float64)])
+    return offset, g.tokens.to(torch.float64), torch.zeros(3, dtype=torch.float64, device=offset.device)
+
+
 # --------------------------------------------------------------------------- the registry
 THW = ("t", "h", "w")
 _IDENTITY = ((1, 0, 0), (0, 1, 0), (0, 0, 1))
@@ -658,6 +683,43 @@ for _scheme in (
         coord_dtype=torch.float64,
         paper="Ge et al. 2024, V2PE (arXiv:2412.09616)",
         reference="OpenGVLab/V2PE internvl/model/internvl_chat/modeling_internvl_chat.py (get_rope_pos_id)",
+    ),
+    # HY-V4-VL's XD-RoPE positions; its rotary reads them interleaved (T, H, W cyclic), as Qwen3-VL's
+    Scheme(
+        "hy-v4-vl",
+        THW,
+        "mrope-i",
+        _hy_v4_vl_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="Tencent HY-V4-VL (XD-RoPE: one block of max(H, W + 1) positions per frame)",
+        reference="huggingface/transformers src/transformers/models/hy_v4_vl/modeling_hy_v4_vl.py (HYV4VLModel.get_rope_index)",
+        model_types=("hy_v4_vl",),
+    ),
+    # GLM-Image's prompt positions (the source images of image-to-image generation); rotary: chunked sections
+    Scheme(
+        "glm-image",
+        THW,
+        "mrope",
+        _glm_image_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="Z.ai GLM-Image (autoregressive image generation with M-RoPE grids)",
+        reference="huggingface/transformers src/transformers/models/glm_image/modeling_glm_image.py (GlmImageModel.get_rope_index)",
+        model_types=("glm_image",),
+    ),
+    # HunYuan-VL: the last three of its N M-RoPE axes (the leading N - 3 hold the 1-D text position,
+    # added by mmpos.integrations.hf_families); rotary: chunked sections over the N axes
+    Scheme(
+        "hunyuan-vl",
+        ("w", "h", "image"),
+        "mrope",
+        _hunyuan_vl_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="Tencent HunYuan-VL / HunyuanOCR (XD-RoPE: width, height and image-index axes)",
+        reference="huggingface/transformers src/transformers/models/hunyuan_vl/modeling_hunyuan_vl.py (HunYuanVLModel.get_rope_index)",
+        model_types=("hunyuan_vl",),
     ),
     Scheme(
         "flat",

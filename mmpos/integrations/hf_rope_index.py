@@ -50,6 +50,7 @@ from torch import Tensor
 
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
+from .hf_families import FAMILY_ROPE_INDEX, inside_markers, video_markers
 
 __all__ = [
     "RopeIndexOptions",
@@ -113,6 +114,10 @@ class RopeIndexOptions:
     rule: str | Rule = "original"
     temporal_merge: int = 1
     visual_stride: float | None = None
+    #: the scheme's own options (e.g. CircleRoPE's ``radius``, ``alpha``), passed to ``resolve_options``
+    scheme_options: dict[str, Any] | None = None
+    #: GLM-4V's processors: ``(video start, video end)`` token ids; image tokens between them are video frames
+    video_markers: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         own = model_types()
@@ -138,13 +143,14 @@ class RopeIndexOptions:
             tokens_per_second=self.tokens_per_second,
             rule=_resolve_rule(self.rule),
             visual_stride=self.visual_stride,
+            **(self.scheme_options or {}),
         )
 
     @classmethod
     def from_config(cls, config: Any, scheme: str | None = None, **options: Any) -> RopeIndexOptions:
         """The options of a Qwen-VL ``config`` for ``scheme`` (default: the model's own,
         :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``visual_stride``, ``training``,
-        ``rule``."""
+        ``rule``, ``scheme_options``."""
         own = scheme_for_config(config)
         vision = getattr(config, "vision_config", None)
         missing = [n for n in ("image_token_id", "video_token_id") if not hasattr(config, n)]
@@ -161,6 +167,7 @@ class RopeIndexOptions:
             video_token_id=config.video_token_id,
             tokens_per_second=getattr(vision, "tokens_per_second", 1),
             temporal_merge=getattr(vision, "temporal_merge_size", None) or 1,
+            video_markers=video_markers(config),
             **options,
         )
 
@@ -272,6 +279,10 @@ def token_layout(
     marks = _host(input_ids) if types is None else types
     image_mark, video_mark = (options.image_token_id, options.video_token_id) if types is None else (1, 2)
     is_image, is_video = (marks == image_mark) & real, (marks == video_mark) & real
+    if options.video_markers is not None:  # GLM-4V: image tokens between video start / end tokens are frames
+        inside = inside_markers(_host(input_ids), *options.video_markers)  # (transformers 4.57 types them 1)
+        is_video = (is_video & (types is not None)) | (is_image & inside)
+        is_image &= ~inside
     k_img = images.shape[0]
     block_first = np.concatenate(
         [
@@ -428,8 +439,13 @@ def get_rope_index(
     second_per_grid_ts: Tensor | None = None,
     mm_token_type_ids: Tensor | None = None,
     rule: str = "original",
+    images_per_sample: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """3-D position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` of a Qwen-VL batch.
+
+    ``hy_v4_vl``, ``hunyuan_vl`` and ``glm_image`` configs go to their own token layouts
+    (:mod:`mmpos.integrations.hf_families`; HunYuan-VL returns ``(N, B, L)``, GLM-Image reads
+    ``images_per_sample`` and no videos).
 
     Args:
         config: a ``Qwen2VLConfig``, ``Qwen2_5_VLConfig``, ``Qwen3VLConfig`` or
@@ -445,11 +461,25 @@ def get_rope_index(
         mm_token_type_ids: ``(B, L)`` 0 text, 1 image, 2 video (transformers >= 5.3 input);
             when given it locates the vision tokens instead of the token ids.
         rule: ``"original"``, ``"hf-4.57"``, ``"hf-5.3"`` or ``"installed"`` (module docstring).
+        images_per_sample: ``(B,)`` GLM-Image only: how many grids of ``image_grid_thw`` each sample reads.
 
     Returns:
         ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``) and ``rope_deltas`` ``(B, 1)``,
         equal to the model's own ``get_rope_index`` of the release whose rule is asked for.
     """
+    family = FAMILY_ROPE_INDEX.get(getattr(config, "model_type", None))
+    if family is not None:
+        if getattr(config, "model_type", None) == "glm_image":
+            if video_grid_thw is not None or second_per_grid_ts is not None or mm_token_type_ids is not None:
+                raise ValueError(
+                    "model_type 'glm_image' reads input_ids, image_grid_thw, images_per_sample, attention_mask"
+                )
+            return family(config, input_ids, image_grid_thw, images_per_sample, attention_mask, rule=rule)
+        if second_per_grid_ts is not None:
+            raise ValueError(f"second_per_grid_ts applies to the Qwen2.5-VL rule, not model_type {config.model_type!r}")
+        return family(config, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids, rule=rule)
+    if images_per_sample is not None:
+        raise ValueError("images_per_sample applies to model_type 'glm_image' only")
     options = RopeIndexOptions.from_config(config, rule=rule)
     return scheme_rope_index(
         options, input_ids, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, mm_token_type_ids

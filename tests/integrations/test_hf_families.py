@@ -19,13 +19,17 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from mmpos import layout
+from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, video_markers
 from mmpos.integrations.hf_rope_index import get_rope_index, installed_rule, scheme_for_config
 from mmpos.schemes import SCHEMES, model_types
 
 pytestmark = pytest.mark.hf
 RULE = installed_rule()
 # the families served through the Qwen-VL rules (Scheme.model_types); the Qwen families have their own test file
-FAMILIES = sorted(m for m in model_types() if not m.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")))
+# (and the families with their own token layouts, tests/integrations/test_hf_families_more.py)
+FAMILIES = sorted(
+    m for m in model_types() if not m.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")) and m not in FAMILY_ROPE_INDEX
+)
 
 
 def _family(model_type: str):
@@ -65,8 +69,12 @@ def _reference(config, model_cls, input_ids, mm_types, images, videos, mask):
 
 def _random_batch(rng: random.Random, config, frames: bool, temporal_merge: int, batch: int, padding_side: str):
     """Random interleavings of text, images and videos, tokenised as the family's processor does
-    (videos as timestamped one-frame blocks where ``frames``); returns the batch and its segments."""
+    (videos as timestamped one-frame blocks where ``frames``; GLM-4V: a frame's tokens are image
+    tokens, the video between its start and end tokens); returns the batch and its segments."""
     image_id, video_id = config.image_token_id, config.video_token_id
+    markers = video_markers(config)
+    if markers is not None:
+        video_id = image_id  # GLM-4V's create_mm_token_type_ids: image tokens inside the markers are video (2)
     text_ids = [i for i in range(10, 1000) if i not in (image_id, video_id)]
     rows, kinds_rows, samples, images, videos = [], [], [], [], []
     for _ in range(batch):
@@ -92,9 +100,17 @@ def _random_batch(rng: random.Random, config, frames: bool, temporal_merge: int,
                 t = temporal_merge * rng.randint(1, 3)
                 videos.append((t, h, w))
                 if frames:  # per-frame blocks separated by timestamp text
+                    if markers is not None:
+                        ids.append(markers[0])
+                        kinds.append(0)
+                        segs.append(layout.Text(1))
                     for _ in range(t):
                         text(rng.randint(1, 3))
                         vision(video_id, 2, h * w // 4, layout.Video((1, h, w)))
+                    if markers is not None:
+                        ids.append(markers[1])
+                        kinds.append(0)
+                        segs.append(layout.Text(1))
                 else:
                     tokens = t // temporal_merge
                     vision(video_id, 2, tokens * h * w // 4, layout.Video((tokens, h, w)))
@@ -117,11 +133,6 @@ def _random_batch(rng: random.Random, config, frames: bool, temporal_merge: int,
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_family_position_ids_equal_the_installed_get_rope_index(model_type, padding_side):
     config, model_cls = _family(model_type)
-    if RULE == "hf-4.57" and model_type.startswith("glm4v"):
-        pytest.skip(
-            "transformers < 5.3: GLM-4V's get_rope_index reads video frames as image tokens between video start / end "
-            "tokens (no mm_token_type_ids); mmpos serves GLM-4V's rule from 5.3 on only (not done for 4.57)"
-        )
     scheme = scheme_for_config(config)
     frames = SCHEMES[scheme].frames
     temporal_merge = getattr(config.vision_config, "temporal_merge_size", None) or 1
@@ -136,7 +147,10 @@ def test_family_position_ids_equal_the_installed_get_rope_index(model_type, padd
             continue  # transformers >= 5.3 calls get_rope_index only for prompts with vision blocks
         ref_ids, ref_deltas = _reference(config, model_cls, input_ids, mm_types, images, videos, mask)
         kwargs = {"image_grid_thw": images, "video_grid_thw": videos, "attention_mask": mask}
-        for extra in ({"mm_token_type_ids": mm_types}, {}):  # from the token types, then from the token ids
+        extras = [{"mm_token_type_ids": mm_types}, {}]  # from the token types, then from the token ids
+        if video_markers(config) is not None:  # GLM-4V, and transformers 4.57's types (1 on every image token)
+            extras.append({"mm_token_type_ids": (mm_types > 0).long()})
+        for extra in extras:
             ids, deltas = get_rope_index(config, input_ids, rule="installed", **kwargs, **extra)
             assert torch.equal(ids, ref_ids), (model_type, trial, extra.keys())
             assert torch.equal(deltas, ref_deltas.to(deltas.dtype).view(deltas.shape)), (model_type, trial)

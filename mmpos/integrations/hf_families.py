@@ -1,0 +1,402 @@
+"""Position ids of the transformers VLM families whose prompts are laid out their own way.
+
+:func:`mmpos.integrations.hf_rope_index.get_rope_index` reads a config's ``model_type`` and hands
+these families to the functions here (:data:`FAMILY_ROPE_INDEX`); their positions come from the
+scheme registry (:mod:`mmpos.schemes`) through the one packer, :func:`mmpos.layout.pack`:
+
+* ``hy_v4_vl`` (scheme ``hy-v4-vl``, transformers ``HYV4VLModel.get_rope_index``): every merged
+  row of an image or video frame ends with a newline token, so a grid ``(t, h, w)`` holds
+  ``t * (h / m) * (w / m + 1)`` tokens; each frame spans ``max(H, W + 1)`` positions.
+* ``hunyuan_vl`` (scheme ``hunyuan-vl``, ``HunYuanVLModel.get_rope_index``): ``N`` axes
+  (``len(text_config.rope_parameters["mrope_section"])``); the leading ``N - 3`` hold the 1-D
+  position of every real token, the last three ``(width, height, image index)`` on the image
+  tokens. An image of grid ``(t, h, w)`` is a run of ``(h / m) * (w / m + 1)`` image tokens,
+  or of 2 more (its boundary tokens, at their 1-D position); ``t`` is not read.
+* ``glm_image`` (scheme ``glm-image``, ``GlmImageModel.get_rope_index``): the tokens between an
+  image start and an image end token are the next grid of the sample (``images_per_sample``
+  splits the grids; the grids after the sample's complete images are the images it generates,
+  :func:`glm_image_decode_position_ids`); ``rope_deltas`` is zero.
+
+They exist from transformers 5.x on, with one rule each: ``rule`` may be ``"original"``,
+``"installed"`` or ``"hf-5.3"`` (the same positions), not ``"hf-4.57"``. The references walk
+every sample and block in Python; here the runs of placeholder tokens of the whole batch are
+found at once (NumPy on the host) and the bookkeeping is per block.
+
+GLM-4V's processors (``glm4v``, ``glm4v_moe``, ``glm46v``, ``glm_ocr``) write a video frame as
+image tokens between the video start and end tokens (:func:`video_markers`); the Qwen-VL path
+of :mod:`~mmpos.integrations.hf_rope_index` reads them so on every rule (transformers 4.57's
+``get_rope_index`` of GLM-4V reads the token ids so; from 5.3 on ``mm_token_type_ids`` says 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..layout import Layout, VisionBlocks, pack
+from ..schemes import RULES, get_scheme, resolve_options
+
+__all__ = [
+    "FAMILY_ROPE_INDEX",
+    "GLM_VIDEO_MARKER_FAMILIES",
+    "glm_image_decode_position_ids",
+    "glm_image_rope_index",
+    "hunyuan_vl_rope_index",
+    "hy_v4_vl_rope_index",
+    "video_markers",
+]
+
+#: the model types whose processors write video frames as image tokens between video start / end tokens
+GLM_VIDEO_MARKER_FAMILIES = ("glm4v", "glm4v_moe", "glm46v", "glm_ocr")
+_ONE_RULE = ("original", "installed", "hf-5.3")
+
+
+def video_markers(config: Any) -> tuple[int, int] | None:
+    """``(video_start_token_id, video_end_token_id)`` of a GLM-4V-family ``config``; ``None`` for
+    other families."""
+    if getattr(config, "model_type", None) not in GLM_VIDEO_MARKER_FAMILIES:
+        return None
+    ids = tuple(getattr(config, n, None) for n in ("video_start_token_id", "video_end_token_id"))
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ValueError(f"config of model_type {config.model_type!r} lacks video_start_token_id / video_end_token_id")
+    return ids  # type: ignore[return-value]
+
+
+def inside_markers(input_ids: np.ndarray, start: int, end: int) -> np.ndarray:
+    """``(B, L)`` bool: the tokens after a ``start`` token and before its ``end`` token (GLM-4V's
+    ``create_mm_token_type_ids``: more starts than ends so far in the row)."""
+    return np.cumsum(input_ids == start, axis=1) > np.cumsum(input_ids == end, axis=1)
+
+
+# --------------------------------------------------------------------------- shared checks
+def _host(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def _check_ids(input_ids: Any) -> None:
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must be an integer tensor of token ids, got {input_ids.dtype}")
+
+
+def _check_like(t: Any, name: str, input_ids: Tensor) -> None:
+    if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != tuple(input_ids.shape)):
+        raise ValueError(
+            f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(getattr(t, 'shape', ()))}"
+        )
+
+
+def _check_grid(grid: Any, name: str) -> np.ndarray:
+    """``(num, 3)`` int64 host copy of a grid argument (positive integers)."""
+    if grid is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
+        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
+    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
+    out = _host(grid).astype(np.int64)
+    if (out <= 0).any():
+        raise ValueError(f"{name} must hold positive sizes")
+    return out
+
+
+def _check_rule(rule: Any, model_type: str) -> None:
+    if rule not in _ONE_RULE:
+        raise ValueError(
+            f"rule must be one of {_ONE_RULE} for model_type {model_type!r} (one rule in transformers >= 5; "
+            f"transformers 4.57 has no {model_type}), got {rule!r}"
+        )
+
+
+def _merge(config: Any) -> int:
+    m = getattr(getattr(config, "vision_config", None), "spatial_merge_size", None)
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise ValueError(f"config.vision_config.spatial_merge_size must be an int >= 1, got {m!r}")
+    return m
+
+
+def _row_grid(grid: np.ndarray, m: int, name: str) -> np.ndarray:
+    """``(K, 3)`` token grid ``(t, h / m, w / m + 1)``: every merged row ends with a newline token."""
+    if (grid[:, 1:] % m).any():
+        raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {m}")
+    return grid // np.array([1, m, m]) + np.array([0, 0, 1])
+
+
+def _runs(marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(R,)`` flat index of the first token and length of every run of marked tokens of a
+    ``(B, L)`` bool array, in reading order (a run never crosses samples)."""
+    before = np.zeros_like(marks)
+    before[:, 1:] = marks[:, :-1]
+    after = np.zeros_like(marks)
+    after[:, :-1] = marks[:, 1:]
+    first = np.flatnonzero(marks & ~before)
+    return first, np.flatnonzero(marks & ~after) + 1 - first
+
+
+def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
+    if attention_mask is None:
+        return np.ones(input_ids.shape, dtype=bool)
+    return _host(attention_mask) == 1
+
+
+def _returned(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+    return lay.position_ids.to(input_ids.dtype), lay.rope_deltas.to(input_ids.dtype)
+
+
+# --------------------------------------------------------------------------- HY-V4-VL
+def hy_v4_vl_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    mm_token_type_ids: Tensor | None = None,
+    rule: str = "original",
+) -> tuple[Tensor, Tensor]:
+    """HY-V4-VL position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` (dtype of ``input_ids``).
+
+    Every run of image (video) tokens -- ``mm_token_type_ids`` 1 (2), else ``config.image_token_id``
+    (``video_token_id``) -- is the next grid of ``image_grid_thw`` (``video_grid_thw``), with
+    ``t * (h / m) * (w / m + 1)`` tokens; 0 on padding; ``rope_deltas`` = largest position + 1 -
+    real length (as transformers' ``HYV4VLModel.get_rope_index``)."""
+    _check_rule(rule, "hy_v4_vl")
+    _check_ids(input_ids)
+    _check_like(attention_mask, "attention_mask", input_ids)
+    _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
+    m = _merge(config)
+    real = _real(attention_mask, input_ids)
+    if mm_token_type_ids is None:
+        ids = _host(input_ids)
+        marks = {1: ids == config.image_token_id, 2: ids == config.video_token_id}
+    else:
+        types = _host(mm_token_type_ids)
+        marks = {1: types == 1, 2: types == 2}
+    grids, firsts, is_image = [], [], []
+    for kind, grid, name in ((1, image_grid_thw, "image_grid_thw"), (2, video_grid_thw, "video_grid_thw")):
+        tokens_grid = _row_grid(_check_grid(grid, name), m, name)
+        first, length = _runs(marks[kind] & real)
+        if first.shape[0] != tokens_grid.shape[0]:
+            raise ValueError(
+                f"{name} holds {tokens_grid.shape[0]} grids, but input_ids holds {first.shape[0]} runs of "
+                f"{'image' if kind == 1 else 'video'} tokens"
+            )
+        bad = np.flatnonzero(length != tokens_grid.prod(-1))
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(
+                f"{name}: grid {k} {tokens_grid[k].tolist()} (tokens, a newline per row) holds "
+                f"{int(tokens_grid[k].prod())} tokens, but its run of placeholder tokens holds {int(length[k])}"
+            )
+        grids.append(tokens_grid)
+        firsts.append(first)
+        is_image.append(np.full(first.shape[0], kind == 1))
+    grid = np.concatenate(grids)
+    blocks = VisionBlocks(grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image))
+    sch = get_scheme("hy-v4-vl")
+    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
+    return _returned(lay, input_ids)
+
+
+# --------------------------------------------------------------------------- HunYuan-VL
+def hunyuan_vl_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    mm_token_type_ids: Tensor | None = None,
+    rule: str = "original",
+) -> tuple[Tensor, Tensor]:
+    """HunYuan-VL position ids ``(N, B, L)`` and ``rope_deltas`` ``(B, 1)`` (dtype of ``input_ids``).
+
+    ``N = len(config.text_config.rope_parameters["mrope_section"])`` (>= 3). Every run of image
+    tokens (``mm_token_type_ids`` 1, else ``config.image_token_id``) is the next grid of
+    ``image_grid_thw``: ``(h / m) * (w / m + 1)`` tokens, or 2 more whose first and last keep their
+    1-D position. Axes ``0 .. N - 4``: every real token's index among the real tokens; the last
+    three: ``(j, i, k)`` on the token in row ``i``, column ``j`` of the ``k``-th image of the batch,
+    the 1-D position elsewhere. 0 on padding; ``rope_deltas`` = largest position + 1 - real length
+    (as transformers' ``HunYuanVLModel.get_rope_index``). HunYuan-VL has no videos."""
+    _check_rule(rule, "hunyuan_vl")
+    if video_grid_thw is not None:
+        raise ValueError("video_grid_thw must be None for model_type 'hunyuan_vl' (it reads images only)")
+    _check_ids(input_ids)
+    _check_like(attention_mask, "attention_mask", input_ids)
+    _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
+    text_config = getattr(config, "text_config", config)
+    section = (getattr(text_config, "rope_parameters", None) or {}).get("mrope_section") or []
+    axes = len(section)
+    if axes < 3:
+        raise ValueError(
+            f"config.text_config.rope_parameters['mrope_section'] must hold >= 3 sections (HunYuan-VL's "
+            f"M-RoPE axes), got {section!r}"
+        )
+    m = _merge(config)
+    real = _real(attention_mask, input_ids)
+    if image_grid_thw is None:  # the reference then reads no image: every real token is 1-D
+        grid, first = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    else:
+        marks = (
+            (_host(input_ids) == config.image_token_id) if mm_token_type_ids is None else _host(mm_token_type_ids) == 1
+        )
+        grid = _row_grid(_check_grid(image_grid_thw, "image_grid_thw"), m, "image_grid_thw")
+        grid[:, 0] = 1  # the reference reads h and w only
+        start, length = _runs(marks & real)
+        if start.shape[0] != grid.shape[0]:
+            raise ValueError(
+                f"image_grid_thw holds {grid.shape[0]} grids, but input_ids holds {start.shape[0]} runs of image tokens"
+            )
+        tokens = grid.prod(-1)
+        bad = np.flatnonzero((length != tokens) & (length != tokens + 2))
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(
+                f"image_grid_thw: image {k} holds {int(tokens[k])} tokens (a newline per row), or {int(tokens[k]) + 2} "
+                f"with its boundary tokens, but its run of image tokens holds {int(length[k])}"
+            )
+        first = start + (length == tokens + 2)
+    blocks = VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+    sch = get_scheme("hunyuan-vl")
+    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
+    ids, deltas = _returned(lay, input_ids)
+    text = lay.hf_position_ids("text").to(ids.dtype)  # (B, L): index among the real tokens, 0 on padding
+    return torch.cat([text.unsqueeze(0).expand(axes - 3, -1, -1), ids]), deltas
+
+
+# --------------------------------------------------------------------------- GLM-Image
+def _glm_image_grids(image_grid_thw: Tensor | None, images_per_sample: Tensor | None, batch: int):
+    """Per sample: its grids ``(n_b, 3)`` as one array and the offset of each sample's first grid
+    (transformers' fallback without ``images_per_sample``: every sample reads all grids)."""
+    grids = _check_grid(image_grid_thw, "image_grid_thw")
+    if image_grid_thw is None:
+        return grids, np.zeros(batch, dtype=np.int64), np.zeros(batch, dtype=np.int64)
+    if images_per_sample is None:
+        return grids, np.zeros(batch, dtype=np.int64), np.full(batch, grids.shape[0], dtype=np.int64)
+    per = torch.as_tensor(images_per_sample)
+    if per.is_floating_point() or per.dtype == torch.bool or per.dim() != 1 or per.shape[0] != batch:
+        raise ValueError(
+            f"images_per_sample must be an integer tensor (B,) = ({batch},), got {per.dtype} {tuple(per.shape)}"
+        )
+    per = _host(per).astype(np.int64)
+    if (per < 0).any() or per.sum() != grids.shape[0]:
+        raise ValueError(f"images_per_sample must be >= 0 and sum to the {grids.shape[0]} grids, got {per.tolist()}")
+    return grids, np.cumsum(per) - per, per
+
+
+def _rank(flat: np.ndarray, per_sample: np.ndarray) -> np.ndarray:
+    """Index of each of the sorted flat positions ``flat`` among those of its sample."""
+    return np.arange(flat.shape[0]) - np.repeat(np.cumsum(per_sample) - per_sample, per_sample)
+
+
+def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask):
+    _check_ids(input_ids)
+    b, length = input_ids.shape
+    if attention_mask is not None and (not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2):
+        raise ValueError(
+            f"attention_mask must be a (B, L) tensor, got {getattr(attention_mask, 'shape', attention_mask)}"
+        )
+    # the reference ignores a mask of another length (assisted decoding)
+    use_mask = attention_mask is not None and tuple(attention_mask.shape) == (b, length)
+    real = _host(attention_mask) == 1 if use_mask else np.ones((b, length), dtype=bool)
+    grids, offset, count = _glm_image_grids(image_grid_thw, images_per_sample, b)
+    ids = _host(input_ids)
+    starts = np.flatnonzero((ids == config.image_start_token_id) & real)  # image start tokens, reading order
+    ends = np.flatnonzero((ids == config.image_end_token_id) & real)
+    n_start, n_end = np.bincount(starts // length, minlength=b), np.bincount(ends // length, minlength=b)
+    complete = np.minimum(n_start, n_end)  # zip(starts, ends): the k-th start with the k-th end
+    used = np.minimum(complete, count)  # images past the sample's grids stay text (the reference breaks)
+    s_keep = _rank(starts, n_start) < used[starts // length]
+    e_keep = _rank(ends, n_end) < used[ends // length]
+    first, last = starts[s_keep] + 1, ends[e_keep]  # each image's first token and its end token
+    sample = first // length
+    grid = grids[offset[sample] + _rank(starts, n_start)[s_keep]] if first.size else np.zeros((0, 3), dtype=np.int64)
+    bad = np.flatnonzero(last - first != grid.prod(-1))
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(
+            f"image_grid_thw: grid {grid[k].tolist()} holds {int(grid[k].prod())} tokens, but {int(last[k] - first[k])} "
+            f"tokens lie between its image start and end tokens (sample {int(sample[k])})"
+        )
+    blocks = VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+    sch = get_scheme("glm-image")
+    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["original"]), device=input_ids.device)
+    return lay, grids, offset, count, complete
+
+
+def glm_image_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    images_per_sample: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    rule: str = "original",
+) -> tuple[Tensor, Tensor]:
+    """GLM-Image prompt position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` (zero: GLM-Image
+    generates from :func:`glm_image_decode_position_ids`), dtype of ``input_ids``.
+
+    Sample ``b`` reads ``images_per_sample[b]`` grids (``(t, h, w)`` in tokens) of ``image_grid_thw``
+    in order (without it, every sample reads all of them, transformers' fallback for one sample);
+    its ``k``-th complete image (tokens between its ``k``-th image start and image end tokens, which
+    must be ``t * h * w``) sits at ``(start + f, start + i, start + j)`` and the text after it at
+    ``start + max(h, w)``. 1 on padding (as transformers' ``GlmImageModel.get_rope_index``)."""
+    _check_rule(rule, "glm_image")
+    lay = _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask)[0]
+    ids = lay.position_ids.to(input_ids.dtype)
+    return ids, torch.zeros(input_ids.shape[0], 1, dtype=input_ids.dtype, device=input_ids.device)
+
+
+def glm_image_decode_position_ids(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor,
+    images_per_sample: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+) -> Tensor:
+    """Positions of the tokens GLM-Image generates after the prompt, ``(B, 3, D)`` int64
+    (transformers' ``GlmImageModel._cached_decode_position_ids``).
+
+    A sample's grids past its complete images are the images it generates, the last grid first:
+    each grid ``(t, h, w)`` is ``h * w`` tokens at ``(p, p + i, p + j)``, then ``p`` moves by
+    ``max(h, w)``; one end token at the final ``p``. ``p`` starts where the prompt's positions end.
+    Shorter samples repeat their last position up to the longest ``D``."""
+    lay, grids, offset, count, complete = _glm_image_prompt(
+        config, input_ids, image_grid_thw, images_per_sample, attention_mask
+    )
+    b = input_ids.shape[0]
+    if not (count > 0).all():
+        raise ValueError(
+            "every sample must read at least one grid of image_grid_thw for decode positions (transformers stacks "
+            f"the samples that do), got images_per_sample {count.tolist()}"
+        )
+    n_dec = np.maximum(count - complete, 0)  # (B,) generated grids per sample
+    # the generated grids, sample by sample, the last grid first
+    sample = np.repeat(np.arange(b), n_dec)
+    order = np.arange(sample.shape[0]) - np.repeat(np.cumsum(n_dec) - n_dec, n_dec)  # 0 .. n_dec - 1
+    dec = grids[offset[sample] + count[sample] - 1 - order].copy()  # (G, 3)
+    dec[:, 0] = 1  # t is not read: h * w tokens
+    per = np.bincount(sample, weights=dec.prod(-1), minlength=b).astype(np.int64) + 1  # tokens + the end token
+    width = int(per.max())
+    real = np.arange(width)[None, :] < per[:, None]  # right padding to the longest
+    first = np.repeat(np.arange(b) * width, n_dec) + (
+        np.cumsum(dec.prod(-1)) - dec.prod(-1) - np.repeat(np.cumsum(per - 1) - (per - 1), n_dec)
+    )
+    sch = get_scheme("glm-image")
+    blocks = VisionBlocks(dec, first, np.zeros(dec.shape[0], np.float32), np.ones(dec.shape[0], dtype=bool))
+    gen = pack(real, blocks, sch, resolve_options(sch, rule=RULES["original"]))
+    start = (lay.rope_deltas.cpu() + input_ids.shape[1]).view(1, b, 1)  # the prompt's next position, per sample
+    pos = gen.position_ids + start  # (3, B, D)
+    last = torch.from_numpy(per - 1).view(1, b, 1).expand(3, -1, -1)
+    pos = torch.where(torch.from_numpy(real)[None], pos, pos.gather(2, last))  # repeat the end token
+    return pos.permute(1, 0, 2).contiguous().to(input_ids.device)
+
+
+#: ``model_type`` -> its position-id function (called by :func:`~mmpos.integrations.hf_rope_index.get_rope_index`)
+FAMILY_ROPE_INDEX: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
+    "hy_v4_vl": hy_v4_vl_rope_index,
+    "hunyuan_vl": hunyuan_vl_rope_index,
+    "glm_image": glm_image_rope_index,
+}
