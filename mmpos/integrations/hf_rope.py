@@ -40,7 +40,8 @@ implementation of that scheme, which gives the same logits as the model's own (t
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -51,6 +52,7 @@ from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
 from ..encoders.registry import create, encoder_info
 from ..rotary import apply_rotary, plan_angles
+from ..scaling import RopeScaling, as_scaling
 from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types
 from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
 
@@ -74,6 +76,15 @@ class HFRotaryEmbedding(nn.Module):
     per-head ``cos``/``sin`` ``(B, Hkv, L, D/2)`` in :attr:`per_head_angles` for the
     projection hooks. Angles are float32, float64 for float64 ids. ``rows_to_axes``
     ``(A, 3)``: how the scheme's ``axes`` are read from the three rows (the plan reads a subset).
+
+    A scaled encoder (``scaling=``, :mod:`mmpos.scaling`) is carried whole: ``cos`` / ``sin`` are multiplied
+    by its ``attention_factor`` (YaRN's ``mscale``, LongRoPE's factor), as Hugging Face multiplies them by
+    ``attention_scaling``, and a dynamic rule (``dynamic``, ``longrope``, ``ref-shape``) rescales the plan at
+    every call from the current length on the device (no host sync). The length of a ``"shared"`` spectrum
+    (the M-RoPE family) is Hugging Face's ``max(position_ids) + 1`` over every row and axis; an ``"axis"``
+    spectrum reads each axis's own. Unlike Hugging Face's ``dynamic``, which keeps the frequencies of the
+    longest length seen until a call is shorter than ``L0``, the rule depends on the current call only
+    (equal for a growing length: a fresh model, ``generate``).
     """
 
     def __init__(
@@ -117,8 +128,14 @@ class HFRotaryEmbedding(nn.Module):
         with torch.autocast(device_type=device_type, enabled=False):
             rows = position_ids.permute(1, 2, 0).to(dtype)  # (B, L, 3)
             pos = (rows.unsqueeze(-2) * self.rows_to_axes.to(dtype)).sum(-1)  # (B, L, A)
-            angles = plan_angles(self.encoder.weight, pos, dtype)  # (B, L, P) or (B, Hkv, L, P)
+            weight = self.encoder.weight
+            if self.encoder.rescale is not None:  # a dynamic rule: the plan at the current length, on the device
+                shared = self.encoder.scaling_spectrum == "shared"
+                weight = self.encoder.rescale(weight, pos.amax(-1, keepdim=True).expand_as(pos) if shared else pos)
+            angles = plan_angles(weight, pos, dtype)  # (B, L, P) or (B, Hkv, L, P)
             cos, sin = angles.cos(), angles.sin()
+            if self.encoder.attention_factor != 1.0:  # YaRN / LongRoPE, as Hugging Face's attention_scaling
+                cos, sin = cos * self.encoder.attention_factor, sin * self.encoder.attention_factor
         if self.per_head:
             self.per_head_angles = (cos.to(x.dtype), sin.to(x.dtype))
             b, _, n, p = cos.shape
@@ -131,6 +148,32 @@ class HFRotaryEmbedding(nn.Module):
         if self.cos_sin_shape == "rows":
             cos, sin = cos.expand(3, *cos.shape), sin.expand(3, *sin.shape)
         return cos, sin
+
+
+def _model_scaling(cfg: Any) -> RopeScaling | None:
+    """The scaling rule of a text config's own ``rope_parameters`` (transformers 5) or ``rope_scaling`` (4.x),
+    read by :meth:`RopeScaling.from_hf` against its ``max_position_embeddings``; ``None`` for ``default`` /
+    ``mrope``."""
+    params = getattr(cfg, "rope_parameters", None)
+    if not (isinstance(params, dict) and "rope_theta" in params):
+        params = getattr(cfg, "rope_scaling", None) or {}
+    return RopeScaling.from_hf(params, getattr(cfg, "max_position_embeddings", None))
+
+
+def _scaling_entry(scaling: Any) -> tuple[Any] | None:
+    """What :data:`CONFIG_KEY` records of ``use_rope``'s ``scaling`` (checked here): ``None`` for the default
+    ``"own"``, else a 1-tuple of ``None`` or the rule's non-default arguments (JSON: tuples as lists)."""
+    if isinstance(scaling, str):
+        if scaling != "own":
+            raise ValueError(
+                f"scaling must be 'own', None, a RopeScaling or a mapping of its arguments, got {scaling!r}"
+            )
+        return None
+    rule = as_scaling(scaling)  # TypeError / ValueError naming the bad argument
+    if rule is None:
+        return (None,)
+    kept = {f.name: getattr(rule, f.name) for f in fields(rule) if getattr(rule, f.name) != f.default}
+    return ({k: list(v) if isinstance(v, tuple) else v for k, v in kept.items()},)
 
 
 def _rotate_heads_hook(rotary: HFRotaryEmbedding, head_dim: int):
@@ -285,6 +328,8 @@ def use_rope(
     training: bool = False,
     advance: str | None = None,
     visual_stride: float | None = None,
+    scaling: RopeScaling | Mapping[str, Any] | str | None = "own",
+    **scheme_options: Any,
 ) -> nn.Module:
     """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model use ``scheme`` (in place; returns it).
 
@@ -307,6 +352,15 @@ def use_rope(
             ``rope_deltas`` conventions always follow the installed release.
         visual_stride: V2PE's block-span form instead of ``delta`` (the position span of one
             vision block, divided by its token count).
+        scheme_options: the scheme's own options (names in its ``Scheme.options``), e.g.
+            ``circlerope``'s ``radius``, ``alpha``, ``move_to_origin``, ``move_to_positive``,
+            ``dff_rate``, ``method`` (:func:`mmpos.schemes.resolve_options`).
+        scaling: the length-scaling rule of the installed plan (:mod:`mmpos.scaling`): ``"own"`` (default) the
+            model's own ``rope_scaling`` / ``rope_parameters`` (``yarn``, ``dynamic``, ``linear``, ``llama3``,
+            ``longrope``: :meth:`~mmpos.scaling.RopeScaling.from_hf`; none for ``default`` / ``mrope``), applied
+            to whichever scheme is installed; ``None`` no scaling; or a :class:`~mmpos.scaling.RopeScaling` (or a
+            mapping of its arguments) for the installed scheme. The attention factor and dynamic rules travel
+            with it (:class:`HFRotaryEmbedding`).
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared. The scheme and the arguments given are
@@ -322,7 +376,9 @@ def use_rope(
         "training": training or None,
         "advance": advance,
         "visual_stride": visual_stride,
+        **scheme_options,
     }
+    scaling_entry = _scaling_entry(scaling)  # checks scaling; None where it is the default "own"
     core, text = _parts(model)
     if scheme != "own" and scheme not in SCHEMES:
         raise ValueError(f"scheme must be 'own' or one of {tuple(SCHEMES)}, got {scheme!r}")
@@ -344,6 +400,7 @@ def use_rope(
         training=training,
         rule=rule,
         visual_stride=visual_stride,
+        scheme_options=scheme_options or None,
     )
     _restore(core, text)
     if scheme == "own":
@@ -352,9 +409,8 @@ def use_rope(
         return model
 
     cfg = getattr(core.config, "text_config", core.config)
-    theta, rope_type, own_section = _rope_config(cfg)
-    if rope_type not in ("default", "mrope"):
-        raise ValueError(f"use_rope supports the default rope_type only, got rope_type={rope_type!r}")
+    theta, _, own_section = _rope_config(cfg)
+    scaling = _model_scaling(cfg) if isinstance(scaling, str) else as_scaling(scaling)  # "own": the model's
     attn0 = text.layers[0].self_attn
     head_dim = getattr(attn0, "head_dim", None)
     if not isinstance(head_dim, int):
@@ -372,7 +428,7 @@ def use_rope(
         kwargs.update(
             num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections
         )
-    encoder = create(sch.encoder, **kwargs)
+    encoder = create(sch.encoder, **kwargs, **({} if scaling is None else {"scaling": scaling}))
     per_head = encoder.weight.dim() == 3
     device = text.embed_tokens.weight.device
     targets = [_hook_targets(layer.self_attn) for layer in text.layers] if per_head else []
@@ -386,7 +442,8 @@ def use_rope(
             installed.hooks.append(module.register_forward_hook(_rotate_heads_hook(rotary, head_dim)))
     core.__dict__["_mmpos_rope"] = installed
     core.rope_deltas = None
-    setattr(core.config, CONFIG_KEY, {"scheme": scheme, **{k: v for k, v in given.items() if v is not None}})
+    entry = {"scheme": scheme, **{k: v for k, v in given.items() if v is not None}}
+    setattr(core.config, CONFIG_KEY, entry if scaling_entry is None else {**entry, "scaling": scaling_entry[0]})
     return model
 
 
