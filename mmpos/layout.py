@@ -621,6 +621,7 @@ def build(
     rule: str = "original",
     device: torch.device | str | None = None,
     visual_stride: float | None = None,
+    **scheme_options: object,
 ) -> Layout:
     """Positions of a batch of interleaved text / image / video samples.
 
@@ -643,6 +644,9 @@ def build(
         visual_stride: ``v2pe`` block-span form instead of ``delta``: the position span of
             every vision block, its per-token step ``visual_stride / tokens`` (V2PE's
             ``rope_pos_id_stride / num_image_token``, for blocks of any size).
+        scheme_options: a scheme's own options (names in its ``Scheme.options``), e.g.
+            ``circlerope``'s ``radius``, ``alpha``, ``move_to_origin``, ``move_to_positive``,
+            ``dff_rate``, ``method`` (:func:`mmpos.schemes.resolve_options`).
 
     Under ``qwen3-vl`` a :class:`Video` becomes ``t`` consecutive one-frame blocks; for the
     exact Qwen3-VL token layout write each frame as ``Text(timestamp tokens), Video((1, h, w))``.
@@ -656,6 +660,7 @@ def build(
         tokens_per_second=tokens_per_second,
         rule=rule,
         visual_stride=visual_stride,
+        **scheme_options,
     )
     m = _check_int(spatial_merge_size, "spatial_merge_size", 1)
     if padding_side not in ("right", "left"):

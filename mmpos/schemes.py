@@ -53,9 +53,10 @@ images through the same ``get_vision_position_ids``). Rules only change the sche
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -63,6 +64,7 @@ from torch import Tensor
 
 __all__ = [
     "ADVANCES",
+    "CIRCLE_METHODS",
     "HOPE_SCALES",
     "RULES",
     "SCHEMES",
@@ -126,6 +128,8 @@ class SchemeOptions:
     ``tokens_per_second``: Qwen2.5-VL temporal resolution; ``rule``: a :class:`Rule`;
     ``visual_stride``: V2PE's block-span form, the position span of one vision block (its
     per-token step is ``visual_stride / tokens``; ``None``: the per-token ``delta``).
+    ``extra``: the scheme's own options beyond those (CircleRoPE's ``radius``, ``alpha``, ...),
+    by name, as its ``check`` returned them (read-only).
     """
 
     delta: float | None
@@ -134,6 +138,11 @@ class SchemeOptions:
     tokens_per_second: float
     rule: Rule
     visual_stride: float | None = None
+    extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+
+
+#: the options every scheme path takes by name (a scheme's other ``options`` travel in ``SchemeOptions.extra``)
+_SHARED_OPTIONS = ("delta", "temporal_scale", "visual_stride")
 
 
 @dataclass(frozen=True, eq=False)
@@ -316,14 +325,25 @@ def resolve_options(
     tokens_per_second: float = 2,
     rule: str | Rule = "original",
     visual_stride: float | None = None,
+    **scheme_options: object,
 ) -> SchemeOptions:
-    """Check a scheme's options and fill in its defaults (one validator for every path)."""
+    """Check a scheme's options and fill in its defaults (one validator for every path).
+
+    ``scheme_options``: the scheme's own options (names in its ``Scheme.options`` besides
+    ``delta`` / ``temporal_scale`` / ``visual_stride``, e.g. CircleRoPE's ``radius``); they
+    reach the block rule as ``SchemeOptions.extra``."""
     sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
     if not isinstance(training, bool):
         raise TypeError(f"training must be a bool, got {training!r}")
     if not _is_number(tokens_per_second) or not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
         raise ValueError(f"tokens_per_second must be a finite number > 0, got {tokens_per_second!r}")
     given = {"delta": delta, "temporal_scale": temporal_scale, "visual_stride": visual_stride}
+    for name, value in scheme_options.items():
+        if name not in sch.options and not any(name in s.options for s in SCHEMES.values()):
+            known = sorted({n for s in SCHEMES.values() for n in s.options} - set(_SHARED_OPTIONS))
+            raise TypeError(f"unknown scheme option {name!r} (the schemes' own options: {known})")
+    given.update({n: scheme_options.get(n) for n in sch.options if n not in _SHARED_OPTIONS})
+    given.update({n: v for n, v in scheme_options.items() if n not in given})  # refused below
     for name, value in given.items():
         if value is not None and name not in sch.options:
             takes = [s.name for s in SCHEMES.values() if name in s.options]
@@ -340,6 +360,7 @@ def resolve_options(
         float(tokens_per_second),
         get_rule(rule),
         given["visual_stride"],
+        MappingProxyType({n: v for n, v in given.items() if n not in (*_SHARED_OPTIONS, "training")}),
     )
 
 
@@ -384,6 +405,66 @@ def _check_stride(name: str, o: dict) -> dict:
     if not isinstance(s, int) or isinstance(s, bool) or s < 1:
         raise ValueError(f"temporal_scale (the {name} temporal stride) must be an int >= 1, got {s!r}")
     return dict(o, temporal_scale=s)
+
+
+#: CircleRoPE's ``method``: ``"circle"`` maps a block's grid onto a ring, ``"no_circle"`` keeps the grid
+#: (centred, projected onto the plane orthogonal to the text axis)
+CIRCLE_METHODS = ("circle", "no_circle")
+
+
+def _unit_number(value: object, low_open: bool = False) -> bool:
+    return _is_number(value) and math.isfinite(value) and (value > 0 if low_open else value >= 0) and value <= 1
+
+
+def _check_circle(name: str, o: dict) -> dict:
+    """CircleRoPE's options, defaults those of lose4578/CircleRoPE ``code/config.json``
+    (``radius=10``, ``alpha=0.5``, ``move_to_origin=True``; ``move_to_positive`` and ``dff_rate`` off)."""
+    out = dict(o)
+    s = 1.0 if o["temporal_scale"] is None else o["temporal_scale"]
+    if not (_is_number(s) and math.isfinite(s) and s > 0):
+        raise ValueError(f"temporal_scale (the {name} spacing of a video's rings) must be a finite number > 0, got {s!r}")
+    out["temporal_scale"] = float(s)
+    r = 10.0 if o["radius"] is None else o["radius"]
+    if isinstance(r, str) and (r == "auto" or r.startswith("auto-")):
+        try:
+            scale = 1.0 if r == "auto" else float(r[5:])
+        except ValueError:
+            scale = math.nan
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"radius='auto-K' (scheme='{name}') needs a finite K > 0, got {r!r}")
+        out["radius"], out["radius_scale"] = None, scale
+    elif _is_number(r) and math.isfinite(r) and r > 0:
+        out["radius"], out["radius_scale"] = float(r), None
+    else:
+        raise ValueError(f"radius must be a finite number > 0, 'auto' or 'auto-K' for scheme='{name}', got {r!r}")
+    a = 0.5 if o["alpha"] is None else o["alpha"]
+    if not _unit_number(a):
+        raise ValueError(f"alpha must be a number in [0, 1] for scheme='{name}', got {a!r}")
+    out["alpha"] = float(a)
+    d = 0.0 if o["dff_rate"] is None or o["dff_rate"] is False else o["dff_rate"]
+    if not _unit_number(d):
+        raise ValueError(f"dff_rate must be a number in [0, 1] (or False) for scheme='{name}', got {d!r}")
+    out["dff_rate"] = float(d)
+    origin = True if o["move_to_origin"] is None else o["move_to_origin"]
+    if not isinstance(origin, bool):
+        raise TypeError(f"move_to_origin must be a bool for scheme='{name}', got {origin!r}")
+    out["move_to_origin"] = origin
+    positive = False if o["move_to_positive"] is None else o["move_to_positive"]
+    if positive is False or positive == "auto":
+        pass
+    elif _is_number(positive) and math.isfinite(positive):
+        positive = float(positive) if positive else False  # the reference: 0 (falsy) is off
+    else:
+        raise ValueError(
+            f"move_to_positive must be False, 'auto' or a finite number (the offset) for scheme='{name}', "
+            f"got {positive!r}"
+        )
+    out["move_to_positive"] = positive
+    method = "circle" if o["method"] is None else o["method"]
+    if method not in CIRCLE_METHODS:
+        raise ValueError(f"method must be one of {CIRCLE_METHODS} for scheme='{name}', got {method!r}")
+    out["method"] = method
+    return out
 
 
 # --------------------------------------------------------------------------- block rules
@@ -461,6 +542,59 @@ def _v2pe_block(g: BlockGeometry, o: SchemeOptions):
     offset = ((g.local + 1) * delta[g.block] - 1).unsqueeze(0)
     extent = torch.ceil(tokens * delta)
     return offset, extent, torch.ones(1, dtype=torch.float64, device=offset.device)
+
+
+def _per_block(values: Tensor, block: Tensor, k: int, reduce: str) -> Tensor:
+    """``(K,)`` the ``"amin"`` / ``"amax"`` of per-token ``values`` ``(Nv,)`` over each block (one scatter)."""
+    return values.new_zeros(k).scatter_reduce_(0, block, values, reduce, include_self=False)
+
+
+def _circle_block(g: BlockGeometry, o: SchemeOptions):
+    """CircleRoPE: the tokens of a block on a ring of radius ``r`` in the plane orthogonal to the
+    text direction ``(1, 1, 1)`` (every token of the block equally far from every text token);
+    frame ``f`` of a video is the same ring moved by ``f * temporal_scale`` along ``(1, 1, 1)``
+    (JJJYmmm/Multimodal-RoPEs' extension of the image-only reference); the text after the block at
+    its largest position + 1.
+
+    Token ``(i, j)`` of an ``H x W`` frame: ``x = j - (W-1)/2``, ``y = i - (H-1)/2``
+    (``move_to_origin``); angle ``a = alpha * a_norm + (1 - alpha) * 2 pi (i W + j) / (H W)`` with
+    ``a_norm`` = ``atan2(y, x)`` rescaled by the block's min and max to ``[0, 2 pi]``;
+    ``(cx, cy) = r (cos a, sin a)`` (``dff_rate`` ``d``: ``(1-d) (cx, cy) + d (x, y)``), placed at
+    ``cx u + cy v`` with ``u = (-1, 1, 0)/sqrt 2``, ``v = (-1, -1, 2)/sqrt 6`` on the (w, h, t)
+    axes. The per-block min / max are one scatter each (no loop over blocks)."""
+    e, k = o.extra, len(g.tokens)
+    blk = g.block
+    hk, wk = g.h[blk], g.w[blk]  # (Nv,)
+    x, y = g.wi, g.hi  # (Nv,) float64
+    if e["move_to_origin"]:
+        x, y = x - (wk - 1) / 2, y - (hk - 1) / 2
+    if e["method"] == "circle":
+        if e["radius"] is None:  # "auto-K": K * the block's largest coordinate (w, h or t * stride)
+            t_top = (g.t - 1) * o.temporal_scale
+            top = torch.maximum(torch.maximum(g.w - 1, g.h - 1), t_top)
+            radius = (top / 2 if e["move_to_origin"] else top).abs()[blk] * e["radius_scale"]
+        else:
+            radius = e["radius"]
+        theta = torch.atan2(y, x)  # (Nv,)
+        low, high = _per_block(theta, blk, k, "amin"), _per_block(theta, blk, k, "amax")
+        spread = (high - low)[blk]
+        theta_norm = torch.where(spread > 0, (theta - low[blk]) / spread.clamp_min(1e-300) * (2 * math.pi), theta)
+        theta_index = (g.hi * wk + g.wi) / (hk * wk) * (2 * math.pi)
+        angle = e["alpha"] * theta_norm + (1 - e["alpha"]) * theta_index
+        cx, cy = radius * torch.cos(angle), radius * torch.sin(angle)
+    else:
+        cx, cy = x, y
+    if e["dff_rate"]:
+        d = e["dff_rate"]
+        cx, cy = (1 - d) * cx + d * x, (1 - d) * cy + d * y
+    s2, s6 = math.sqrt(2.0), math.sqrt(6.0)
+    ring = torch.stack([2 * cy / s6, cx / s2 - cy / s6, -cx / s2 - cy / s6])  # (3, Nv) rows t, h, w
+    if e["move_to_positive"] is not False:  # every axis up by the block's |lowest value| (+ the offset)
+        shift = _per_block(ring.amin(0), blk, k, "amin").abs()
+        ring = ring + (shift[blk] + (0.0 if e["move_to_positive"] == "auto" else e["move_to_positive"]))
+    offset = ring + g.ti * o.temporal_scale  # stacked rings: frame f moved along (1, 1, 1)
+    extent = _per_block(offset.amax(0), blk, k, "amax") + 1
+    return offset, extent, torch.ones(3, dtype=torch.float64, device=offset.device)
 
 
 def _flat_block(g: BlockGeometry, o: SchemeOptions):
@@ -657,6 +791,23 @@ for _scheme in (
         frames=True,
         paper="Yuan et al. 2025, Lumos-1 MM-RoPE (arXiv:2507.08801)",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mmrope.py (get_mmrope_index)",
+    ),
+    # CircleRoPE (lose4578/CircleRoPE code/circle_rope.py, defaults of its code/config.json; videos as
+    # JJJYmmm/Multimodal-RoPEs pos_design/circlerope.py: one ring per frame, moved along the text axis);
+    # rotated with the chunked M-RoPE of the reference's Qwen2.5-VL (mrope_section 16, 24, 24)
+    Scheme(
+        "circlerope",
+        THW,
+        "mrope",
+        _circle_block,
+        _IDENTITY,
+        _IDENTITY,
+        options=("temporal_scale", "radius", "alpha", "move_to_origin", "move_to_positive", "dff_rate", "method"),
+        check=_check_circle,
+        id_dtype=torch.float32,
+        delta_dtype=torch.float32,
+        paper="Wang et al. 2025, Circle-RoPE (arXiv:2505.16416)",
+        reference="lose4578/CircleRoPE code/circle_rope.py (get_circle_rope_index)",
     ),
     # VRoPE's four combinations travel as (c0, c1, c2): c3 = c1 + c2 - c0 for every position
     Scheme(

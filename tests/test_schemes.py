@@ -449,3 +449,172 @@ def test_mmrope_allocation_gives_every_axis_the_whole_spectrum():
         assert int(idx.min()) < 8 and int(idx.max()) >= 56  # high and low frequencies on every axis
     with pytest.raises(ValueError, match="mrope_section"):
         create("mmrope", head_dim=128, mrope_section=[16, 24, 24])  # the pattern fixes the sections
+
+
+# ----------------------------------------------------------------------------- CircleRoPE
+def _reference_circlerope(
+    units,
+    radius=10.0,
+    alpha=0.5,
+    move_to_origin=True,
+    move_to_positive=False,
+    dff_rate=0.0,
+    method="circle",
+    stride=1.0,
+):
+    """A token-by-token transcription of lose4578/CircleRoPE ``get_circle_rope_index`` (with
+    JJJYmmm/Multimodal-RoPEs' rings per frame): the block's ``(w, h, t * stride)`` grid, centred per
+    axis by ``(max + min) / 2``; ``radius="auto-K"`` is ``K * |max coordinate|``; frame 0 on the
+    circle (``atan2`` angle rescaled to ``[0, 2 pi]`` by its min and max, mixed with the raster-index
+    angle by ``alpha``), rotated into the plane orthogonal to ``(1, 1, 1)`` with the basis
+    ``u = (-n1, n0, 0) / |.|``, ``v = n x u / |.|`` of ``n = (1, 1, 1) / sqrt 3``; frame ``f`` adds
+    ``f * stride``; every unit starts at the previous unit's max + 1."""
+    n = [1 / math.sqrt(3)] * 3
+    u = [-n[1], n[0], 0.0]
+    u = [c / math.hypot(*u) for c in u]
+    v = [n[1] * u[2] - n[2] * u[1], n[2] * u[0] - n[0] * u[2], n[0] * u[1] - n[1] * u[0]]
+    v = [c / math.sqrt(sum(x * x for x in v)) for c in v]
+    pos, st = [], 0.0
+    for unit in units:
+        if unit[0] == "text":
+            pos.extend([st + k] * 3 for k in range(unit[1]))
+            st += unit[1]
+            continue
+        _, t, h, w = unit
+        grid = [[float(j), float(i), f * stride] for f, i, j in _frames(t, h, w)]  # (x, y, z) = (w, h, t)
+        if move_to_origin:
+            for a in range(3):
+                centre = (max(p[a] for p in grid) + min(p[a] for p in grid)) / 2
+                for p in grid:
+                    p[a] -= centre
+        frame0 = grid[: h * w]
+        if method == "circle":
+            r = radius
+            if isinstance(radius, str):
+                r = abs(max(c for p in grid for c in p)) * (1.0 if radius == "auto" else float(radius[5:]))
+            theta = [math.atan2(y, x) for x, y, _ in frame0]
+            lo, hi = min(theta), max(theta)
+            norm = [(a - lo) / (hi - lo) * 2 * math.pi if hi - lo > 0 else a for a in theta]
+            angles = [alpha * a + (1 - alpha) * (k / (h * w) * 2 * math.pi) for k, a in enumerate(norm)]
+            plane = [(r * math.cos(a), r * math.sin(a)) for a in angles]
+        else:
+            plane = [(x, y) for x, y, _ in frame0]
+        if dff_rate:
+            plane = [
+                ((1 - dff_rate) * cx + dff_rate * x, (1 - dff_rate) * cy + dff_rate * y)
+                for (cx, cy), (x, y, _) in zip(plane, frame0)
+            ]
+        ring = [[cx * u[a] + cy * v[a] for a in range(3)] for cx, cy in plane]  # (w, h, t) components
+        if move_to_positive is not False:
+            shift = abs(min(c for p in ring for c in p)) + (0.0 if move_to_positive == "auto" else move_to_positive)
+            ring = [[c + shift for c in p] for p in ring]
+        block = [[st + c + f * stride for c in reversed(ring[k])] for f in range(t) for k in range(h * w)]  # t, h, w
+        pos.extend(block)
+        st = max(c for p in block for c in p) + 1
+    return pos
+
+
+CIRCLE_CASES = {
+    "defaults": {},
+    "auto": {"radius": "auto"},
+    "auto-2-alpha0": {"radius": "auto-2", "alpha": 0.0, "temporal_scale": 2.0},
+    "alpha1-positive": {"alpha": 1.0, "move_to_positive": "auto", "radius": 3.5},
+    "offset-dff": {"move_to_positive": 1.5, "dff_rate": 0.25, "move_to_origin": False},
+    "no-circle": {"method": "no_circle", "temporal_scale": 0.5},
+}
+
+
+@pytest.mark.parametrize("case", list(CIRCLE_CASES))
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_circlerope_equals_the_transcribed_reference_loop(case, padding_side):
+    options = CIRCLE_CASES[case]
+    ref = {"stride" if k == "temporal_scale" else k: v for k, v in options.items()}
+    rng = random.Random(case + padding_side)
+    for _ in range(4):
+        samples = _random_samples(rng, rng.randint(1, 3))
+        lay = build(samples, "circlerope", padding_side=padding_side, **options)
+        real = lay.coords.mask
+        for b, sample in enumerate(samples):
+            expected = torch.tensor(_reference_circlerope(_units(sample), **ref), dtype=torch.float64)
+            got = lay.coords.pos[b][real[b]].double()
+            assert got.shape == expected.shape
+            torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)  # float32 positions
+            ids = lay.position_ids[:, b][:, lay.attention_mask[b].bool()].double()
+            torch.testing.assert_close(ids, expected.T, rtol=0, atol=2e-5)
+            last = float(expected.max()) + 1 - lay.position_ids.shape[-1]  # max + 1 - padded length
+            assert lay.rope_deltas[b, 0].item() == pytest.approx(last, abs=2e-5)
+
+
+def test_circlerope_hand_worked_and_the_cone():
+    """A 1 x 2 token image after 2 text tokens (start s = 2), radius 10, alpha 0.5: x = -1/2, 1/2, y = 0;
+    atan2 angles pi, 0 rescale to 2 pi, 0; index angles 0, pi; mixed: pi, pi/2. So (cx, cy) = (-10, 0),
+    (0, 10), and (t, h, w) = s + (2 cy / sqrt 6, cx / sqrt 2 - cy / sqrt 6, -cx / sqrt 2 - cy / sqrt 6)."""
+    lay = build([[Text(2), Image((1, 2, 4)), Text(1)]], "circlerope")
+    r2, r6 = 10 / math.sqrt(2), 10 / math.sqrt(6)
+    expected = [
+        [0, 1, 2, 2 + 2 * r6, 3 + 2 * r6],
+        [0, 1, 2 - r2, 2 - r6, 3 + 2 * r6],
+        [0, 1, 2 + r2, 2 - r6, 3 + 2 * r6],
+    ]
+    torch.testing.assert_close(lay.position_ids[:, 0].double(), torch.tensor(expected, dtype=torch.float64))
+    assert lay.position_ids.dtype == torch.float32 and lay.rope_deltas.dtype == torch.float32
+    # the cone: every vision token of a block lies in the plane t + h + w = 3 s at distance r from (s, s, s)
+    rng = random.Random(3)
+    samples = _random_samples(rng, 3)
+    for radius in (10.0, 2.5):
+        lay = build(samples, "circlerope", radius=radius)
+        pos, vision = lay.coords.pos.double(), lay.modality != 0
+        for b, sample in enumerate(samples):
+            start = 0.0
+            k = 0
+            for unit in _units(sample):
+                if unit[0] == "text":
+                    start = float(pos[b, k + unit[1] - 1, 0]) + 1
+                    k += unit[1]
+                    continue
+                _, t, h, w = unit
+                ring = pos[b, k : k + h * w] - start  # frame 0
+                assert bool(vision[b, k : k + h * w].all())
+                torch.testing.assert_close(ring.sum(-1), torch.zeros(h * w, dtype=torch.float64), atol=1e-4, rtol=0)
+                torch.testing.assert_close(
+                    ring.norm(dim=-1), torch.full((h * w,), radius, dtype=torch.float64), atol=1e-4, rtol=0
+                )
+                start = float(pos[b, k : k + t * h * w].max()) + 1
+                k += t * h * w
+
+
+def test_circlerope_options_are_checked_on_every_path():
+    sample = [[Text(1), Image((1, 4, 4)), Text(1)]]
+    for bad, match in (
+        ({"radius": 0}, "radius must be"),
+        ({"radius": "auto-x"}, "auto-K"),
+        ({"radius": "big"}, "radius must be"),
+        ({"alpha": 1.5}, "alpha must be"),
+        ({"dff_rate": True}, "dff_rate must be"),
+        ({"move_to_positive": "up"}, "move_to_positive must be"),
+        ({"method": "sphere"}, "method must be one of"),
+        ({"temporal_scale": 0}, "temporal_scale"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            build(sample, "circlerope", **bad)
+        with pytest.raises(ValueError, match=match):
+            resolve_options("circlerope", **bad)
+    with pytest.raises(TypeError, match="move_to_origin must be a bool"):
+        build(sample, "circlerope", move_to_origin=1)
+    with pytest.raises(ValueError, match=r"radius applies only to schemes \['circlerope'\]"):
+        build(sample, "qwen2-vl", radius=4.0)
+    with pytest.raises(TypeError, match="unknown scheme option 'radious'"):
+        build(sample, "circlerope", radious=4.0)
+    o = resolve_options("circlerope")
+    assert dict(o.extra) == {
+        "radius": 10.0,
+        "radius_scale": None,
+        "alpha": 0.5,
+        "move_to_origin": True,
+        "move_to_positive": False,
+        "dff_rate": 0.0,
+        "method": "circle",
+    }  # lose4578/CircleRoPE code/config.json
+    assert (
+        o.temporal_scale == 1.0 and resolve_options("circlerope", move_to_positive=0).extra["move_to_positive"] is False
+    )

@@ -136,6 +136,8 @@ SWAPS = [
     ("ilrope", {}),
     ("omnirope", {}),
     ("mmrope", {}),
+    ("circlerope", {}),
+    ("circlerope", {"radius": "auto-2", "alpha": 0.25, "move_to_positive": "auto"}),
     ("flat", {}),
 ]
 
@@ -382,6 +384,7 @@ def test_hope_on_text_differs_only_by_its_unrotated_pairs():
         ("vrope", {}),
         ("v2pe", {"delta": 1 / 8}),
         ("hope", {"temporal_scale": 1.25}),
+        ("circlerope", {"temporal_scale": 2.0, "radius": "auto", "dff_rate": 0.5}),
         ("flat", {}),
     ],
 )
@@ -403,8 +406,19 @@ def test_prompt_positions_equal_the_layout(scheme, options, rule):
     length = max(map(len, ids))
     input_ids = torch.tensor([[PAD] * (length - len(r)) + r for r in ids])
     mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in ids])
+    own = {k: v for k, v in options.items() if k not in ("delta", "temporal_scale")}  # the scheme's own options
     opts = RopeIndexOptions(
-        scheme, "qwen2-vl", 2, IMG, VID, 2.0, options.get("delta"), options.get("temporal_scale"), False, rule
+        scheme,
+        "qwen2-vl",
+        2,
+        IMG,
+        VID,
+        2.0,
+        options.get("delta"),
+        options.get("temporal_scale"),
+        False,
+        rule,
+        scheme_options=own,
     )
     got_ids, got_deltas = scheme_rope_index(
         opts, input_ids, torch.tensor([[1, 4, 6], [1, 2, 4]]), torch.tensor([[3, 4, 4]]), mask
@@ -495,7 +509,13 @@ def test_unknown_layout_names_what_is_missing():
 
 @torch.no_grad()
 @pytest.mark.parametrize(
-    "scheme, options", [("mrope-i", {}), ("v2pe", {"delta": 0.25}), ("hope", {"temporal_scale": 0.75})]
+    "scheme, options",
+    [
+        ("mrope-i", {}),
+        ("v2pe", {"delta": 0.25}),
+        ("hope", {"temporal_scale": 0.75}),
+        ("circlerope", {"radius": "auto-2", "alpha": 1.0}),
+    ],
 )
 def test_swap_survives_save_pretrained_and_from_pretrained(tmp_path, scheme, options):
     """Issue 23 (3): use_rope writes the scheme into the config (``config.mmpos_rope``);
