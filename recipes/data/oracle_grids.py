@@ -112,19 +112,30 @@ def border(batch: int, h: int, w: int, num_tokens: int, generator: torch.Generat
 
 
 def bands(
-    batch: int, h: int, w: int, num_tokens: int, num_bands: int, generator: torch.Generator, tolerance: float = 0.05
+    batch: int,
+    h: int,
+    w: int,
+    num_tokens: int,
+    num_bands: int,
+    generator: torch.Generator,
+    tolerance: float = 0.05,
+    shift: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Random tokens; each cell names its ``num_bands x num_bands`` region of the image (absolute, resolution-free).
 
-    Cell ``(i, j)`` has its centre at ``((i + 0.5) / h, (j + 0.5) / w)`` of the image; the target is
-    ``num_bands * floor(num_bands * row) + floor(num_bands * col)``. Cells whose centre lies within
-    ``tolerance`` of a band edge (in band units) are not scored: their region is ambiguous.
+    Cell ``(i, j)`` has its centre at ``((i + 0.5 + shift) / h, (j + 0.5 + shift) / w)`` of the image
+    (``shift``: the whole grid moved by that fraction of a cell along both axes, ``-0.5 < shift <
+    0.5``, the sub-patch shift); the target is ``num_bands * floor(num_bands * row) +
+    floor(num_bands * col)``. Cells whose centre lies within ``tolerance`` of a band edge (in band
+    units) are not scored: their region is ambiguous.
     """
     _check(batch, h, w)
+    if not -0.5 < shift < 0.5:
+        raise ValueError(f"shift must be a fraction of a cell, -0.5 < shift < 0.5, got {shift!r}")
     tokens = torch.randint(0, num_tokens, (batch, h, w), generator=generator)
 
     def axis(n: int) -> tuple[Tensor, Tensor]:
-        u = (torch.arange(n, dtype=torch.float64) + 0.5) / n * num_bands
+        u = (torch.arange(n, dtype=torch.float64) + 0.5 + shift) / n * num_bands
         frac = u - u.floor()
         return u.floor().long(), (frac < tolerance) | (frac > 1 - tolerance)
 

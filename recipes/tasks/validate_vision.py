@@ -28,7 +28,13 @@ runner turns the runs into verdicts (:func:`mmpos.runner.stats.verdicts`).
   size generalisation). Task (:func:`~recipes.data.oracle_grids.left_neighbour`): copy the left
   neighbour's identity, objects only in the left half while training; ``acc@right``: objects only
   in the right half (Chu et al.'s translation split); ``acc@2x``: a 16 x 16 grid, objects in its
-  left half. Control: contextual iRPE (relative by construction).
+  left half. Control: contextual iRPE on keys, whose positional logit ``q . r(bucket(offset))``
+  depends on the offset and the query only -- never on the key's content -- so "attend to
+  ``(0, -1)``" is one table entry for every identity, every column and every grid (its buckets
+  saturate at offset 4, so the 2x grid has no untrained bucket). ``acc:worst_id``: the accuracy of
+  the worst-copied identity on the training layout (the diagnostic that shows a per-content
+  failure: axial RoPE's positional logit ``q^T R(offset) k`` does depend on the key's content,
+  and one head gets stuck copying some identities perfectly and others not at all).
 * ``validate_vision_peg_padding`` -- the same paper, §3.2 / Table 7 ("zero padding lets PEG know the
   absolute position"): :func:`~recipes.data.oracle_grids.border` (is this cell on the border?),
   scored as balanced accuracy (chance 0.5). ``peg@circular`` is PEG with circular padding (the grid
@@ -36,10 +42,16 @@ runner turns the runs into verdicts (:func:`mmpos.runner.stats.verdicts`).
 * ``validate_vision_fuzzy`` -- Fan et al., "ViTAR: Vision Transformer with Any Resolution", 2024
   (arXiv 2403.18361), §3.2 (fuzzy positional encoding) and its multi-resolution training: an
   absolute, resolution-free target (:func:`~recipes.data.oracle_grids.bands`: the cell's region of
-  a 4 x 4 partition of the image), trained on grids of 6, 8 and 12 cells, tested at the
-  non-integer scales 1.25x (10) and 1.75x (14) and at 2x (16) against the learned table resampled
-  bicubically (timm's rule). Control ``coord-mlp``: the true normalized cell centre through an
-  MLP, added to the tokens (an oracle feature).
+  a ``num_bands x num_bands`` partition of the image), trained on grids of 6, 8 and 12 cells,
+  tested at the non-integer scales 1.25x (10) and 1.75x (14) and at 2x (16) against the learned
+  table resampled bicubically (timm's rule), and under sub-patch shifts (``data.eval_shifts``,
+  ``acc@shift<s>``): the training grid moved by a fraction ``s`` of a cell along both axes, each
+  token's position ``(i + s, j + s)`` (:meth:`mmpos.Coords.shifted`), its target the region of
+  its shifted centre. The fuzzy table is read where ViTAR reads it, at the exact (shifted)
+  position; the learned table is read bicubically at the same positions
+  (:func:`learned_at_positions`), the resampling it gets at any other resolution. Control: the
+  learned table on the training grid (``coord-mlp``, the true cell centre through an MLP, is too
+  slow to learn 64 regions in this budget).
 * ``validate_vision_irpe`` -- Wu et al., "Rethinking and Improving Relative Position Encoding for
   Vision Transformer", ICCV 2021 (arXiv 2107.14222), §3.1-3.2 (bias mode vs contextual mode):
   :func:`~recipes.data.oracle_grids.directed_neighbour`: each token carries a value and a
@@ -67,6 +79,8 @@ scored cells (``IGNORE`` excluded), balanced accuracy for the border task.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -77,13 +91,14 @@ from torch import Tensor, nn
 
 from mmpos.coords import Coords
 from mmpos.encoders import RotaryEncoder
+from mmpos.encoders.learned import LearnedPositionEmbedding
 from mmpos.encoders.peg import PositionEncodingGenerator
 from mmpos.nn import Transformer
 from mmpos.runner.tasks import Task, parse_encoders, register_task
 
 from ..data import oracle_grids as og
 
-__all__ = ["TokenModel", "rotary_margin"]
+__all__ = ["TokenModel", "learned_at_positions", "min_class_accuracy", "rotary_margin"]
 
 COORD_MLP = "coord-mlp"
 _VARIANTS = {"peg": ("circular", "zeros"), "irpe": ("bias", "ctx")}
@@ -112,7 +127,10 @@ class TokenModel(nn.Module):
         peg_padding: ``"zeros"`` (CPVT) or ``"circular"`` for every PEG.
 
     ``forward(batch) -> logits (B, N, num_classes)``; ``batch`` has ``ids`` ``(B, H, W)`` or
-    ``(B, N)``, optionally ``pixels`` ``(B, H, W, 8, 8)``, ``dirs`` ``(B, H, W)``, ``xy`` ``(B, N, 2)``.
+    ``(B, N)``, optionally ``pixels`` ``(B, H, W, 8, 8)``, ``dirs`` ``(B, H, W)``, ``xy`` ``(B, N, 2)``
+    and ``shift`` (a ``(row, col)`` pair of Python floats: the grid moved by that fraction of a
+    cell, :meth:`mmpos.Coords.shifted`; every learned table is then read bicubically at the
+    shifted positions, :func:`learned_at_positions`).
     """
 
     def __init__(
@@ -172,13 +190,55 @@ class TokenModel(nn.Module):
         b = ids.shape[0]
         x = x.reshape(b, -1, x.shape[-1])  # (B, N, D), grids row-major
         coords = self.coords(batch)
+        shift = batch.get("shift")
+        if shift is not None:
+            coords = coords.shifted(shift)  # (i + dh, j + dw): a sub-cell shift of the whole grid
         if self.coord_mlp:
             if "xy" in batch:
                 feat = batch["xy"]
             else:
                 feat = coords.normalized().pos  # cell centres in [-1, 1], (B, N, 2)
             x = x + self.coord_proj(feat.to(x.dtype))
-        return self.head(self.transformer(x, coords))
+        with _tables_read_at_positions(self) if shift is not None else contextlib.nullcontext():
+            return self.head(self.transformer(x, coords))
+
+
+def learned_at_positions(encoder: LearnedPositionEmbedding, coords: Coords) -> Tensor:
+    """A 2-D learned table read bicubically at the (possibly fractional) grid positions of ``coords``.
+
+    The table ``(1, gh * gw, D)`` is sampled with ``F.grid_sample(mode="bicubic",
+    align_corners=False, padding_mode="border")`` at ``coords.normalized()``: at the cell centres of
+    the training grid this is the table itself, at the centres of another grid timm's bicubic
+    resampling without antialiasing, and between cells (a sub-patch shift) the bicubic
+    interpolation a learned table has no other way to offer. Returns ``(B, N, D)``; ``coords``
+    without prefix tokens (``encoder.num_prefix_tokens`` must be 0).
+    """
+    if encoder.num_prefix_tokens or len(encoder.grid_size) != 2 or coords.num_prefix_tokens:
+        raise ValueError(
+            "learned_at_positions reads a 2-D table without prefix tokens; got grid_size="
+            f"{encoder.grid_size}, num_prefix_tokens={encoder.num_prefix_tokens} / {coords.num_prefix_tokens}"
+        )
+    gh, gw = encoder.grid_size
+    table = encoder.pos_embed.reshape(1, gh, gw, -1).permute(0, 3, 1, 2).float()  # (1, D, gh, gw)
+    pos = coords.normalized().pos  # (B, N, 2) (row, col) in [-1, 1]
+    grid = pos.flip(-1).unsqueeze(2).float()  # (B, N, 1, 2) in grid_sample's (x, y) order
+    out = F.grid_sample(
+        table.expand(grid.shape[0], -1, -1, -1), grid, mode="bicubic", padding_mode="border", align_corners=False
+    )
+    return out.squeeze(-1).transpose(1, 2).to(encoder.pos_embed.dtype)  # (B, N, D)
+
+
+@contextlib.contextmanager
+def _tables_read_at_positions(model: nn.Module):
+    """Inside: every learned table of ``model`` embeds with :func:`learned_at_positions`."""
+    tables = [m for m in model.modules() if isinstance(m, LearnedPositionEmbedding)]
+    for m in tables:
+        m.embed = functools.partial(learned_at_positions, m)  # an instance attribute shadows the method
+    try:
+        yield
+    finally:
+        for m in tables:
+            del m.embed
 
 
 def _build_model(cfg: dict, encoder: str, num_tokens: int, num_classes: int, grid, axes, **kw) -> TokenModel:
@@ -254,6 +314,22 @@ def _accuracy(logits: Tensor, target: Tensor, balanced: bool = False) -> float:
     return torch.stack(recalls).mean().item()
 
 
+def min_class_accuracy(pred: Tensor, target: Tensor) -> float:
+    """The lowest per-class accuracy over the classes present in ``target`` (``IGNORE`` left out).
+
+    ``pred`` and ``target``: integer tensors of the same shape. A model that copies some identities
+    and not others (a per-content failure) has a high mean accuracy and a low minimum.
+    """
+    if pred.shape != target.shape:
+        raise ValueError(f"pred and target must have the same shape, got {tuple(pred.shape)} and {tuple(target.shape)}")
+    pred, target = pred.reshape(-1), target.reshape(-1)
+    keep = target != og.IGNORE
+    pred, target = pred[keep], target[keep]
+    if not len(target):
+        raise ValueError("target has no scored entries (all IGNORE)")
+    return min((pred[target == c] == c).float().mean().item() for c in target.unique())
+
+
 def _task(
     model: nn.Module,
     cfg: dict,
@@ -280,7 +356,7 @@ def _task(
     def evaluate(model: nn.Module) -> dict[str, float]:
         out = {}
         for name, (inputs, target) in sets.items():
-            logits = model({k: v.to(device) for k, v in inputs.items()}).cpu()
+            logits = model({k: v.to(device) if isinstance(v, Tensor) else v for k, v in inputs.items()}).cpu()
             out[name] = _accuracy(logits, target, balanced)
         if extra is not None:
             out.update(extra(model))
@@ -348,7 +424,23 @@ def build_peg(cfg: dict, encoder: str, seed: int, device: torch.device) -> Task:
         "acc@right": lambda g: make(d["eval_size"], s, (s // 2, s), g),
         "acc@2x": lambda g: make(d["eval_size"] // 4 or 1, 2 * s, (0, s), g),
     }
-    return _task(model, cfg, seed, device, lambda step, g: make(cfg["batch_size"], s, (0, s // 2), g), evals)
+    # the diagnostic: accuracy of the worst-copied identity on the training layout (its own fixed set)
+    id_set = make(d["eval_size"], s, (0, s // 2), _generator(10**9 + 1000 * seed + len(evals)))
+
+    def worst_identity(model: nn.Module) -> dict[str, float]:
+        inputs, target = id_set
+        pred = model({k: v.to(device) for k, v in inputs.items()}).argmax(-1).cpu()  # (B, H * W)
+        return {"acc:worst_id": min_class_accuracy(pred, target.reshape(pred.shape))}
+
+    return _task(
+        model,
+        cfg,
+        seed,
+        device,
+        lambda step, g: make(cfg["batch_size"], s, (0, s // 2), g),
+        evals,
+        extra=worst_identity,
+    )
 
 
 _PAD_DATA = {"grid": 8, "num_tokens": 8, "eval_size": 256}
@@ -377,6 +469,7 @@ _FUZZY_DATA = {
     "grid": 8,  # the learned tables' grid
     "train_grids": [6, 8, 12],  # multi-resolution training: step t uses train_grids[t % len]
     "eval_grids": {"acc@1.25x": 10, "acc@1.75x": 14, "acc@2x": 16},
+    "eval_shifts": [],  # sub-patch shifts (fractions of a cell, both axes) on the training grid: acc@shift<s>
     "num_tokens": 8,
     "num_bands": 4,
     "eval_size": 128,
@@ -393,13 +486,23 @@ def build_fuzzy(cfg: dict, encoder: str, seed: int, device: torch.device) -> Tas
         raise ValueError(f"data.train_grids must be a non-empty list of positive ints, got {grids!r}")
     model = _build_model(cfg, encoder, k, nb * nb, (s, s), ("h", "w"))
 
-    def make(n: int, size: int, g: torch.Generator):
-        tokens, target = og.bands(n, size, size, k, nb, g)
-        return {"ids": tokens}, target
+    shifts = list(d["eval_shifts"])
+    for x in shifts:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not -0.5 < x < 0.5:
+            raise ValueError(f"data.eval_shifts must be fractions of a cell in (-0.5, 0.5), got {shifts!r}")
+
+    def make(n: int, size: int, g: torch.Generator, shift: float = 0.0):
+        tokens, target = og.bands(n, size, size, k, nb, g, shift=shift)
+        inputs: dict[str, Any] = {"ids": tokens}
+        if shift:
+            inputs["shift"] = (float(shift), float(shift))
+        return inputs, target
 
     evals = {"acc": lambda g: make(d["eval_size"], s, g)}
     for name, size in dict(d["eval_grids"]).items():
         evals[name] = lambda g, size=size: make(max(d["eval_size"] * s * s // (size * size), 1), size, g)
+    for x in shifts:
+        evals[f"acc@shift{float(x):g}"] = lambda g, x=float(x): make(d["eval_size"], s, g, x)
     return _task(model, cfg, seed, device, lambda step, g: make(cfg["batch_size"], grids[step % len(grids)], g), evals)
 
 

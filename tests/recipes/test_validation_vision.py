@@ -7,7 +7,7 @@ import torch
 
 from mmpos.runner import run_recipe
 from recipes.data import oracle_grids as og
-from recipes.tasks.validate_vision import TokenModel, rotary_margin
+from recipes.tasks.validate_vision import TokenModel, learned_at_positions, min_class_accuracy, rotary_margin
 
 ORACLE_RECIPES = ["validate_rope_mixed", "validate_peg", "validate_peg_padding", "validate_fuzzy", "validate_fourier"]
 DIGIT_RECIPES = ["validate_irpe_digits", "digits_vit_pretrain", "digits_vit_finetune"]
@@ -41,6 +41,28 @@ def test_border_and_bands_by_hand():
     # centres (i + 0.5) / 10 * 4 = 0.2, 0.6, 1.0, ...: cells 2 and 7 sit on a band edge and are not scored
     assert band[0, 0].tolist() == [0, 0, og.IGNORE, 1, 1, 2, 2, og.IGNORE, 3, 3]
     assert band[0, 9, 0].item() == 12
+
+
+def test_bands_under_a_sub_cell_shift_by_hand():
+    _, plain = og.bands(1, 8, 8, 3, 4, _g())
+    _, moved = og.bands(1, 8, 8, 3, 4, _g(), shift=0.25)
+    # centres (i + 0.5) / 8 * 4 = 0.25, 0.75, 1.25, ...; shifted (i + 0.75) / 8 * 4 = 0.375, 0.875, 1.375, ...
+    assert plain[0, 0].tolist() == [0, 0, 1, 1, 2, 2, 3, 3] == moved[0, 0].tolist()
+    _, edge = og.bands(1, 8, 8, 3, 8, _g(), shift=0.47)  # (i + 0.97) in band units: within the tolerance
+    assert (edge == og.IGNORE).all()
+    _, back = og.bands(1, 8, 8, 3, 8, _g(), shift=-0.4)  # (i + 0.1): region i, scored
+    assert back[0, 0].tolist() == list(range(8)) and back[0, 3, 0].item() == 24
+    with pytest.raises(ValueError, match="shift"):
+        og.bands(1, 8, 8, 3, 8, _g(), shift=0.5)
+
+
+def test_min_class_accuracy_by_hand():
+    target = torch.tensor([[1, 1, 2, 2, og.IGNORE], [3, 3, 3, 1, 2]])
+    pred = torch.tensor([[1, 1, 2, 0, 5], [3, 3, 0, 1, 2]])
+    # class 1: 3/3, class 2: 2/3, class 3: 2/3
+    assert min_class_accuracy(pred, target) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="same shape"):
+        min_class_accuracy(pred.reshape(-1), target)
 
 
 def test_directed_neighbour_copies_the_pointed_cell():
@@ -102,6 +124,48 @@ def test_circular_peg_is_translation_equivariant_and_zero_padding_is_not():
         a = model({"ids": ids}).reshape(2, 6, 6, 3).roll(2, dims=2)
         outs[padding] = torch.allclose(a, model({"ids": rolled}).reshape(2, 6, 6, 3), atol=1e-5)
     assert outs == {"circular": True, "zeros": False}
+
+
+def test_learned_at_positions_is_the_table_timms_bicubic_and_the_cubic_kernel():
+    import torch.nn.functional as F
+
+    from mmpos import Coords
+    from mmpos.encoders.learned import LearnedPositionEmbedding
+
+    torch.manual_seed(0)
+    enc = LearnedPositionEmbedding(3, (4, 4), std=1.0)
+    table = enc.pos_embed.detach().reshape(1, 4, 4, 3).permute(0, 3, 1, 2)  # (1, D, 4, 4)
+    same = learned_at_positions(enc, Coords.grid(4, 4)).detach()
+    assert torch.allclose(same, enc.pos_embed.detach(), atol=1e-5)  # the cell centres: the table itself
+    up = F.interpolate(table, size=(6, 6), mode="bicubic", align_corners=False)
+    assert torch.allclose(
+        learned_at_positions(enc, Coords.grid(6, 6)).detach(), up.flatten(2).transpose(1, 2), atol=1e-5
+    )
+    # half a cell to the right: the cubic convolution kernel (a = -0.75) at t = 0.5, row 1, column 1 -> 1.5
+    w = torch.tensor([-0.09375, 0.59375, 0.59375, -0.09375])
+    half = learned_at_positions(enc, Coords.grid(4, 4).shifted((0.0, 0.5))).detach()
+    assert torch.allclose(half[0, 1 * 4 + 1], (table[0, :, 1, :4] * w).sum(-1), atol=1e-5)
+
+
+def test_a_shift_reads_both_tables_at_the_shifted_positions():
+    from mmpos import Coords
+
+    cfg = {"dim": 8, "depth": 1, "num_heads": 1, "mlp_ratio": 2.0}
+    ids = torch.randint(0, 3, (2, 4, 4), generator=_g())
+    for name in ("learned", "fuzzy"):
+        torch.manual_seed(0)
+        model = TokenModel(3, 2, [name], cfg, (4, 4), ("h", "w"), pos_kwargs={name: {"std": 1.0}}).eval()
+        enc = model.transformer.pos_encoders[name]
+        plain = model({"ids": ids})
+        assert torch.allclose(model({"ids": ids, "shift": (0.0, 0.0)}), plain, atol=1e-5)
+        moved = model({"ids": ids, "shift": (0.25, 0.25)})
+        assert not torch.allclose(moved, plain, atol=1e-3)
+        assert "embed" not in vars(enc)  # the bicubic read is undone after the forward
+        if name == "fuzzy":  # ViTAR's table read bilinearly at (1.25, 1.25): weights 9/16, 3/16, 3/16, 1/16
+            t = enc.pos_embed.detach()[0]  # (D, 4, 4)
+            hand = (9 * t[:, 1, 1] + 3 * t[:, 1, 2] + 3 * t[:, 2, 1] + t[:, 2, 2]) / 16
+            got = enc.embed(Coords.grid(4, 4).shifted(0.25)).detach()[0, 1 * 4 + 1]
+            assert torch.allclose(got, hand, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- smoke runs
