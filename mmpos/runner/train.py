@@ -8,8 +8,9 @@ with the same two (a task that needs a pretrained model uses it).
 Every process of a ``torchrun`` launch runs the same code; rank 0 alone writes files.
 Checkpoints hold only tensors and plain containers and are read back with
 ``torch.load(weights_only=True)``. Because a task's batches are a pure function of
-``(seed, step)`` and ``last.pt`` holds the model, optimizer, scheduler, RNG states and
-step, a resumed run ends with exactly the metrics of an uninterrupted one.
+``(seed, step)`` and ``last.pt`` holds the model, optimizer, scheduler, the RNG states of
+every process (rank order) and step, a resumed run -- under ``torchrun`` too, with the same
+number of processes -- ends with exactly the metrics of an uninterrupted one.
 
 Files are written atomically (a temporary file, ``fsync``, then a rename): a killed run
 leaves the previous version, never half of a new one; temporary files left by a crash are
@@ -245,6 +246,36 @@ def _rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
+
+
+def _rng_states(ddp: Dist) -> list[dict[str, Any]]:
+    """Every process's random state, in rank order (a collective under DDP: all ranks call it).
+
+    Ranks draw different numbers wherever the draws depend on their rows (masking a share of the
+    real tokens, say), so each rank resumes from its own state, not rank 0's.
+    """
+    state = _rng_state()
+    if not ddp.enabled:
+        return [state]
+    states: list[Any] = [None] * ddp.world_size
+    dist.all_gather_object(states, state)
+    return states
+
+
+def _resume_rng(states: Any, ddp: Dist, where: Path) -> dict[str, Any]:
+    """This rank's state of a checkpoint's ``rng`` list (rank 0's, with a warning, under another process count)."""
+    if not isinstance(states, list) or not states:
+        raise ValueError("its rng record is not a list of per-process states")
+    if len(states) != ddp.world_size:
+        if ddp.is_main:
+            warnings.warn(
+                f"the checkpoint in {where} was written by {len(states)} process(es), resumed by {ddp.world_size}: "
+                "every process "
+                "continues rank 0's random state, so the run will not equal an uninterrupted one",
+                stacklevel=3,
+            )
+        return states[0]
+    return states[ddp.rank]
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
@@ -698,7 +729,7 @@ def train_run(
             raw.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
             sched.load_state_dict(ckpt["scheduler"])
-            _set_rng_state(ckpt["rng"])
+            _set_rng_state(_resume_rng(ckpt["rng"], ddp, folder))
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:  # verified, yet not this model's
             raise RunError(
                 f"the checkpoint in {folder} does not fit the model this config builds ({type(e).__name__}: "
@@ -771,7 +802,7 @@ def train_run(
                         "model": raw.state_dict(),
                         "optimizer": opt.state_dict(),
                         "scheduler": sched.state_dict(),
-                        "rng": _rng_state(),
+                        "rng": _rng_states(ddp),  # one per process, rank order (a collective under DDP)
                         "step": step,
                         "best": best,
                         "best_step": best_step,

@@ -757,3 +757,135 @@ def test_an_altered_final_json_is_finished_again(tmp_path, reference):
     with pytest.warns(UserWarning, match="final.json is damaged; finishing the run from its checkpoint again"):
         again = run_recipe(None, resume=folder)
     assert again["finals"][0]["metrics"] == _final(reference)["metrics"] == _final(folder)["metrics"]
+
+
+# ---------------------------------------------------------------------------- DDP: kill and resume under torchrun
+
+_DDP_TASK = """
+import os, signal
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from mmpos.runner import Task, register_task
+
+
+def _blobs(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(3, (n,), generator=g)
+    centers = torch.randn(3, 8, generator=torch.Generator().manual_seed(7)) * 1.5
+    return centers[y] + torch.randn(n, 8, generator=g), y
+
+
+@register_task("ddp_toy")
+def build(cfg, encoder, seed, device):
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
+    eval_x, eval_y = _blobs(64, 999)
+    kill = os.environ.get("MMPOS_TEST_KILL")  # "rank:step": that rank dies (SIGKILL) when asked for that batch
+
+    def train_batch(step):
+        if kill and dist.get_rank() == int(kill.split(":")[0]) and step == int(kill.split(":")[1]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _blobs(cfg["batch_size"], seed * 1_000_003 + step)
+
+    def loss(model, batch):
+        x, y = batch
+        torch.rand(1 + int(y.sum()))  # random draws that depend on this rank's rows (as masking a share of tokens)
+        return F.cross_entropy(model(x), y)
+
+    def evaluate(model):
+        logits = model(eval_x)
+        return {"acc": (logits.argmax(-1) == eval_y).float().mean().item(), "loss": F.cross_entropy(logits, eval_y).item()}
+
+    return Task(model, train_batch, loss, evaluate, metric="acc")
+"""
+
+_DDP_RECIPE = {
+    "task": "ddp_toy",
+    "task_module": "ddp_toy_task",
+    "steps": 12,
+    "batch_size": 16,
+    "eval_every": 4,
+    "log_every": 2,
+    "seeds": [0],
+    "encoders": ["none"],
+    "device": "cpu",
+    "progress": False,
+    "threads": 1,
+    "optim": {"lr": 0.02},
+}
+
+
+def _torchrun(tmp_path: Path, *args: str, kill: str | None = None):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("MMPOS_TEST_KILL", None)
+    if kill:
+        env["MMPOS_TEST_KILL"] = kill
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "mmpos.cli", "run", *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory):
+    """The uninterrupted 2-process run (gloo, CPU) every killed-and-resumed run must end at."""
+    import torch.distributed
+
+    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    root = tmp_path_factory.mktemp("ddp")
+    (root / "ddp_toy_task.py").write_text(_DDP_TASK)
+    (root / "ddp_toy.yaml").write_text(yaml.safe_dump(_DDP_RECIPE))
+    proc = _torchrun(root, "ddp_toy.yaml", "name=full", "--out", str(root))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return root, root / "ddp_toy" / "full"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill, resumes_from", [("1:6", 4), ("0:10", 8)], ids=["rank1-step6", "rank0-step10"])
+def test_ddp_run_killed_and_resumed_ends_where_the_uninterrupted_one_does(ddp_reference, kill, resumes_from):
+    root, full = ddp_reference
+    name = f"cut{kill.replace(':', '_')}"
+    proc = _torchrun(root, "ddp_toy.yaml", f"name={name}", "--out", str(root), kill=kill)
+    assert proc.returncode != 0, "the run was meant to be killed"
+    cut = root / "ddp_toy" / name
+    pair = cut / "none" / "seed0"
+    assert not (pair / "final.json").exists()
+    assert torch.load(pair / "last.pt", weights_only=True)["step"] == resumes_from
+    proc = _torchrun(root, "--resume", str(cut))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("| rank | encoder |") == 1  # rank 0 alone prints (and writes) the results
+    a, b = _final(full), _final(cut)
+    assert a["metrics"] == b["metrics"] and a["best"] == b["best"] and a["step"] == b["step"] == 12  # exactly
+    assert _records(full) == _records(cut)  # the whole loss curve, without the lines past the checkpoint
+    sa = torch.load(full / "none" / "seed0" / "last.pt", weights_only=True)
+    sb = torch.load(pair / "last.pt", weights_only=True)
+    assert all(torch.equal(sa["model"][k], sb["model"][k]) for k in sa["model"])
+    assert not [p.name for p in cut.rglob("*.tmp")]  # nothing the kill left behind survives the resume
+
+
+def test_checkpoints_hold_each_process_random_state_and_warn_under_another_count(tmp_path, reference):
+    from mmpos.runner.train import payload_digest
+
+    cut = _interrupted(tmp_path, 6, name="cut")
+    last = cut / "none" / "seed0" / "last.pt"
+    ckpt = torch.load(last, weights_only=True)
+    assert isinstance(ckpt["rng"], list) and len(ckpt["rng"]) == 1  # one process: one state
+    # as if written by 2 processes: resumed by 1, it continues rank 0's state and says the run is not the same
+    ckpt.pop("integrity")
+    ckpt["rng"] = [ckpt["rng"][0], ckpt["rng"][0]]
+    torch.save(
+        {
+            **ckpt,
+            "integrity": {**torch.load(last, weights_only=True)["integrity"], "payload_sha256": payload_digest(ckpt)},
+        },
+        last,
+    )
+    with pytest.warns(UserWarning, match=r"written by 2 process\(es\), resumed by 1: every process continues rank 0"):
+        run_recipe(None, ["progress=false"], resume=cut)
+    _same_as(reference, cut)  # rank 0's state is this process's own here
