@@ -61,6 +61,7 @@ import torch
 from torch import Tensor
 
 from ._extras import requires
+from ._validate import check_bytes, check_float, check_int
 from .layout import Image, Text, Video
 
 with requires("media"):  # one line naming the package and the extra when it is missing
@@ -88,12 +89,6 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)  # IMAGENET_STANDARD_MEAN / _STD
 RESAMPLES = ("pil", "torch")
 FRAME_RULES = ("qwen2-vl", "qwen3-vl")
-
-
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -133,13 +128,14 @@ class MediaSpec:
 
     def __post_init__(self) -> None:
         for name in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels", "max_frames"):
-            _check_int(getattr(self, name), f"MediaSpec.{name}", 1)
-        _check_int(self.min_frames, "MediaSpec.min_frames", 0)
+            check_int(getattr(self, name), f"MediaSpec.{name}", 1)
+        check_int(self.min_frames, "MediaSpec.min_frames", 0)
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"MediaSpec.min_pixels={self.min_pixels} must be <= max_pixels={self.max_pixels}")
         for name in ("mean", "std"):
             value = tuple(getattr(self, name))
-            if len(value) != 3 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in value):
+            real = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            if len(value) != 3 or not real:
                 raise ValueError(f"MediaSpec.{name} must hold 3 finite numbers (R, G, B), got {getattr(self, name)!r}")
             object.__setattr__(self, name, value)
         if not all(s > 0 for s in self.std):
@@ -150,12 +146,10 @@ class MediaSpec:
             raise ValueError(f"MediaSpec.frames must be one of {FRAME_RULES}, got {self.frames!r}")
         if self.fps is not None and self.num_frames is not None:
             raise ValueError("MediaSpec.fps and num_frames are exclusive: set one of them to None")
-        if self.fps is not None and (
-            isinstance(self.fps, bool) or not isinstance(self.fps, (int, float)) or not 0 < self.fps < math.inf
-        ):
-            raise ValueError(f"MediaSpec.fps must be a positive number or None, got {self.fps!r}")
+        if self.fps is not None:
+            check_float(self.fps, "MediaSpec.fps (or None)")
         if self.num_frames is not None:
-            _check_int(self.num_frames, "MediaSpec.num_frames", 1)
+            check_int(self.num_frames, "MediaSpec.num_frames", 1)
 
 
 #: image processors: ``Qwen2VLImageProcessor`` defaults (Qwen2.5-VL and Qwen3-VL reuse that class;
@@ -243,8 +237,10 @@ def load_image(source: ImageSource) -> PILImage.Image:
         opener: object = io.BytesIO(bytes(source))
     elif isinstance(source, (str, os.PathLike)):
         opener = Path(source)
-        if not opener.is_file():
+        if not opener.exists():
             raise ValueError(f"image file {_name(source)} does not exist")
+        if not opener.is_file():
+            raise ValueError(f"image file {_name(source)} is not a file (a directory?)")
     else:
         raise TypeError(f"image must be a path, bytes, PIL.Image or uint8 array, got {type(source).__name__}")
     try:
@@ -266,8 +262,8 @@ def load_image(source: ImageSource) -> PILImage.Image:
 
 def _check_pixels(min_pixels: object, max_pixels: object) -> None:
     """Area bounds: ints with ``1 <= min_pixels <= max_pixels`` (0 or less would divide by zero or leave a 0 side)."""
-    _check_int(min_pixels, "min_pixels", 1)
-    _check_int(max_pixels, "max_pixels", 1)
+    check_int(min_pixels, "min_pixels", 1)
+    check_int(max_pixels, "max_pixels", 1)
     if min_pixels > max_pixels:  # type: ignore[operator]
         raise ValueError(f"min_pixels={min_pixels} must be <= max_pixels={max_pixels}")
 
@@ -279,7 +275,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     Raises ``ValueError`` when the aspect ratio exceeds 200, as the reference does.
     """
     for value, name in ((height, "height"), (width, "width"), (factor, "factor")):
-        _check_int(value, name, 1)
+        check_int(value, name, 1)
     _check_pixels(min_pixels, max_pixels)
     if max(height, width) / min(height, width) > 200:
         raise ValueError(f"aspect ratio must be at most 200, got {height}x{width}")
@@ -303,8 +299,8 @@ def smart_resize_video(
     ``frames x h x w`` bounded instead of the area; frames smaller than ``factor`` are first
     scaled up. Needs ``num_frames >= temporal_factor`` (the reference raises otherwise)."""
     for value, name in ((num_frames, "num_frames"), (height, "height"), (width, "width"), (factor, "factor")):
-        _check_int(value, name, 1)
-    _check_int(temporal_factor, "temporal_factor", 1)
+        check_int(value, name, 1)
+    check_int(temporal_factor, "temporal_factor", 1)
     _check_pixels(min_pixels, max_pixels)
     if num_frames < temporal_factor:
         raise ValueError(
@@ -398,8 +394,15 @@ def image_patches(source: ImageSource, spec: str | MediaSpec = "qwen2-vl", **ove
 # --------------------------------------------------------------------------- videos
 def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -> np.ndarray:
     """Indices of the frames kept from a clip of ``total_frames`` at ``video_fps`` (int64,
-    sorted, may repeat under ``"qwen3-vl"``), by ``spec.frames`` (see the module docstring)."""
-    _check_int(total_frames, "total_frames", 1)
+    sorted, may repeat under ``"qwen3-vl"``), by ``spec.frames`` (see the module docstring).
+
+    ``total_frames`` a positive int, ``video_fps`` a finite positive number, ``spec`` a :class:`MediaSpec`;
+    a count of 0 frames (or more than the clip holds, under ``"qwen2-vl"``) is a ``ValueError``."""
+    if not isinstance(spec, MediaSpec):
+        raise TypeError(f"spec must be a MediaSpec (e.g. VIDEO_SPECS['qwen2-vl']), got {type(spec).__name__}")
+    check_int(total_frames, "total_frames", 1)
+    check_float(video_fps, "video_fps")  # 0 divided by zero, a negative or inf rate gave a wrong count
+    check_bytes(8 * total_frames, f"frame indices of a clip of total_frames={total_frames:,}")
     tp = spec.temporal_patch_size
     if spec.frames == "qwen3-vl":
         n = spec.num_frames
@@ -438,9 +441,13 @@ def read_video(
     import cv2
 
     spec = _resolve(spec, VIDEO_SPECS, overrides)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"video path must be a str or os.PathLike, got {type(path).__name__}")
     name = _name(path)
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise ValueError(f"video file {name} does not exist")
+    if not Path(path).is_file():
+        raise ValueError(f"video file {name} is not a file (a directory?)")
     cap = cv2.VideoCapture(os.fspath(path))
     try:
         if not cap.isOpened():
@@ -509,11 +516,11 @@ class VideoPatches:
         the previous frame's end marker, the timestamp and the start marker.
         """
         _, h, w = self.segment.grid_thw
-        _check_int(vision_start, "vision_start", 0)
-        _check_int(vision_end, "vision_end", 0)
+        check_int(vision_start, "vision_start", 0)
+        check_int(vision_end, "vision_end", 0)
         out: list[Text | Video] = []
         for i, s in enumerate(self.timestamps):
-            n = _check_int(text_tokens(f"<{s:.1f} seconds>"), "text_tokens(...)", 0)
+            n = check_int(text_tokens(f"<{s:.1f} seconds>"), "text_tokens(...)", 0)
             n += vision_start + (vision_end if i else 0)
             out += [Text(n), Video((1, h, w))] if n else [Video((1, h, w))]
         return out + ([Text(vision_end)] if vision_end else [])
@@ -543,11 +550,16 @@ def video_patches(
         **overrides: :class:`MediaSpec` fields to change (``fps=1``, ``num_frames=8``, ...).
     """
     spec = _resolve(spec, VIDEO_SPECS, overrides)
+    if not isinstance(source, (np.ndarray, str, os.PathLike)):
+        raise TypeError(
+            f"video must be a file path (str / os.PathLike) or uint8 frames (F, H, W, 3), got {type(source).__name__}"
+        )
     if isinstance(source, np.ndarray):
         if source.dtype != np.uint8 or source.ndim != 4 or source.shape[3] != 3 or 0 in source.shape:
             raise ValueError(f"video array must be non-empty uint8 (F, H, W, 3), got {source.dtype} {source.shape}")
-        if isinstance(video_fps, bool) or not isinstance(video_fps, (int, float)) or not 0 < video_fps < math.inf:
-            raise ValueError(f"video_fps must be a positive number for an array video, got {video_fps!r}")
+        if video_fps is None:
+            raise ValueError("video_fps must be given for an array video (a positive number: its frame rate)")
+        check_float(video_fps, "video_fps (the frame rate of an array video)")
         fps, total = float(video_fps), source.shape[0]
         indices = sample_frame_indices(total, fps, spec)
         frames = source[indices]

@@ -8,6 +8,7 @@ import math
 import os
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -248,10 +249,18 @@ def _png_header(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
 
 
-def _media(name: str, *args):
+def _media(name: str, *args, **kwargs):
     from mmpos import media
 
-    return getattr(media, name)(*args)
+    return getattr(media, name)(*args, **kwargs)
+
+
+def _video_spec(model: str = "qwen2-vl", **fields):
+    from dataclasses import replace
+
+    from mmpos import media
+
+    return replace(media.VIDEO_SPECS[model], **fields)
 
 
 def _sixteen_bit():
@@ -327,7 +336,7 @@ ENCODER_CASES += [
         "smart-resize-max-pixels-0",
         lambda: _media("smart_resize", 28, 28, 28, 1, 0),
         ValueError,
-        r"max_pixels must be an int >= 1",
+        r"max_pixels must be a positive int, got 0",
     ),
     row(
         "smart-resize-min-over-max",
@@ -339,7 +348,80 @@ ENCODER_CASES += [
         "smart-resize-video-temporal-0",
         lambda: _media("smart_resize_video", 4, 28, 28, 0, 28, 1, 10**6),
         ValueError,
-        r"temporal_factor must be an int >= 1, got 0",
+        r"temporal_factor must be a positive int, got 0",
+    ),
+    # video sampling (issue 22): 0 fps divided by zero, a negative or inf rate sampled a wrong count silently
+    row(
+        "sample-frame-indices-fps-0",
+        lambda: _media("sample_frame_indices", 10, 0.0, _video_spec(fps=2.0)),
+        ValueError,
+        r"video_fps must be a finite number > 0, got 0.0",
+    ),
+    row(
+        "sample-frame-indices-fps-negative",
+        lambda: _media("sample_frame_indices", 10, -5.0, _video_spec(fps=2.0)),
+        ValueError,
+        r"video_fps must be a finite number > 0, got -5.0",
+    ),
+    row(
+        "sample-frame-indices-fps-inf-qwen3",
+        lambda: _media("sample_frame_indices", 10, math.inf, _video_spec("qwen3-vl")),
+        ValueError,
+        r"video_fps must be a finite number > 0, got inf",
+    ),
+    row(
+        "sample-frame-indices-spec-name",
+        lambda: _media("sample_frame_indices", 10, 30.0, "qwen2-vl"),
+        TypeError,
+        r"spec must be a MediaSpec \(e.g. VIDEO_SPECS\['qwen2-vl'\]\), got str",
+    ),
+    row(
+        "sample-frame-indices-0-frames",
+        lambda: _media("sample_frame_indices", 10, 30.0, _video_spec(num_frames=1)),
+        ValueError,
+        r"cannot sample 0 frames \(a multiple of temporal_patch_size=2\) from a clip of 10 frames",
+    ),
+    row(
+        "sample-frame-indices-huge-clip",
+        lambda: _media("sample_frame_indices", 10**12, 30.0, _video_spec()),
+        ValueError,
+        r"frame indices of a clip of total_frames=1,000,000,000,000 would need about 7.3 TiB",
+    ),
+    row(
+        "video-patches-none",
+        lambda: _media("video_patches", None),
+        TypeError,
+        r"video must be a file path \(str / os.PathLike\) or uint8 frames \(F, H, W, 3\), got NoneType",
+    ),
+    row(
+        "video-patches-list-with-fps",
+        lambda: _media("video_patches", [[0]], video_fps=2.0),
+        TypeError,
+        r"video must be a file path .* got list",
+    ),
+    row(
+        "video-patches-array-without-fps",
+        lambda: _media("video_patches", np.zeros((2, 28, 28, 3), np.uint8)),
+        ValueError,
+        r"video_fps must be given for an array video",
+    ),
+    row(
+        "video-file-is-a-directory",
+        lambda: _media("video_patches", os.path.dirname(__file__)),
+        ValueError,
+        r"video file '.*tests' is not a file \(a directory\?\)",
+    ),
+    row(
+        "image-file-is-a-directory",
+        lambda: _media("load_image", os.path.dirname(__file__)),
+        ValueError,
+        r"image file '.*tests' is not a file \(a directory\?\)",
+    ),
+    row(
+        "video-patches-one-frame-qwen3",
+        lambda: _media("video_patches", np.zeros((1, 32, 32, 3), np.uint8), "qwen3-vl", video_fps=2.0),
+        ValueError,
+        r"video <ndarray>: Qwen3-VL resizing needs at least temporal_patch_size=2 frames, got 1",
     ),
 ]
 

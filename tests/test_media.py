@@ -378,7 +378,7 @@ def test_bad_video_files(tmp_path):
     (tmp_path / "cut2.avi").write_bytes(data[: len(data) // 3])
     with pytest.raises(ValueError, match="cut2.avi"):
         media.video_patches(tmp_path / "cut2.avi")
-    with pytest.raises(ValueError, match="video_fps must be a positive number"):
+    with pytest.raises(ValueError, match=r"video_fps \(the frame rate of an array video\) must be a finite number > 0"):
         media.video_patches(frames, video_fps=0)
     with pytest.raises(ValueError, match="video_fps applies to array videos only"):
         media.video_patches(path, video_fps=10.0)
