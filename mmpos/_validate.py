@@ -22,12 +22,23 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_int(value: Any, name: str, low: int = 1) -> int:
-    """An int ``>= low`` (default: positive)."""
-    if not _is_int(value) or value < low:
-        want = "a positive int" if low == 1 else f"an int >= {low}"
+def check_int(value: Any, name: str, low: int = 1, high: int | None = None, even: bool = False) -> int:
+    """An int ``>= low`` (default: positive), ``<= high`` when given, even when ``even``."""
+    if not _is_int(value) or value < low or (high is not None and value > high) or (even and value % 2):
+        parity = " even" if even else ""
+        if high is not None:
+            want = f"an{parity} int in [{low}, {high}]"
+        else:
+            want = f"a positive{parity} int" if low == 1 else f"an{parity} int >= {low}"
         raise ValueError(f"{name} must be {want}, got {value!r}")
     return int(value)
+
+
+def check_finite(value: Any, name: str) -> float:
+    """A finite real number (``True``, ``"1"``, NaN and inf are not)."""
+    if not _is_real(value) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def check_float(value: Any, name: str, low: float = 0.0, strict: bool = True, high: float = math.inf) -> float:

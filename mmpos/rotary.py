@@ -57,12 +57,12 @@ def rope_frequencies(pairs: int, theta: float = 10000.0) -> Tensor:
 
 
 def _check_head_dim(head_dim: int, rotary_dim: int | None) -> int:
-    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0 or head_dim % 2:
-        raise ValueError(f"head_dim must be a positive even int, got {head_dim!r}")
-    rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    bad = not isinstance(rotary_dim, int) or isinstance(rotary_dim, bool)
-    if bad or rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be a positive even int <= head_dim={head_dim}, got {rotary_dim!r}")
+    head_dim = check_int(head_dim, "head_dim", even=True)
+    rotary_dim = (
+        head_dim
+        if rotary_dim is None
+        else check_int(rotary_dim, f"rotary_dim (head_dim={head_dim})", 2, high=head_dim, even=True)
+    )
     return rotary_dim // 2
 
 

@@ -150,7 +150,11 @@ def test_bad_plans(build, match):
         (lambda: FrequencyPlan.per_head(16, True, [1, 0, 0]), ValueError, r"num_heads must be a positive int"),
         (lambda: FrequencyPlan.per_head(16, 4, [1, 1]), ValueError, r"head_sections must hold one"),
         (lambda: FrequencyPlan.rope(16.0), ValueError, r"head_dim must be a positive even int"),
-        (lambda: FrequencyPlan.rope(16, rotary_dim=True), ValueError, r"rotary_dim must be a positive even int"),
+        (
+            lambda: FrequencyPlan.rope(16, rotary_dim=True),
+            ValueError,
+            r"rotary_dim \(head_dim=16\) must be an even int in \[2, 16\], got True",
+        ),
         (lambda: FrequencyPlan.rope(16, axis=""), ValueError, r"axis must name one coordinate axis"),
         (lambda: FrequencyPlan.axial(16, "hw"), ValueError, r"axes must name at least one axis"),
         (lambda: FrequencyPlan.axial(16, ("h", "h")), ValueError, r"axes must name at least one axis"),

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .._validate import check_bool, check_bytes, check_ints
+from .._validate import check_bool, check_bytes, check_float, check_int, check_ints
 from ..coords import Coords
 from .base import BiasEncoder, resolve_head_dim
 from .registry import register_encoder
@@ -61,8 +61,7 @@ PRESETS: dict[str, dict] = {
 
 def _coefficients(ratio: float) -> tuple[float, float, float]:
     """``alpha, beta, gamma = ratio, 2 ratio, 8 ratio`` (reference ``get_single_rpe_config``)."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
-        raise ValueError(f"ratio must be a positive finite number, got {ratio!r}")
+    ratio = check_float(ratio, "ratio")  # positive and finite
     return 1 * ratio, 2 * ratio, 8 * ratio
 
 
@@ -118,13 +117,8 @@ def bucket_ids(grid_shape: Sequence[int], method: str, ratio: float, num_prefix_
     """
     method = _check_method(method)
     alpha, beta, gamma = _coefficients(ratio)
-    grid = tuple(grid_shape)
-    if len(grid) != 2 or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in grid):
-        raise ValueError(f"grid_shape must be two positive ints (H, W), got {grid_shape!r}")
-    prefix = num_prefix_tokens
-    if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
-        raise ValueError(f"num_prefix_tokens must be a non-negative int, got {prefix!r}")
-    height, width = grid
+    height, width = check_ints(grid_shape, "grid_shape (H, W)", length=2)
+    prefix = check_int(num_prefix_tokens, "num_prefix_tokens", 0)
     n = prefix + height * width  # the (maps, N, N) int64 ids (their transient offsets are of the same order)
     check_bytes((2 if method == "cross" else 1) * n * n * 8, f"iRPE bucket ids of a {height} x {width} grid")
     rows = torch.arange(height).repeat_interleave(width)  # (L,) row of each grid token
@@ -265,9 +259,7 @@ class IRPE(BiasEncoder):
             raise ValueError("num_heads must be given when shared_head=False")
         self.shared_head = shared_head
         self.num_heads = num_heads
-        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be a non-negative int, got {num_prefix_tokens!r}")
-        self.num_prefix_tokens = num_prefix_tokens
+        self.num_prefix_tokens = check_int(num_prefix_tokens, "num_prefix_tokens", 0)
         self.has_output = "v" in self.rpe_on
         # buckets per table; cross keeps a row table and a column table side by side
         self.num_buckets = num_buckets(self.method, ratio, num_prefix_tokens)
