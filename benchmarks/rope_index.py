@@ -1,29 +1,33 @@
-"""Position ids of a Qwen2-VL batch: mmpos against transformers' ``get_rope_index``.
+"""Position ids of every transformers VLM family mmpos serves: its token-id path against the family's own ``get_rope_index``.
 
-64 samples x 8 images with text between them (left padding), one run, four timings:
+For each ``config.model_type`` of the scheme registry (``mmpos.schemes.model_types()``) that the
+installed transformers has, one batch of 64 samples, each with 4 images and 2 videos (where the
+family has videos; HunYuan-VL and GLM-Image read images only, 6 per sample) between runs of
+5--40 text tokens, left padded, tokenised as the family's processor does (Qwen3-VL-style
+families: a video as timestamped one-frame blocks; GLM-4V: frames as image tokens between the
+video start and end tokens; ERNIE: frames merged in time; HY-V4-VL / HunYuan-VL: a newline
+token per merged row; GLM-Image: a target grid per sample). Two calls take turns, in an order
+shuffled each round (seeded):
 
-* transformers ``Qwen2VLModel.get_rope_index`` of the installed release (a Python loop over
-  samples and blocks; from 5.3 on it reads ``mm_token_type_ids``),
-* :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the same token ids (vectorised,
-  ``rule="installed"``),
-* :func:`mmpos.layout.build` from the segment lists (what a data loader would call), and the
-  same followed by reading ``Layout.coords`` (built on first read, float32 ``(B, L, 3)``).
+* the family's own ``get_rope_index`` of the installed release (called as the model calls it:
+  with ``mm_token_type_ids`` where it takes them);
+* :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the token ids (``rule="installed"``,
+  no ``mm_token_type_ids``).
 
-The outputs are checked equal before timing. Time: wall and process CPU time per call, the
-functions taking turns call by call (a shared machine's load hits them alike), in an order
-shuffled each round (``--fixed-order``: always the order above). Peak memory:
-extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of ``VmHWM`` with glibc
-mapping blocks of 64 KiB or more, measured after the timings, as ``benchmarks/rotary.py`` does).
-Usage::
+The outputs are checked equal before timing. Time: wall and process CPU time per call. Peak
+memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of ``VmHWM`` with
+glibc mapping blocks of 64 KiB or more, measured after all timings, as ``benchmarks/rotary.py``).
+``--table qwen2-vl-images`` gives the earlier table instead (Qwen2-VL, 64 samples x 8 images,
+with ``layout.build``). Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/rope_index.py [--device cuda] [--samples 64] [--images 8]
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/rope_index.py [--families qwen2_vl,glm4v] [--repeats 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
-import platform
 import random
 import statistics
 import time
@@ -32,40 +36,150 @@ from types import SimpleNamespace
 
 import torch
 import transformers
+from _env import header
 from _memory import map_large_blocks, peak_mib
-from transformers import Qwen2VLConfig
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
+from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, video_markers
 from mmpos.integrations.hf_rope_index import get_rope_index, installed_rule
 from mmpos.layout import Image, Text, build
+from mmpos.schemes import SCHEMES, model_types
+
+#: families whose get_rope_index reads audio too (the Omni models and their thinkers): not in this table
+AUDIO_FAMILIES = ("qwen2_5_omni", "qwen3_omni_moe")
+#: per family, the config arguments its get_rope_index needs that the defaults lack
+CONFIG_KWARGS = {
+    "hunyuan_vl": {
+        "text_config": {
+            "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default", "mrope_section": [16, 16, 16, 16]},
+            "head_dim": 128,
+        }
+    }
+}
 
 
-def make_batch(samples: int, images: int, seed: int = 0):
-    """Token ids, mask and grids of a batch, and the same batch as segment lists."""
-    config = Qwen2VLConfig()
+def family(model_type: str):
+    """``(config, model class)`` of ``model_type`` in the installed transformers, or a reason to skip it."""
+    try:
+        cm = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
+        mm = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    except ImportError:
+        return f"transformers {transformers.__version__} has no {model_type}"
+    configs = [
+        c
+        for c in vars(cm).values()
+        if isinstance(c, type)
+        and issubclass(c, transformers.PretrainedConfig)
+        and c.model_type == model_type
+        and "vision_config" in getattr(c, "sub_configs", {})
+    ]
+    owners = [c for c in vars(mm).values() if isinstance(c, type) and "get_rope_index" in c.__dict__]
+    if not configs or not owners:
+        return f"transformers {transformers.__version__}: {model_type} has no get_rope_index"
+    return configs[0](**CONFIG_KWARGS.get(model_type, {})), owners[0]
+
+
+def make_batch(model_type: str, config, samples: int, images: int, videos: int, seed: int = 0) -> dict:
+    """Token ids, types, mask and grids of a left-padded batch tokenised as ``model_type``'s processor does."""
     rng = random.Random(seed)
-    rows, segments, grids = [], [], []
+    own = FAMILY_ROPE_INDEX.get(model_type)
+    m = getattr(config.vision_config, "spatial_merge_size", 2)
+    image_id = config.image_token_id
+    video_id = getattr(config, "video_token_id", None)
+    start_id = getattr(config, "vision_start_token_id", None) or 7  # Qwen (4.57) finds blocks after it
+    markers = video_markers(config)
+    temporal_merge = getattr(config.vision_config, "temporal_merge_size", None) or 1
+    frames = own is None and SCHEMES[model_types()[model_type]].frames
+    if model_type in ("hunyuan_vl", "glm_image"):  # images only
+        images, videos = images + videos, 0
+    special = {image_id, video_id, start_id, *(markers or ())}
+    special |= {getattr(config, n, None) for n in ("image_start_token_id", "image_end_token_id", "im_start_id")}
+    text_ids = [i for i in range(10, 2000) if i not in special]
+    rows, image_grids, video_grids, seconds, per_sample = [], [], [], [], []
     for _ in range(samples):
-        ids, segs = [], []
-        for _ in range(images):
-            n_text = rng.randint(5, 40)
-            ids += [rng.randrange(10, 1000) for _ in range(n_text - 1)] + [config.vision_start_token_id]
-            h, w = 2 * rng.randint(4, 16), 2 * rng.randint(4, 16)  # up to 32 x 32 patches
-            ids += [config.image_token_id] * (h * w // 4)
-            segs += [Text(n_text), Image((1, h, w))]
-            grids.append((1, h, w))
-        n_text = rng.randint(5, 40)
-        ids += [rng.randrange(10, 1000) for _ in range(n_text)]
-        segs.append(Text(n_text))
-        rows.append(ids)
-        segments.append(segs)
-    length = max(map(len, rows))
+        ids, kinds, n_grids = [], [], 0
+
+        def text(n, ids=ids, kinds=kinds):
+            ids.extend(rng.choice(text_ids) for _ in range(n))
+            kinds.extend([0] * n)
+
+        def tokens(token, kind, n, ids=ids, kinds=kinds):
+            ids.extend([token] * n)
+            kinds.extend([kind] * n)
+
+        blocks = ["image"] * images + ["video"] * videos
+        rng.shuffle(blocks)
+        for kind in blocks:
+            text(rng.randint(5, 40))
+            if kind == "image":
+                h, w = m * rng.randint(4, 16), m * rng.randint(4, 16)  # up to 16 x 16 merged tokens
+                if model_type == "glm_image":  # grids in tokens, between image start / end tokens
+                    h, w = h // m, w // m
+                    image_grids.append((1, h, w))
+                    tokens(config.image_start_token_id, 0, 1)
+                    tokens(image_id, 1, h * w)
+                    tokens(config.image_end_token_id, 0, 1)
+                    n_grids += 1
+                    continue
+                image_grids.append((1, h, w))
+                if model_type == "hunyuan_vl":  # a newline per row and 2 boundary tokens, between im_start / im_end
+                    tokens(config.im_start_id, 0, 1)
+                    tokens(image_id, 1, (h // m) * (w // m + 1) + 2)
+                    tokens(config.im_end_id, 0, 1)
+                    continue
+                tokens(start_id, 0, 1)
+                tokens(image_id, 1, (h // m) * (w // m + (model_type == "hy_v4_vl")))
+                continue
+            t, h, w = temporal_merge * rng.randint(2, 6), m * rng.randint(4, 10), m * rng.randint(4, 10)
+            video_grids.append((t, h, w))
+            seconds.append(rng.choice((0.5, 1.0, 2.0)))
+            if model_type == "hy_v4_vl":
+                tokens(video_id, 2, t * (h // m) * (w // m + 1))
+            elif frames:  # per frame: a timestamp, then the frame's tokens
+                if markers is not None:
+                    tokens(markers[0], 0, 1)
+                for _ in range(t):
+                    text(3)
+                    tokens(start_id, 0, 1)
+                    tokens(image_id if markers is not None else video_id, 2, h * w // m**2)
+                if markers is not None:
+                    tokens(markers[1], 0, 1)
+            else:
+                tokens(start_id, 0, 1)
+                tokens(video_id, 2, t // temporal_merge * h * w // m**2)
+        text(rng.randint(5, 40))
+        if model_type == "glm_image":  # generation: an image start token and one target grid
+            tokens(config.image_start_token_id, 0, 1)
+            image_grids.append((1, rng.randint(4, 16), rng.randint(4, 16)))
+            n_grids += 1
+        rows.append((ids, kinds))
+        per_sample.append(n_grids)
+    length = max(len(r) for r, _ in rows)
     input_ids = torch.zeros(samples, length, dtype=torch.long)
-    mask = torch.zeros(samples, length, dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, length - len(r) :] = torch.tensor(r)
+    mm_types, mask = torch.zeros_like(input_ids), torch.zeros_like(input_ids)
+    for i, (r, k) in enumerate(rows):
+        input_ids[i, length - len(r) :], mm_types[i, length - len(r) :] = torch.tensor(r), torch.tensor(k)
         mask[i, length - len(r) :] = 1
-    return config, input_ids, mask, torch.tensor(grids), segments
+    grid = lambda g: torch.tensor(g, dtype=torch.long).view(-1, 3) if g else None
+    batch = {"input_ids": input_ids, "attention_mask": mask, "image_grid_thw": grid(image_grids)}
+    batch["mm_token_type_ids"] = mm_types
+    if videos:
+        batch["video_grid_thw"] = grid(video_grids)
+    if model_type == "qwen2_5_vl":
+        batch["second_per_grid_ts"] = torch.tensor(seconds)
+    if model_type == "glm_image":
+        batch["images_per_sample"] = torch.tensor(per_sample)
+    return batch
+
+
+def calls(model_type: str, config, model_cls, batch: dict, rule: str):
+    """``(transformers call, mmpos call)`` on ``batch``."""
+    owner = SimpleNamespace(config=config)
+    if hasattr(model_cls, "get_vision_position_ids"):
+        owner.get_vision_position_ids = types.MethodType(model_cls.get_vision_position_ids, owner)
+    params = inspect.signature(model_cls.get_rope_index).parameters
+    ref_kwargs = {k: v for k, v in batch.items() if k in params}
+    ours = {k: v for k, v in batch.items() if k != "mm_token_type_ids"}
+    return (lambda: model_cls.get_rope_index(owner, **ref_kwargs)), (lambda: get_rope_index(config, **ours, rule=rule))
 
 
 def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True) -> tuple[dict, dict]:
@@ -91,72 +205,130 @@ def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True) -> tuple[di
     return wall, cpu
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--images", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=40)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--fixed-order", action="store_true", help="call the functions in one order every round")
-    args = parser.parse_args()
+def families_table(args) -> None:
+    rule = installed_rule()
+    chosen = sorted(m for m in model_types() if not m.startswith(AUDIO_FAMILIES))
+    if args.families:
+        chosen = [m for m in args.families.split(",") if m]
+    print(header("cpu", transformers, note=f"timings; rule {rule}; {args.repeats} shuffled rounds per family"))
+    rows, skipped, peaks = [], [], []
+    for model_type in chosen:
+        found = family(model_type)
+        if isinstance(found, str):
+            skipped.append(found)
+            continue
+        config, model_cls = found
+        batch = make_batch(model_type, config, args.samples, args.images, args.videos)
+        ref, ours = calls(model_type, config, model_cls, batch, rule)
+        want, got = ref(), ours()
+        assert torch.equal(want[0], got[0]), model_type
+        assert torch.equal(want[1].view(got[1].shape).to(got[1].dtype), got[1]), model_type
+        wall, cpu = time_rounds({"ref": ref, "ours": ours}, args.repeats, lambda: None)
+        rows.append((model_type, config, batch, wall, cpu))
+        peaks.append((ref, ours))
+    map_large_blocks()  # after all timings: it slows allocations
+    med = statistics.median
+    print(header("cpu", transformers, note="peak memory (after the timings)"))
+    print(
+        "| `model_type` | scheme | batch (tokens) | images / videos | transformers median (ms) | mmpos median (ms) "
+        "| speed-up, median | speed-up, best | speed-up, CPU median | peak MiB (transformers / mmpos) |"
+    )
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for (model_type, config, batch, wall, cpu), (ref, ours) in zip(rows, peaks):
+        ref(), ours()
+        mib = peak_mib(ref, "cpu"), peak_mib(ours, "cpu")
+        b, length = batch["input_ids"].shape
+        n_img = 0 if batch["image_grid_thw"] is None else batch["image_grid_thw"].shape[0]
+        n_vid = batch["video_grid_thw"].shape[0] if "video_grid_thw" in batch else 0
+        scheme = model_types()[model_type]
+        print(
+            f"| `{model_type}` | `{scheme}` | {b} x {length} | {n_img} / {n_vid} | {med(wall['ref']) * 1e3:.1f} | "
+            f"{med(wall['ours']) * 1e3:.2f} | {med(wall['ref']) / med(wall['ours']):.1f}x | "
+            f"{min(wall['ref']) / min(wall['ours']):.1f}x | {med(cpu['ref']) / med(cpu['ours']):.1f}x | "
+            f"{mib[0]:.1f} / {mib[1]:.1f} |"
+        )
+    for reason in skipped:
+        print(f"skipped: {reason}")
+    print(f"not in this table (audio): {', '.join(AUDIO_FAMILIES)}")
+    print(header("cpu", transformers, note="end"))
 
-    device = torch.device(args.device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    config, input_ids, mask, grids, segments = make_batch(args.samples, args.images)
-    input_ids, mask, grids = input_ids.to(device), mask.to(device), grids.to(device)
-    holder = SimpleNamespace(config=config)  # get_rope_index reads self.config (and, from 5.3, a helper)
+
+def qwen2_vl_images_table(args) -> None:
+    """The earlier table: Qwen2-VL, 64 samples x 8 images, token ids and ``layout.build``."""
+    from transformers import Qwen2VLConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    config = Qwen2VLConfig()
+    rng = random.Random(0)
+    rows, segments, grids = [], [], []
+    for _ in range(args.samples):
+        ids, segs = [], []
+        for _ in range(8):
+            n_text = rng.randint(5, 40)
+            ids += [rng.randrange(10, 1000) for _ in range(n_text - 1)] + [config.vision_start_token_id]
+            h, w = 2 * rng.randint(4, 16), 2 * rng.randint(4, 16)
+            ids += [config.image_token_id] * (h * w // 4)
+            segs += [Text(n_text), Image((1, h, w))]
+            grids.append((1, h, w))
+        n_text = rng.randint(5, 40)
+        ids += [rng.randrange(10, 1000) for _ in range(n_text)]
+        segs.append(Text(n_text))
+        rows.append(ids)
+        segments.append(segs)
+    length = max(map(len, rows))
+    input_ids = torch.zeros(args.samples, length, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, r in enumerate(rows):
+        input_ids[i, length - len(r) :], mask[i, length - len(r) :] = torch.tensor(r), 1
+    grids = torch.tensor(grids)
+    holder = SimpleNamespace(config=config)
     if hasattr(Qwen2VLModel, "get_vision_position_ids"):
         holder.get_vision_position_ids = types.MethodType(Qwen2VLModel.get_vision_position_ids, holder)
     hf_kwargs = {"input_ids": input_ids, "image_grid_thw": grids, "attention_mask": mask}
     if "mm_token_type_ids" in inspect.signature(Qwen2VLModel.get_rope_index).parameters:
         hf_kwargs["mm_token_type_ids"] = (input_ids == config.image_token_id).long()
     rule = installed_rule()
-
-    ref = Qwen2VLModel.get_rope_index(holder, **hf_kwargs)
-    ours = get_rope_index(config, input_ids, grids, attention_mask=mask, rule=rule)
-    lay = build(segments, "qwen2-vl", padding_side="left", device=device, rule=rule)
-    assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1].to(device))
-    assert torch.equal(lay.position_ids, ref[0]) and torch.equal(lay.rope_deltas, ref[1].to(device))
-
     fns = {
         "transformers `Qwen2VLModel.get_rope_index`": lambda: Qwen2VLModel.get_rope_index(holder, **hf_kwargs),
         "mmpos `integrations.hf_rope_index.get_rope_index` (token ids)": lambda: get_rope_index(
             config, input_ids, grids, attention_mask=mask, rule=rule
         ),
-        "mmpos `layout.build` (segments)": lambda: build(
-            segments, "qwen2-vl", padding_side="left", device=device, rule=rule
-        ),
-        "mmpos `layout.build` + `.coords` (built on first read)": lambda: (
-            build(segments, "qwen2-vl", padding_side="left", device=device, rule=rule).coords
-        ),
+        "mmpos `layout.build` (segments)": lambda: build(segments, "qwen2-vl", padding_side="left", rule=rule),
     }
-    times, cpu = time_rounds(fns, args.repeats, sync, shuffle=not args.fixed_order)
-    if device.type == "cpu":
-        map_large_blocks()  # after timing: it slows allocations
+    ref = next(iter(fns.values()))()
+    for fn in fns.values():
+        out = fn()
+        ids, deltas = (out.position_ids, out.rope_deltas) if hasattr(out, "position_ids") else out
+        assert torch.equal(ids, ref[0]) and torch.equal(deltas, ref[1])
+    times, cpu = time_rounds(fns, args.repeats, lambda: None)
+    map_large_blocks()
     mib = {}
     for name, fn in fns.items():
-        fn()  # warm-up
-        mib[name] = peak_mib(fn, device)
-    base, base_cpu = next(iter(times.values())), next(iter(cpu.values()))  # transformers
-
-    b, length = input_ids.shape
+        fn()
+        mib[name] = peak_mib(fn, "cpu")
+    base, base_cpu, med = next(iter(times.values())), next(iter(cpu.values())), statistics.median
+    print(header("cpu", transformers, note=f"batch {args.samples} x {length} tokens, {grids.shape[0]} images"))
     print(
-        f"batch {b} x {length} tokens, {grids.shape[0]} images; device {device}, torch threads "
-        f"{torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"{platform.processor() or platform.machine()}, order {'fixed' if args.fixed_order else 'shuffled'}"
+        "| method | best (ms) | median (ms) | speed-up, best | speed-up, median | speed-up, CPU median | peak (MiB) |"
     )
-    print(
-        "| method | best (ms) | median (ms) | speed-up, best | speed-up, median | CPU median (ms) "
-        "| speed-up, CPU median | peak (MiB) |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    med = statistics.median
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, t in times.items():
-        c = cpu[name]
         print(
             f"| {name} | {min(t) * 1e3:.2f} | {med(t) * 1e3:.2f} | {min(base) / min(t):.1f}x | "
-            f"{med(base) / med(t):.1f}x | {med(c) * 1e3:.2f} | {med(base_cpu) / med(c):.1f}x | {mib[name]:.1f} |"
+            f"{med(base) / med(t):.1f}x | {med(base_cpu) / med(cpu[name]):.1f}x | {mib[name]:.1f} |"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", choices=("families", "qwen2-vl-images"), default="families")
+    parser.add_argument("--families", default="", help="comma-separated model types (default: every one)")
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--images", type=int, default=4)
+    parser.add_argument("--videos", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    (families_table if args.table == "families" else qwen2_vl_images_table)(args)
 
 
 if __name__ == "__main__":
