@@ -48,6 +48,7 @@ class Modality(enum.IntEnum):
     VIDEO = 2
     POINTS = 3
     SPECIAL = 4  # prefix tokens: class / register tokens
+    AUDIO = 5  # audio tokens (Qwen-Omni): temporal positions only, the same on every axis
 
 
 #: Largest integer below which every integer is exact, per half-precision dtype.

@@ -64,7 +64,7 @@ from torch import Tensor
 
 from ._validate import FLOAT32_EXACT, check_bytes, warn_once
 from .coords import Coords, Modality
-from .schemes import BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
+from .schemes import SCHEMES, BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
 
 __all__ = [
     "Image",
@@ -352,6 +352,11 @@ class VisionBlocks:
             Blocks may be listed in any order; they must not overlap.
         seconds: ``(K,)`` float32 seconds per temporal patch (0 for images; default all 0).
         is_image: ``(K,)`` bool, ``True`` for still images (default all ``False``).
+        audio: ``(K,)`` int64 tokens of each block besides its ``t * h * w`` video tokens: an
+            *audio-visual* block (Qwen-Omni ``use_audio_in_video``) holds a video's tokens and its
+            audio's, interleaved by time in the order the scheme's block rule gives (the block spans
+            ``t * h * w + audio`` consecutive tokens). Only schemes with ``Scheme.audio`` take them
+            (default all 0; ``docs/layouts.md``, audio).
 
     Tensors or NumPy arrays; checked (shapes, sizes, overlaps) by :func:`pack`, which knows ``L``.
     """
@@ -360,6 +365,7 @@ class VisionBlocks:
     first: Tensor | np.ndarray
     seconds: Tensor | np.ndarray | None = None
     is_image: Tensor | np.ndarray | None = None
+    audio: Tensor | np.ndarray | None = None
 
 
 def _host(t: Tensor | np.ndarray) -> np.ndarray:
@@ -397,13 +403,17 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
             raise ValueError(f"blocks.{name} must have shape ({k},), one value per block, got {v.shape}")
     if is_image.dtype != bool:
         raise ValueError(f"blocks.is_image must be bool, got {is_image.dtype}")
+    audio = np.zeros(k, dtype=np.int64) if blocks.audio is None else _host(blocks.audio)
+    if audio.shape != (k,) or (k and audio.dtype.kind not in "iu") or (audio < 0).any():
+        raise ValueError(f"blocks.audio must be ({k},) integers >= 0, one per block, got {audio.dtype} {audio.shape}")
+    audio = audio.astype(np.int64, copy=False)
     if (grid < 1).any():
         raise ValueError("blocks.grid must hold sizes >= 1")
     if k > 1 and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
         order = np.argsort(first, kind="stable")
-        grid, first, seconds, is_image = grid[order], first[order], seconds[order], is_image[order]
+        grid, first, seconds, is_image, audio = grid[order], first[order], seconds[order], is_image[order], audio[order]
     b, length = real.shape
-    counts = grid.prod(-1)
+    counts = grid.prod(-1) + audio
     last = first + counts - 1
     if k and (first[0] < 0 or last[-1] >= b * length):
         raise ValueError(f"blocks.first: the blocks' tokens must lie in the (B, L) = {(b, length)} batch")
@@ -417,7 +427,11 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
     is_vision = np.cumsum(marks[:-1], dtype=np.int8).view(bool).reshape(b, length)
     if k and (is_vision & ~real).any():
         raise ValueError("blocks: every vision token must be a real token (real is True there)")
-    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision
+    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio
+
+
+def _audio_or_none(audio: np.ndarray | None) -> Tensor | None:
+    return torch.from_numpy(audio) if audio is not None and audio.any() else None
 
 
 def _block_codes(is_vision: np.ndarray, first: np.ndarray, counts: np.ndarray, is_image: np.ndarray) -> np.ndarray:
@@ -474,16 +488,19 @@ def pack(
     real = _host(real)
     if real.ndim != 2 or real.dtype != bool:
         raise ValueError(f"real must be a (B, L) bool tensor, got {real.dtype} {real.shape}")
-    grid, block_first, seconds, is_image, is_vision = _check_blocks(blocks, real)
+    grid, block_first, seconds, is_image, is_vision, audio = _check_blocks(blocks, real)
+    if audio.any() and not sch.audio:
+        takes = [s.name for s in SCHEMES.values() if s.audio]
+        raise ValueError(f"blocks.audio (audio-visual blocks) applies only to schemes {takes}, got scheme={sch.name!r}")
     if modality is None:
-        codes = partial(_block_codes, is_vision, block_first, grid.prod(-1), is_image)
+        codes = partial(_block_codes, is_vision, block_first, grid.prod(-1) + audio, is_image)
     elif callable(modality):
         codes = modality
     else:
         codes = partial(_host, modality)
         if codes().shape != real.shape:
             raise ValueError(f"modality must have the shape of real {real.shape}, got {codes().shape}")
-    return _pack(real, is_vision, codes, grid, seconds, is_image, block_first, sch, options, generator, device)
+    return _pack(real, is_vision, codes, grid, seconds, is_image, block_first, sch, options, generator, device, audio)
 
 
 def _pack(
@@ -498,17 +515,24 @@ def _pack(
     options: SchemeOptions,
     generator: torch.Generator | None,
     device: torch.device | str,
+    audio: np.ndarray | None = None,
 ) -> Layout:
     """:func:`pack` on checked host arrays, blocks in reading order (their tokens are the
     ``is_vision`` tokens in flat order)."""
     b, length = real.shape
-    counts = grid.prod(-1)  # (K,) tokens per block
+    counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio  # (K,) tokens per block
     first = np.cumsum(counts) - counts  # (K,) each block's first token among the vision tokens
     k = block_first.shape[0]
     delta = _per_block(sch, "delta", options.delta, options, k, generator)
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator)
-    geometry = BlockGeometry.of(grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale)
+    geometry = BlockGeometry.of(
+        grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale, _audio_or_none(audio)
+    )
     offset, extent, use_start = sch.block(geometry, options)
+    if offset.shape[-1] != int(counts.sum()):
+        raise ValueError(
+            f"scheme {sch.name!r}: its block rule placed {offset.shape[-1]} tokens, the blocks hold {counts.sum()}"
+        )
     # a new contiguous float64 tensor (not a view of the geometry) is the rule's own: the values are summed into it
     fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()
     offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))

@@ -48,6 +48,8 @@ extent of a video is ignored, #45381). ``exact``: Qwen2.5-VL temporal index
 #48669); ``interval``: as ``exact`` but images use interval 1 (transformers >= 5.3 passes
 images through the same ``get_vision_position_ids``). Rules only change the schemes whose
 ``block`` reads them (the Qwen family, MRoPE-I, MHRoPE) and the padding / delta conventions.
+Two more, ``qwen2.5-omni`` and ``qwen3-omni``, hold the Omni models' conventions (padding 1 / 0,
+``rope_deltas`` = largest position + 1 - real length; their TMRoPE blocks place themselves).
 """
 
 from __future__ import annotations
@@ -169,14 +171,20 @@ class BlockGeometry:
     scale: Tensor
     #: internal: the ``(K, 3)`` int64 grid the per-token fields are built from
     _grid: np.ndarray = field(repr=False)
+    #: ``(K,)`` int64 tokens of each block besides its ``t * h * w`` video tokens (the audio of an
+    #: audio-visual block, :class:`mmpos.layout.VisionBlocks`); ``None``: none. The per-token fields
+    #: above cover the video tokens only; a scheme with ``Scheme.audio`` places the others.
+    audio: Tensor | None = None
 
     @classmethod
-    def of(cls, grid, seconds: Tensor, is_image: Tensor, delta: Tensor, scale: Tensor) -> BlockGeometry:
+    def of(
+        cls, grid, seconds: Tensor, is_image: Tensor, delta: Tensor, scale: Tensor, audio: Tensor | None = None
+    ) -> BlockGeometry:
         """From the per-block ``grid`` ``(K, 3)`` int64 (array or tensor) and per-block values."""
         grid = np.ascontiguousarray(grid.cpu().numpy() if isinstance(grid, Tensor) else grid, dtype=np.int64)
         t, h, w = torch.from_numpy(grid.astype(np.float64).T.copy())  # (3, K) -> three (K,) rows
         tokens = torch.from_numpy(grid.prod(-1))
-        return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid)
+        return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid, audio)
 
     @cached_property
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -259,6 +267,9 @@ class Scheme:
     reference: str = ""
     model_types: tuple[str, ...] = ()
     rotary_model_types: tuple[str, ...] = ()
+    #: whether ``block`` places audio-visual blocks (``VisionBlocks.audio``: audio tokens interleaved with a
+    #: video's); the packer refuses them for other schemes
+    audio: bool = False
 
     def __post_init__(self) -> None:
         a = len(self.axes)
@@ -881,6 +892,153 @@ for _scheme in (
         _READ_ROW0,
         paper="1-D RoPE over the whole sequence (Su et al. 2021, RoFormer, arXiv:2104.09864)",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/vanilla.py (get_vanilla_rope_index)",
+    ),
+):
+    register_scheme(_scheme)
+
+
+# --------------------------------------------------------------------------- TMRoPE (Qwen-Omni)
+# The Omni models' padding and rope_deltas conventions (one per family, the same in transformers 4.57.1 and
+# 5.24.0): padding 1 (Qwen2.5-Omni) / 0 (Qwen3-Omni), rope_deltas = largest position + 1 - real length. Their
+# blocks place themselves (advance and seconds are not read).
+for _rule in (Rule("qwen2.5-omni", "max", "exact", 1, "max-real"), Rule("qwen3-omni", "max", "exact", 0, "max-real")):
+    RULES[_rule.name] = _rule
+
+
+def _check_omni(name: str, o: dict) -> dict:
+    s = 2 if o["seconds_per_chunk"] is None else o["seconds_per_chunk"]  # Qwen2.5-Omni's config default
+    if not (_is_number(s) and math.isfinite(s) and s > 0):
+        raise ValueError(f"seconds_per_chunk must be a finite number > 0 for scheme='{name}', got {s!r}")
+    return dict(o, seconds_per_chunk=s)
+
+
+def _segment_cummin(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Cumulative minimum of ``values`` ``(N,)`` int64, restarted at every segment (``segment`` ``(N,)``
+    non-decreasing ids): each later segment is moved below every earlier one, one pass."""
+    if not values.size:
+        return values
+    span = int(values.max() - values.min()) + 1
+    return np.minimum.accumulate(values - span * segment) + span * segment
+
+
+def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
+    """TMRoPE (Qwen2.5-Omni, arXiv:2503.20215; Qwen3-Omni): a vision token ``(f, i, j)`` at
+    ``(start + T_f, start + i, start + j)`` with ``T_f = f * seconds * position_id_per_seconds`` (in
+    float32 as the reference; ``tokens_per_second`` here; images: 1 second per frame), floored for
+    Qwen2.5-Omni (``chunks``); the text after the block at its largest position + 1. An audio token
+    ``k`` of an audio-visual block (``g.audio``) sits at ``start + k`` on every axis (40 ms per
+    position at 25 per second), and the block's video and audio tokens are interleaved by time:
+
+    * Qwen3-Omni: merged by position (a video token before an audio token of the same position);
+    * Qwen2.5-Omni (``chunks``): in chunks of ``seconds_per_chunk`` seconds (video chunk 0, audio
+      chunk 0, video chunk 1, ...), the chunks cut as the reference's ``get_chunked_index`` cuts them
+      (a cut at every token whose position reaches the next multiple of the chunk, one chunk per cut);
+      the block spans its audio start and end tokens too, which share the positions of the video's
+      start and end tokens (``g.audio`` counts them: audio tokens + 2).
+
+    The text after an audio-visual block continues at the largest position of the chunk (Qwen2.5) or
+    run (Qwen3) that comes last, + 1 -- as the reference, which reads the last one it appended.
+    """
+    grid = g._grid  # (K, 3) video grid in tokens
+    k = grid.shape[0]
+    t = grid[:, 0]
+    frame_block = np.repeat(np.arange(k), t)  # (F,) per frame: its block and index f
+    f = (np.arange(frame_block.shape[0]) - np.repeat(np.cumsum(t) - t, t)).astype(np.float32)
+    seconds = np.where(g.is_image.numpy(), np.float32(1), g.seconds.numpy().astype(np.float32))  # (K,) float32
+    t_frame = (f * seconds[frame_block]).astype(np.float32) * np.float32(o.tokens_per_second)  # float32 products
+    if chunks:
+        t_frame = np.trunc(t_frame)  # .long()
+    t_frame = t_frame.astype(np.float64)
+    hw = grid[:, 1] * grid[:, 2]
+    t_off = np.repeat(t_frame, hw[frame_block])  # (Nvid,) per video token
+    t_last = t_frame[np.cumsum(t) - 1]  # (K,)
+    v_max = np.maximum(np.maximum(t_last, grid[:, 1] - 1), grid[:, 2] - 1).astype(np.float64)
+    video = np.stack([t_off, g.hi.numpy(), g.wi.numpy()])  # (3, Nvid)
+    audio = np.zeros(k, dtype=np.int64) if g.audio is None else g.audio.numpy().astype(np.int64)
+    markers = int(chunks)  # Qwen2.5-Omni: the audio start / end tokens belong to the block
+    n_audio = np.where(audio > 0, audio - 2 * markers, 0)  # (K,) audio tokens proper
+    if not (audio > 0).any():
+        ones = torch.ones(3, dtype=torch.float64)
+        return torch.from_numpy(video), torch.from_numpy(v_max + 1), ones
+    if (n_audio[audio > 0] < 1).any():
+        raise ValueError(
+            f"an audio-visual block needs >= 1 audio token (+ {2 * markers} markers), got {audio.tolist()}"
+        )
+    a_block = np.repeat(np.arange(k), n_audio)  # (Na,)
+    a_local = np.arange(a_block.shape[0]) - np.repeat(np.cumsum(n_audio) - n_audio, n_audio)
+    v_block, v_local = g.block.numpy(), g.local.numpy().astype(np.int64)
+    if chunks:  # chunk index: the cuts of get_chunked_index, s_i = i + cummin_{j<=i}(r_j - j), r = position // chunk
+        per_chunk = int(o.tokens_per_second * o.extra["seconds_per_chunk"])
+        if per_chunk < 1:
+            raise ValueError(
+                f"tokens_per_second * seconds_per_chunk must be >= 1 (one position per chunk), got {per_chunk}"
+            )
+        v_key = v_local + _segment_cummin(t_off.astype(np.int64) // per_chunk - v_local, v_block)
+        a_key = a_local // per_chunk  # audio positions rise by 1: never more than one cut per token
+        video_chunks = np.zeros(k, dtype=np.int64)
+        np.maximum.at(video_chunks, v_block, v_key + 1)
+        audio_last = np.zeros(k, dtype=bool)
+        audio_last[audio > 0] = ((n_audio - 1) // per_chunk + 1 >= video_chunks)[audio > 0]
+    else:  # merged by position, video first on ties
+        v_key, a_key = t_off, a_local.astype(np.float64)
+        audio_last = t_last <= n_audio - 1
+    last_max = np.where((audio > 0) & audio_last, n_audio - 1, v_max)
+    extent = (last_max + 1).astype(np.float64)  # the end token(s) / the text after the block
+    a_pos = a_local.astype(np.float64)
+    parts = [(video, v_block, v_key, 0, v_local), (np.stack([a_pos] * 3), a_block, a_key, 1, a_local)]
+    if markers:  # the audio start token first (the video start's position), the end token last (the video end's)
+        av = np.flatnonzero(audio > 0)
+        end = last_max[av] + 1
+        parts.append((np.full((3, av.shape[0]), -1.0), av, np.full(av.shape, -np.inf), 0, np.zeros_like(av)))
+        parts.append((np.stack([end] * 3), av, np.full(av.shape, np.inf), 0, np.zeros_like(av)))
+    offsets = np.concatenate([p[0] for p in parts], axis=1)  # (3, N): video, audio, markers
+    block = np.concatenate([p[1] for p in parts])
+    key = np.concatenate([np.asarray(p[2], dtype=np.float64) for p in parts])
+    kind = np.concatenate([np.full(p[1].shape, p[3]) for p in parts])
+    local = np.concatenate([p[4] for p in parts])
+    order = np.lexsort((local, kind, key, block))  # block, then time (chunk), video before audio, then index
+    ones = torch.ones(3, dtype=torch.float64)
+    return torch.from_numpy(np.ascontiguousarray(offsets[:, order])), torch.from_numpy(extent), ones
+
+
+def _qwen25_omni_block(g: BlockGeometry, o: SchemeOptions):
+    return _omni_block(g, o, chunks=True)
+
+
+def _qwen3_omni_block(g: BlockGeometry, o: SchemeOptions):
+    return _omni_block(g, o, chunks=False)
+
+
+for _scheme in (
+    Scheme(
+        "qwen2.5-omni",
+        THW,
+        "mrope",
+        _qwen25_omni_block,
+        _IDENTITY,
+        _IDENTITY,
+        options=("seconds_per_chunk",),
+        check=_check_omni,
+        audio=True,
+        paper="Xu et al. 2025, Qwen2.5-Omni TMRoPE (arXiv:2503.20215)",
+        reference="huggingface/transformers src/transformers/models/qwen2_5_omni/modeling_qwen2_5_omni.py "
+        "(Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index)",
+        model_types=("qwen2_5_omni", "qwen2_5_omni_thinker"),
+    ),
+    Scheme(
+        "qwen3-omni",
+        THW,
+        "mrope-i",
+        _qwen3_omni_block,
+        _IDENTITY,
+        _IDENTITY,
+        audio=True,
+        id_dtype=torch.float32,
+        delta_dtype=torch.float32,
+        paper="Xu et al. 2025, Qwen3-Omni TMRoPE (arXiv:2509.17765)",
+        reference="huggingface/transformers src/transformers/models/qwen3_omni_moe/modeling_qwen3_omni_moe.py "
+        "(Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index)",
+        model_types=("qwen3_omni_moe", "qwen3_omni_moe_thinker"),
     ),
 ):
     register_scheme(_scheme)

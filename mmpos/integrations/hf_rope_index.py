@@ -152,6 +152,11 @@ class RopeIndexOptions:
         :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``visual_stride``, ``training``,
         ``rule``, ``scheme_options``."""
         own = scheme_for_config(config)
+        if get_scheme(own).audio:  # the Omni models: audio and their own arguments
+            raise ValueError(
+                f"config.model_type {config.model_type!r} (an Omni model, audio / TMRoPE): use "
+                "mmpos.integrations.hf_omni.get_rope_index"
+            )
         vision = getattr(config, "vision_config", None)
         missing = [n for n in ("image_token_id", "video_token_id") if not hasattr(config, n)]
         if vision is None or not hasattr(vision, "spatial_merge_size") or missing:

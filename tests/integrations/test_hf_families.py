@@ -26,9 +26,12 @@ from mmpos.schemes import SCHEMES, model_types
 pytestmark = pytest.mark.hf
 RULE = installed_rule()
 # the families served through the Qwen-VL rules (Scheme.model_types); the Qwen families have their own test file
-# (and the families with their own token layouts, tests/integrations/test_hf_families_more.py)
+# (and the families with their own token layouts, tests/integrations/test_hf_families_more.py; the Omni
+# families with audio, tests/integrations/test_hf_omni.py)
 FAMILIES = sorted(
-    m for m in model_types() if not m.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")) and m not in FAMILY_ROPE_INDEX
+    m
+    for m, s in model_types().items()
+    if not m.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")) and m not in FAMILY_ROPE_INDEX and not SCHEMES[s].audio
 )
 
 

@@ -1,0 +1,309 @@
+"""Qwen2.5-Omni and Qwen3-Omni ``get_rope_index`` (TMRoPE with audio), vectorised over the batch.
+
+References: Hugging Face transformers
+``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index``
+(``models/qwen2_5_omni/modeling_qwen2_5_omni.py``) and
+``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index``
+(``models/qwen3_omni_moe/modeling_qwen3_omni_moe.py``), read in releases 4.57.1 and 5.24.0 (the same
+rule in both; 4.57.1's Qwen3-Omni audio length fixes the audio encoder's window at 100 features,
+5.24.0 reads ``audio_config.n_window``, default 50, i.e. the same 100). Paper: Xu et al.,
+"Qwen2.5-Omni Technical Report", https://arxiv.org/abs/2503.20215 (TMRoPE).
+
+The prompt, as the Omni processors write it (``vs``/``ve``: vision start / end tokens, ``as``/``ae``:
+audio start / end)::
+
+    text  vs IMAGE... ve  text  vs VIDEO... ve  text  as AUDIO... ae  text
+    vs as VIDEO/AUDIO interleaved by time ae ve      (a video with its audio: use_audio_in_video=True)
+
+Text and the start / end tokens advance the position by 1; an image or a video is a vision block
+(temporal index ``f * seconds * position_id_per_seconds``, floored by Qwen2.5-Omni, float32 ids in
+Qwen3-Omni); an audio's tokens sit on consecutive positions (every axis alike, 40 ms per position at
+25 per second), i.e. as text; a video with its audio is one *audio-visual* block
+(:class:`mmpos.layout.VisionBlocks` ``audio``), its tokens interleaved by time (scheme entries
+``qwen2.5-omni`` and ``qwen3-omni`` of :mod:`mmpos.schemes` place them). The blocks are found
+with a few array operations over the whole batch and the positions come from the packer
+:func:`mmpos.layout.pack`, as for the Qwen-VL families (:mod:`mmpos.integrations.hf_rope_index`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..coords import Modality
+from ..layout import Layout, VisionBlocks, pack
+from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
+
+__all__ = ["audio_token_counts", "get_rope_index", "omni_layout"]
+
+
+def _host(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def _thinker(config: Any) -> tuple[Any, str]:
+    """The thinker config (which holds the token ids) and the scheme name of an Omni ``config``."""
+    sch = scheme_for_model_type(getattr(config, "model_type", None))
+    if not sch.audio:
+        raise ValueError(
+            f"config.model_type {config.model_type!r} is not an Omni model (audio); use "
+            "mmpos.integrations.hf_rope_index.get_rope_index"
+        )
+    return getattr(config, "thinker_config", config), sch.name
+
+
+def _token(thinker: Any, name: str) -> int:
+    value = getattr(thinker, name, None)
+    if not isinstance(value, int) or isinstance(value, bool):  # missing from the config: a value error
+        raise ValueError(  # noqa: TRY004
+            f"the Omni (thinker) config lacks {name} (the checkpoints' config.json sets it), got {value!r}"
+        )
+    return value
+
+
+def _audio_window(thinker: Any) -> int:
+    """Qwen3-Omni's audio window in features: ``2 * audio_config.n_window`` where the installed
+    transformers reads it (5.x), else 100, the window transformers 4.57 fixes."""
+    try:
+        from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as reference
+    except ImportError:  # pragma: no cover - transformers is this module's extra
+        reference = None
+    fn = getattr(reference, "_get_feat_extract_output_lengths", None)
+    if fn is not None and "n_window" not in inspect.signature(fn).parameters:
+        return 100
+    return 2 * int(getattr(getattr(thinker, "audio_config", None), "n_window", 50))
+
+
+def audio_token_counts(config: Any, audio_seqlens: Tensor) -> Tensor:
+    """``(num_audios,)`` int64: the LLM tokens of each audio, from its feature lengths (mel frames),
+    as the model's audio encoder computes them.
+
+    Qwen2.5-Omni: two stride-2 stages, ``((n - 1) // 2 + 1 - 2) // 2 + 1``. Qwen3-Omni: the features
+    in windows of ``2 * audio_config.n_window`` (100 by default; transformers 4.57 fixes 100 whatever
+    the config says, and the installed release is followed), 13 tokens per full window and three
+    stride-2 stages on the rest."""
+    thinker, scheme = _thinker(config)
+    if not isinstance(audio_seqlens, Tensor) or audio_seqlens.dim() != 1:
+        raise ValueError(
+            f"audio_seqlens must be a 1-D tensor (num_audios,), got {getattr(audio_seqlens, 'shape', audio_seqlens)}"
+        )
+    if audio_seqlens.is_floating_point() or audio_seqlens.is_complex() or audio_seqlens.dtype == torch.bool:
+        raise ValueError(f"audio_seqlens must hold integers, got dtype {audio_seqlens.dtype}")
+    n = _host(audio_seqlens).astype(np.int64)
+    if (n < 1).any():
+        raise ValueError(f"audio_seqlens must hold lengths >= 1, got {n.tolist()}")
+    if scheme == "qwen2.5-omni":
+        out = ((n - 1) // 2 + 1 - 2) // 2 + 1
+    else:
+        window = _audio_window(thinker)
+        rest = (n % window - 1) // 2 + 1
+        out = ((rest - 1) // 2 + 1 - 1) // 2 + 1 + (n // window) * 13
+    return torch.from_numpy(out)
+
+
+def _grid(grid: Tensor | None, name: str, merge: int) -> np.ndarray:
+    if grid is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
+        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
+    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
+    out = _host(grid).astype(np.int64)
+    if (out <= 0).any() or (out[:, 1:] % merge).any():
+        raise ValueError(f"{name} must hold positive sizes, h and w divisible by the spatial merge size {merge}")
+    return out
+
+
+def _runs(is_token: np.ndarray, tokens: np.ndarray, name: str, length: int) -> np.ndarray:
+    """``(K,)`` flat index of each block's first token: the marked tokens, in reading order, fill the
+    blocks one after the other; each block must be consecutive tokens of one sample."""
+    index = np.flatnonzero(is_token)
+    if index.shape[0] != int(tokens.sum()):
+        raise ValueError(f"{name} describes {int(tokens.sum())} tokens, but input_ids holds {index.shape[0]}")
+    if not tokens.size:
+        return np.zeros(0, dtype=np.int64)
+    first, last = index[np.cumsum(tokens) - tokens], index[np.cumsum(tokens) - 1]
+    bad = (last - first != tokens - 1) | (first // length != last // length)
+    if bad.any():
+        raise ValueError(
+            f"{name}: block {int(np.flatnonzero(bad)[0])} is not one run of consecutive placeholder tokens"
+        )
+    return first
+
+
+def omni_layout(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    use_audio_in_video: bool = False,
+    audio_seqlens: Tensor | None = None,
+    second_per_grids: Tensor | None = None,
+) -> Layout:
+    """The :class:`~mmpos.layout.Layout` of a tokenised Omni batch (arguments as :func:`get_rope_index`).
+
+    Audio tokens get :attr:`~mmpos.coords.Modality.AUDIO` in ``Layout.modality``."""
+    thinker, scheme = _thinker(config)
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+    if not isinstance(use_audio_in_video, bool):
+        raise TypeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
+    if attention_mask is not None and (
+        not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(input_ids.shape)
+    ):
+        raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}")
+    merge = thinker.vision_config.spatial_merge_size
+    images = _grid(image_grid_thw, "image_grid_thw", merge)
+    videos = _grid(video_grid_thw, "video_grid_thw", merge)
+    if second_per_grids is None:
+        seconds = np.ones(videos.shape[0], dtype=np.float32)
+    else:
+        seconds = _host(torch.as_tensor(second_per_grids)).reshape(-1).astype(np.float32)
+        if seconds.shape[0] != videos.shape[0] or not (np.isfinite(seconds) & (seconds >= 0)).all():
+            raise ValueError(
+                f"second_per_grids must hold one finite value >= 0 per video ({videos.shape[0]}), got {seconds.tolist()}"
+            )
+    b, length = input_ids.shape
+    ids = _host(input_ids).reshape(-1)
+    real = np.ones(ids.shape, dtype=bool) if attention_mask is None else _host(attention_mask).reshape(-1) == 1
+    is_image = (ids == _token(thinker, "image_token_id")) & real
+    is_video = (ids == _token(thinker, "video_token_id")) & real
+    is_audio = (ids == _token(thinker, "audio_token_id")) & real
+    audio_start = np.flatnonzero(
+        (ids == _token(thinker, "audio_start_token_id")) & real
+    )  # (num_audios,) in reading order
+    after_vision = np.zeros(ids.shape, dtype=bool)  # tokens right after a vision start token of the same sample
+    vs = np.flatnonzero((ids == _token(thinker, "vision_start_token_id")) & real)
+    vs = vs[(vs + 1) % length != 0]
+    after_vision[vs + 1] = True
+    av_start = np.flatnonzero(
+        after_vision & (ids == _token(thinker, "audio_start_token_id")) & real
+    )  # "vs as": audio in video
+    if not use_audio_in_video and av_start.size:
+        raise ValueError(
+            "input_ids hold a video with its audio (a vision start token followed by an audio start token): "
+            "pass use_audio_in_video=True"
+        )
+    counts = np.zeros(0, dtype=np.int64)
+    if audio_start.size or audio_seqlens is not None:
+        if audio_seqlens is None:
+            raise ValueError(f"input_ids hold {audio_start.size} audio start tokens: audio_seqlens is required")
+        counts = _host(audio_token_counts(config, audio_seqlens))
+        if counts.shape[0] != audio_start.shape[0]:
+            raise ValueError(
+                f"audio_seqlens holds {counts.shape[0]} audios, but input_ids holds {audio_start.shape[0]} audio start tokens"
+            )
+    grid_images = images // np.array([1, merge, merge])
+    grid_videos = videos // np.array([1, merge, merge])
+    k_img = images.shape[0]
+    first_images = _runs(is_image, grid_images.prod(-1), "image_grid_thw", length)
+    in_video = np.isin(audio_start, av_start)  # (num_audios,) the audios that belong to a video
+    v_tokens = grid_videos.prod(-1)
+    audio = np.zeros(videos.shape[0], dtype=np.int64)
+    if use_audio_in_video:
+        if av_start.shape[0] != videos.shape[0]:
+            raise ValueError(
+                f"use_audio_in_video=True: every video must follow a vision start and an audio start token; "
+                f"input_ids hold {av_start.shape[0]} such pairs for {videos.shape[0]} videos"
+            )
+        audio = counts[in_video]  # the k-th audio-visual pair holds the k-th video
+        first_videos = av_start + 1  # the block's first content token
+        mixed = np.concatenate([[0], np.cumsum(is_video)]), np.concatenate([[0], np.cumsum(is_audio)])
+        end = first_videos + v_tokens + audio
+        if (end > b * length).any() or ((end - 1) // length != first_videos // length).any():
+            raise ValueError("use_audio_in_video=True: a video's tokens and its audio's must lie in one sample")
+        got_v, got_a = (m[end] - m[first_videos] for m in mixed)
+        if (got_v != v_tokens).any() or (got_a != audio).any() or is_video.sum() != v_tokens.sum():
+            raise ValueError(
+                "use_audio_in_video=True: after each 'vision start, audio start' pair input_ids must hold the video's "
+                f"{v_tokens.tolist()} video tokens and its audio's {audio.tolist()} audio tokens, interleaved"
+            )
+    else:
+        first_videos = _runs(is_video, v_tokens, "video_grid_thw", length)
+    alone = ~in_video
+    covered = np.zeros(ids.shape[0] + 1, dtype=np.int64)  # audio tokens inside audio-visual blocks
+    np.add.at(covered, first_videos[audio > 0], 1)
+    np.add.at(covered, (first_videos + v_tokens + audio)[audio > 0], -1)
+    lone_audio = is_audio & ~np.cumsum(covered[:-1]).astype(bool)
+    first_audio = _runs(lone_audio, counts[alone], "audio_seqlens (audio tokens per audio)", length)
+    if (first_audio != audio_start[alone] + 1).any():
+        raise ValueError("every audio's tokens must follow its audio start token")
+
+    markers = 1 if scheme == "qwen2.5-omni" else 0  # Qwen2.5-Omni: the audio start / end tokens join the block
+    block_audio = np.where(audio > 0, audio + 2 * markers, 0)
+    block_first = np.concatenate([first_images, first_videos - markers * (audio > 0)])
+    blocks = VisionBlocks(
+        np.concatenate([grid_images, grid_videos]),
+        block_first,
+        np.concatenate([np.zeros(k_img, dtype=np.float32), seconds]),
+        np.arange(k_img + videos.shape[0]) < k_img,
+        np.concatenate([np.zeros(k_img, dtype=np.int64), block_audio]),
+    )
+
+    def modality() -> np.ndarray:
+        codes = np.zeros(ids.shape, dtype=np.int64)
+        codes[is_image], codes[is_video], codes[is_audio] = Modality.IMAGE, Modality.VIDEO, Modality.AUDIO
+        return codes.reshape(b, length)
+
+    options = resolve_options(
+        scheme,
+        tokens_per_second=thinker.position_id_per_seconds,
+        rule=RULES[scheme],
+        **({"seconds_per_chunk": thinker.seconds_per_chunk} if markers else {}),
+    )
+    return pack(real.reshape(b, length), blocks, scheme, options, modality=modality, device=input_ids.device)
+
+
+def get_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    use_audio_in_video: bool = False,
+    audio_seqlens: Tensor | None = None,
+    second_per_grids: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """3-D position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` of a Qwen2.5-Omni / Qwen3-Omni batch,
+    equal to the model's own ``get_rope_index`` (same arguments).
+
+    Args:
+        config: a ``Qwen2_5OmniConfig`` / ``Qwen3OmniMoeConfig`` or their thinker config (read:
+            ``model_type``; from the thinker: the image, video, audio, vision start and audio start
+            token ids, ``position_id_per_seconds``, ``seconds_per_chunk`` (Qwen2.5-Omni),
+            ``vision_config.spatial_merge_size``, ``audio_config.n_window`` (Qwen3-Omni)).
+        input_ids: ``(B, L)`` token ids, as the Omni processor writes them (module docstring).
+        image_grid_thw, video_grid_thw: ``(num, 3)`` patch grids, in order of appearance.
+        attention_mask: ``(B, L)``, 1 on real tokens; left or right padding.
+        use_audio_in_video: every video comes with its audio, interleaved (``vs as ... ae ve``).
+        audio_seqlens: ``(num_audios,)`` feature lengths (mel frames) of every audio, in order of
+            appearance (the audios of videos included); :func:`audio_token_counts` gives their tokens.
+        second_per_grids: ``(num_videos,)`` seconds per temporal patch (default 1).
+
+    Returns:
+        ``position_ids`` ``(3, B, L)`` (Qwen2.5-Omni: dtype of ``input_ids``, 1 on padding; Qwen3-Omni:
+        float32, 0 on padding) and ``rope_deltas`` ``(B, 1)`` (largest position + 1 - real length).
+        Without image and video grids, the reference's text branch: the attention-mask cumsum, 1 on padding.
+    """
+    _, scheme = _thinker(config)
+    float_ids = get_scheme(scheme).id_dtype.is_floating_point
+    if image_grid_thw is None and video_grid_thw is None:  # the reference's text-only branch
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        ids = (mask.float() if float_ids else mask.long()).cumsum(-1) - 1
+        ids = ids.masked_fill(mask == 0, 1).unsqueeze(0).expand(3, -1, -1)
+        return ids, ids[0].max(-1, keepdim=True).values + 1 - mask.sum(-1, keepdim=True)
+    lay = omni_layout(
+        config, input_ids, image_grid_thw, video_grid_thw, attention_mask, use_audio_in_video, audio_seqlens,
+        second_per_grids,
+    )  # fmt: skip
+    ids, deltas = lay.position_ids, lay.rope_deltas
+    if not float_ids:
+        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+    return ids, deltas
