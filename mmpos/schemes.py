@@ -820,6 +820,30 @@ for _scheme in (
         paper="Wang et al. 2025, Circle-RoPE (arXiv:2505.16416)",
         reference="lose4578/CircleRoPE code/circle_rope.py (get_circle_rope_index)",
     ),
+    # GRAPE's canonical (drop-in cos / sin) mode on the positions the reference pairs it with: JJJYmmm's
+    # get_mrope_index (Qwen2-VL's positions, a video as one block per frame, text after a block at its max + 1)
+    Scheme(
+        "grape",
+        THW,
+        "grape",
+        _qwen_block,
+        _IDENTITY,
+        _IDENTITY,
+        frames=True,
+        paper="Zhang et al. 2025, GRAPE (arXiv:2512.07805), canonical planes, chunked",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope.py (get_mrope_index)",
+    ),
+    Scheme(
+        "grape-i",
+        THW,
+        "grape-i",
+        _qwen_block,
+        _IDENTITY,
+        _IDENTITY,
+        frames=True,
+        paper="Zhang et al. 2025, GRAPE (arXiv:2512.07805), canonical planes, cyclic",
+        reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope.py (get_mrope_index)",
+    ),
     # VRoPE's four combinations travel as (c0, c1, c2): c3 = c1 + c2 - c0 for every position
     Scheme(
         "vrope",

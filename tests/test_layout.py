@@ -232,7 +232,11 @@ def test_decode_continues_like_appended_text(scheme, padding_side):
     assert new.shape == (lay.position_ids.shape[0], len(SAMPLES), 3)
     for b, sample in enumerate(SAMPLES):
         longer = _build([sample + [Text(3)]], scheme)
-        assert torch.equal(new[:, b], longer.position_ids[:, 0, -3:].to(new.dtype))
+        expected = longer.position_ids[:, 0, -3:].to(new.dtype)
+        if scheme == "circlerope":  # irrational float32 positions: the decode sum and the packer's differ by an ulp
+            torch.testing.assert_close(new[:, b], expected, rtol=1e-6, atol=0)
+        else:
+            assert torch.equal(new[:, b], expected)
     # HF passes cache_position as a tensor; later steps continue one by one
     length = lay.attention_mask.shape[1]
     step = decode_position_ids(lay.rope_deltas, torch.tensor([length + 1]), 1, rows=lay.position_ids.shape[0])

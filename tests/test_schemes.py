@@ -194,6 +194,9 @@ REFERENCES = {
     "ilrope": (_reference_omnirope, {}),
     "omnirope": (_reference_omnirope, {}),
     "mmrope": (_reference_mmrope, {}),
+    # GRAPE's positions are JJJYmmm get_mrope_index: the get_mmrope_index loop at position_scale (1, 1, 1)
+    "grape": (_reference_mmrope, {}),
+    "grape-i": (_reference_mmrope, {}),
     "v2pe": (lambda u: _reference_v2pe(u, 1 / 16), {"delta": 1 / 16}),
     "v2pe@0.5": (lambda u: _reference_v2pe(u, 0.5), {"delta": 0.5}),
 }

@@ -77,7 +77,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
-from .._validate import check_float
+from .._validate import check_float, check_int
 from .laplacian import NORMALIZATIONS, binary_adjacency, check_q, edge_array, relative_q, scipy_magnetic_laplacian
 
 with requires("graph"):  # one line naming the package and the extra when it is missing
@@ -157,9 +157,7 @@ def sign_rotate(vec: np.ndarray) -> np.ndarray:
 
 def check_k(k: int) -> int:
     """A positive int ``k`` (``ValueError`` otherwise); package helper used by the transforms."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    return int(k)
+    return check_int(k, "k")
 
 
 def _check_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -441,8 +439,7 @@ def maglap_eigenpairs(
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-    if isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 1:
-        raise ValueError(f"dense_max_nodes must be a positive int, got {dense_max_nodes!r}")
+    check_int(dense_max_nodes, "dense_max_nodes")
     check_float(tol, "tol", strict=False)  # NaN / inf tolerances were accepted
     check_float(phase_tol, "phase_tol", strict=False)
     ei = edge_array(edge_index, num_nodes)

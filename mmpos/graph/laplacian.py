@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
+from .._validate import check_int
 
 with requires("graph"):  # one line naming the package and the extra when it is missing
     import scipy.sparse as sp
@@ -46,8 +47,7 @@ NORMALIZATIONS = ("sym", None)
 
 def edge_array(edge_index: Tensor | np.ndarray, num_nodes: int) -> np.ndarray:
     """Validated ``(2, m)`` int64 numpy copy of ``edge_index``."""
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 1:
-        raise ValueError(f"num_nodes must be a positive int, got {num_nodes!r}")
+    check_int(num_nodes, "num_nodes")
     if isinstance(edge_index, Tensor):
         if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
             raise TypeError(f"edge_index must be an integer tensor, got {edge_index.dtype}")

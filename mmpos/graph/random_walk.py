@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
+from .._validate import check_int
 from .laplacian import binary_adjacency, edge_array
 
 with requires("graph"):  # one line naming the package and the extra when it is missing
@@ -36,8 +37,7 @@ __all__ = ["directional_random_walk_node_pe", "directional_random_walks", "trans
 
 
 def check_walk(walk_length: int, ppr_alpha: float | None) -> None:
-    if isinstance(walk_length, bool) or not isinstance(walk_length, int) or walk_length < 1:
-        raise ValueError(f"walk_length must be a positive int, got {walk_length!r}")
+    check_int(walk_length, "walk_length")
     if ppr_alpha is not None and not (isinstance(ppr_alpha, (int, float)) and 0 < ppr_alpha <= 1):
         raise ValueError(f"ppr_alpha must be None or a float in (0, 1], got {ppr_alpha!r}")
 

@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from .._validate import check_int
 from ..coords import Coords
 from ..encoders.base import RotaryEncoder
 from .maps import SimilarityMap, similarity_map
@@ -81,8 +82,7 @@ def scaling_maps(
     ``build(scaling)`` returns the encoder for a scaling dict (``None``: unscaled); build it with the same seed
     every call so that learned initialisations agree.
     """
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 2:
-        raise ValueError(f"factor must be an int >= 2, got {factor!r}")
+    check_int(factor, "factor", 2)
     grid = tuple(grid)
     rules = tuple(rules)
     if not rules:

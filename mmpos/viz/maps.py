@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from .._validate import check_int
 from ..coords import Coords, Modality
 from ..encoders.base import AdditiveEncoder, BiasEncoder, ConvEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
@@ -247,8 +248,7 @@ def extrapolation_maps(
     positions beyond its training range on the larger grid, and a grid-resampling one is
     resampled.
     """
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-        raise ValueError(f"factor must be a positive int, got {factor!r}")
+    check_int(factor, "factor")
     grid = tuple(grid)
     big = tuple(s * factor for s in grid)
     train = similarity_map(encoder, Coords.grid(*grid, num_prefix_tokens=num_prefix_tokens), query, content, seed)
@@ -278,8 +278,7 @@ def layout_rows(layout, sample: int = 0) -> LayoutRows:
     coords = getattr(layout, "coords", None)
     if not isinstance(coords, Coords):
         raise TypeError(f"layout must be a mmpos.layout.Layout, got {type(layout).__name__}")
-    if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample < coords.batch_size:
-        raise ValueError(f"sample must be an int in [0, {coords.batch_size}), got {sample!r}")
+    check_int(sample, f"sample (of a batch of {coords.batch_size})", 0, high=coords.batch_size - 1)
     real = coords.token_mask[sample]
     values = coords.pos[sample][real].to(torch.float64).T.contiguous()  # (A, L)
     modality = layout.modality[sample][real].long()

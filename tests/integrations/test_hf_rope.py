@@ -136,6 +136,8 @@ SWAPS = [
     ("ilrope", {}),
     ("omnirope", {}),
     ("mmrope", {}),
+    ("grape", {}),
+    ("grape-i", {}),
     ("circlerope", {}),
     ("circlerope", {"radius": "auto-2", "alpha": 0.25, "move_to_positive": "auto"}),
     ("flat", {}),

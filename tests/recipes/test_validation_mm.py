@@ -137,7 +137,7 @@ def test_stride_positions_follow_the_v2pe_rule():
 
 
 def test_v2pe_recall_smoke(tmp_path):
-    finals = _smoke(tmp_path, "v2pe_recall", "[none,v2pe@rand,stride@rand]")
+    finals = _smoke(tmp_path, "v2pe_recall", "[none,v2pe@rand,stride@rand,v2pe@0.0625]")
     for f in finals:
         assert {"acc@2", "acc@4"} <= set(f["metrics"]) and f["chance"] == 1 / 16
     cfg = resolve_config(load_yaml(CONFIGS / "v2pe_recall.yaml"), SMOKE)

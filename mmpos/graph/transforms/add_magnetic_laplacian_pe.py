@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from ..._extras import requires
+from ..._validate import check_int
 from ..eigen import PHASE_RULES, SOLVERS, MagLapEigen, check_k, maglap_eigenpairs, maglap_eigenpairs_many
 from ..laplacian import check_q
 
@@ -98,8 +99,7 @@ class AddMagneticLaplacianPE(BaseTransform):
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if normalize not in (True, False, *PHASE_RULES):
             raise ValueError(f"normalize must be True, False or one of {PHASE_RULES}, got {normalize!r}")
-        if isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 1:
-            raise ValueError(f"dense_max_nodes must be a positive int, got {dense_max_nodes!r}")
+        check_int(dense_max_nodes, "dense_max_nodes")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
         self.q_relative = bool(q_relative)
