@@ -31,7 +31,8 @@ HoPE, as vLLM and Hugging Face apply YaRN to the full 1-D ``inv_freq`` and then 
 
 On 1-D text the rules equal Hugging Face transformers' ``ROPE_INIT_FUNCTIONS``
 (``modeling_rope_utils.py``: ``linear``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; inverse
-frequencies to float32 rounding and attention factors exactly); the tests compare on 4.57 and 5.x.
+frequencies to float32 rounding and attention factors exactly; ``linear``, ``llama3`` and ``dynamic`` at a
+tensor length, as Hugging Face's ``forward`` passes it, bit for bit); the tests compare on 4.57 and 5.x.
 The ramp of ``ntk-by-parts`` / ``yarn`` is linear in the pair index with the correction range
 rounded outwards (``truncate=True``), as the reference implementation (jquesnelle/yarn,
 ``scaled_rope/LlamaYaRNScaledRotaryEmbedding.py``) and Hugging Face compute it; the paper writes
@@ -398,7 +399,8 @@ def dynamic_ntk(
     """
     scaling = RopeScaling("dynamic", factor, original_size)
     table = _dynamic_table(plan, scaling, check_choice(spectrum, "spectrum", SPECTRA))
-    return _rebuilt(plan, _dynamic_weight(plan.weight, table, _lengths(length, plan.axes, plan.weight), "dynamic"))
+    lengths = _lengths(length, plan.axes, plan.weight)
+    return _rebuilt(plan, _dynamic_weight(plan.weight, table, lengths, "dynamic", _base_exponent(table, plan.weight)))
 
 
 def _ramp(
@@ -608,15 +610,21 @@ def _lengths(length: float | Sequence[float], axes: Sequence[str], weight: Tenso
 
 
 def _dynamic_table(plan: FrequencyPlan, scaling: RopeScaling, spectrum: str) -> Tensor:
-    """``(3, ..., A, P)`` float32: row 0 ``s`` and row 1 ``L0`` per axis (broadcast over the pairs), row 2 the
-    rule's per-pair numbers (``dynamic``: the NTK exponent ``k / (n - 1)``; ``longrope``: short and long factors
-    in rows 2 and 3)."""
+    """``(R, ..., A, P)`` float32: row 0 ``s`` and row 1 ``L0`` per axis (broadcast over the pairs), then the
+    rule's per-pair numbers (``dynamic``: the NTK exponent ``k / (n - 1)``, the spectrum's ``theta``, ``k / n``
+    and ``n`` in rows 2-5; ``longrope``: short and long factors in rows 2 and 3)."""
     w = plan.weight
     s = _axis_column(scaling.per_axis("factor", plan.axes), w, torch.float32).expand(w.shape)
     l0 = _axis_column(scaling.per_axis("original_size", plan.axes), w, torch.float32).expand(w.shape)
     if scaling.rule == "dynamic":
-        k, n, _ = _spectrum(w, spectrum, "dynamic")
-        extra = [torch.where(n > 1, k / (n - 1).clamp_min(1), torch.zeros_like(k)).float()]
+        k, n, log_theta = _spectrum(w, spectrum, "dynamic")
+        k_over_n = torch.where(n > 0, (2 * k).float() / (2 * n).float().clamp_min(1), torch.zeros_like(k).float())
+        extra = [
+            torch.where(n > 1, k / (n - 1).clamp_min(1), torch.zeros_like(k)).float(),
+            _float32_base(w, k_over_n, log_theta, spectrum),
+            k_over_n,
+            n.float(),
+        ]
     elif scaling.rule == "longrope":
         _one_hot(w, "longrope")
         if len(scaling.short_factor) != plan.pairs:
@@ -635,13 +643,63 @@ def _dynamic_table(plan: FrequencyPlan, scaling: RopeScaling, spectrum: str) -> 
     return torch.stack([s, l0, *extra]).contiguous()
 
 
-def _dynamic_weight(weight: Tensor, table: Tensor, lengths: Tensor, rule: str) -> Tensor:
-    """The rescaled ``weight`` ``(..., A, P)`` at the current ``lengths`` ``(A,)``: tensor operations only."""
+def _float32_base(weight: Tensor, k_over_n: Tensor, log_theta: Tensor, spectrum: str) -> Tensor:
+    """``(..., A, P)`` float32: each axis row's ``theta`` (0 for an axis without pairs), broadcast over the pairs.
+
+    The least-squares ``theta`` of :func:`_spectrum` is snapped to the float32 number (within 8 ulps) whose spectrum
+    ``1 / theta ** (k / n)`` is the plan's float32 weight bit for bit (a plan built from a float32 ``theta``, as
+    mmpos and Hugging Face build them), the shortest decimal among several; else the fit rounded to float32."""
+    base = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+    heads = weight.reshape(-1, *weight.shape[-2:])  # (R, A, P)
+    flat_base, flat_kn, flat_lt = (t.reshape(heads.shape) for t in (base, k_over_n, log_theta))
+    for r in range(heads.shape[0]):
+        # a spectrum: every axis row of the head ("shared", one-hot: their sum is the 1-D spectrum), or one row
+        groups = [list(range(heads.shape[1]))] if spectrum == "shared" else [[a] for a in range(heads.shape[1])]
+        for group in groups:
+            row, kn = heads[r, group].sum(0), flat_kn[r, group].sum(0)  # (P,)
+            sel = row != 0
+            if not sel.any():
+                continue
+            fit = torch.tensor(math.exp(float(flat_lt[r, group][:, sel].max())), dtype=torch.float32)
+            candidates = [fit]
+            for direction in (math.inf, -math.inf):
+                step = fit
+                for _ in range(8):
+                    step = torch.nextafter(step, torch.tensor(direction, dtype=torch.float32))
+                    candidates.append(step)
+            # the whole row at once: pow takes another path on a shorter tensor
+            exact = [float(c) for c in candidates if torch.equal((1.0 / (float(c) ** kn))[sel], row[sel].float())]
+            chosen = min(exact, key=lambda c: len(repr(c))) if exact else float(fit)
+            flat_base[r, group] = chosen
+    return base
+
+
+def _base_exponent(table: Tensor, weight: Tensor) -> float | None:
+    """``n / (n - 1)`` when every spectrum of a ``dynamic`` table has the same size ``n`` (1-D RoPE, the M-RoPE
+    family, axial RoPE with as many pairs per axis), else ``None``; read on the host, outside ``forward``."""
+    sizes = table[5][(weight != 0).expand_as(table[5])].unique().tolist()
+    return sizes[0] / (sizes[0] - 1) if len(sizes) == 1 and sizes[0] > 1 else None
+
+
+def _dynamic_weight(
+    weight: Tensor, table: Tensor, lengths: Tensor, rule: str, base_exponent: float | None = None
+) -> Tensor:
+    """The rescaled ``weight`` ``(..., A, P)`` at the current ``lengths`` ``(A,)``: tensor operations only.
+
+    ``dynamic`` with one spectrum size (``base_exponent`` ``n / (n - 1)``, :func:`_base_exponent`) recomputes the
+    frequencies as Hugging Face does, ``1 / (theta * s' ** (n / (n - 1))) ** (k / n)`` in float32 with the exponent
+    a Python float (bit-equal to its ``dynamic`` inv_freq); otherwise the plan is multiplied by
+    ``s' ** (-k / (n - 1))`` (the same number to float32 rounding). Up to ``L0`` the plan itself."""
     length = lengths.to(table.dtype).view(-1, 1)  # (A, 1)
     s, l0 = table[0], table[1]
     if rule == "dynamic":
         grown = torch.where(length > l0, s * length / l0 - (s - 1), torch.ones_like(s))  # exactly 1 up to L0
-        return weight * grown ** (-table[2])
+        if base_exponent is None:
+            return weight * grown ** (-table[2])
+        s1, l1, theta = table[0][..., :1], table[1][..., :1], table[3][..., :1]  # (..., A, 1) per axis
+        grown = torch.where(length > l1, s1 * length / l1 - (s1 - 1), torch.ones_like(s1))
+        scaled = 1.0 / (theta * grown**base_exponent) ** table[4]  # (..., A, P); inf where the plan is 0
+        return torch.where((length > l0) & (weight != 0), scaled.to(weight.dtype), weight)
     if rule == "longrope":
         return weight / torch.where(length > l0, table[3], table[2])
     return weight * (l0 / length)  # ref-shape
@@ -653,12 +711,15 @@ class PlanRescale(nn.Module):
     For a dynamic rule (:data:`DYNAMIC_RULES`) the per-axis and per-pair numbers are one float32 buffer
     ``table`` and the rescaled weight is computed from the current lengths ``max(pos) + 1`` on the device; for a
     position rule on a learned plan (RoPE-Mixed) ``table`` is the ``(A, 1)`` divisor of every axis row, applied
-    to the parameter in ``forward`` so that gradients reach it. Built by :func:`build_scaling`.
+    to the parameter in ``forward`` so that gradients reach it. ``base_exponent``: ``dynamic``'s ``n / (n - 1)``
+    when every spectrum has ``n`` pairs (the frequencies are then recomputed in Hugging Face's order of operations).
+    Built by :func:`build_scaling`.
     """
 
-    def __init__(self, rule: str, table: Tensor) -> None:
+    def __init__(self, rule: str, table: Tensor, base_exponent: float | None = None) -> None:
         super().__init__()
         self.rule = rule
+        self.base_exponent = base_exponent
         self.register_buffer("table", table, persistent=False)
 
     def _apply(self, fn, recurse=True):
@@ -674,7 +735,7 @@ class PlanRescale(nn.Module):
         if self.rule not in DYNAMIC_RULES:  # a position rule on a learned plan
             return weight / self.table
         lengths = pos.detach().to(self.table.dtype).amax(dim=(0, 1)) + 1  # (A,) on the device: no host sync
-        return _dynamic_weight(weight, self.table, lengths, self.rule)
+        return _dynamic_weight(weight, self.table, lengths, self.rule, self.base_exponent)
 
     def extra_repr(self) -> str:
         return f"rule={self.rule!r}"
@@ -720,7 +781,8 @@ def scale_plan(
     lengths = _lengths(
         scaling.per_axis("original_size", plan.axes) if length is None else length, plan.axes, plan.weight
     )
-    weight = _dynamic_weight(plan.weight, table, lengths, rule)
+    exponent = _base_exponent(table, plan.weight) if rule == "dynamic" else None
+    weight = _dynamic_weight(plan.weight, table, lengths, rule, exponent)
     factor = _longrope_attention(scaling, plan.axes) if rule == "longrope" else 1.0
     return _rebuilt(plan, weight), factor
 
@@ -758,7 +820,9 @@ def build_scaling(
         )
     if scaling.dynamic:
         _, factor = scale_plan(plan, scaling, spectrum, scaling.per_axis("original_size", plan.axes))
-        return plan, factor, PlanRescale(scaling.rule, _dynamic_table(plan, scaling, spectrum))
+        table = _dynamic_table(plan, scaling, spectrum)
+        exponent = _base_exponent(table, plan.weight) if scaling.rule == "dynamic" else None
+        return plan, factor, PlanRescale(scaling.rule, table, exponent)
     if learnable:  # linear on a learned plan: divide in forward, keep the parameter as it is
         divisor = _axis_column(scaling.per_axis("factor", plan.axes), plan.weight, torch.float32)
         return plan, 1.0, PlanRescale("linear", divisor)

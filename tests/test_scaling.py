@@ -1,6 +1,7 @@
 """mmpos.scaling: every rule against transformers' ROPE_INIT_FUNCTIONS on 1-D text, against each rule's
 per-axis formula on 2-D / 3-D and M-RoPE plans, in every rotary encoder, and under compile / export."""
 
+import inspect
 import math
 
 import pytest
@@ -95,6 +96,10 @@ def test_dynamic_equals_hf(seq_len, partial):
     assert att == factor == 1.0
     if seq_len is None or seq_len <= 128:
         assert torch.equal(plan.weight, base.weight)  # below the threshold: the plan itself
+    else:  # a tensor length, as Hugging Face's forward passes it (torch.max(position_ids) + 1): bit for bit
+        assert torch.equal(
+            plan.weight[0], _hf("dynamic", 64, 10000.0, 128, {"factor": 2.0}, partial, torch.tensor(seq_len))[0]
+        )
 
 
 YARN_CASES = [
@@ -266,11 +271,15 @@ def test_ref_shape_equals_timm_ref_feat_shape(size):
     from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
 
     dim = 16
-    timm_rope = RotaryEmbeddingCat(dim, temperature=100, in_pixels=False, ref_feat_shape=(4, 6), rotate_half=True)
-    enc = mmpos.create("rope-axial", head_dim=dim, scaling=timm_ref_feat_shape((4, 6)))
+    # timm >= 1.0.21 offers the rotate-half layout; timm 1.0.20 only the interleaved one (feature-detected)
+    half = "rotate_half" in inspect.signature(RotaryEmbeddingCat).parameters
+    layout = {"rotate_half": True} if half else {}
+    timm_rope = RotaryEmbeddingCat(dim, temperature=100, in_pixels=False, ref_feat_shape=(4, 6), **layout)
+    convention = "half" if half else "interleaved"
+    enc = mmpos.create("rope-axial", head_dim=dim, convention=convention, scaling=timm_ref_feat_shape((4, 6)))
     q, k = torch.randn(1, 2, size[0] * size[1], dim), torch.randn(1, 2, size[0] * size[1], dim)
     rq, _ = enc.rotate(q, k, Coords.grid(*size))
-    torch.testing.assert_close(rq, apply_rot_embed_cat(q, timm_rope.get_embed(size), half=True), rtol=0, atol=1e-5)
+    torch.testing.assert_close(rq, apply_rot_embed_cat(q, timm_rope.get_embed(size), half=half), rtol=0, atol=1e-5)
 
 
 def test_longrope_switches_per_axis():
