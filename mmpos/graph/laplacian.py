@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
-from .._validate import check_int
+from .._validate import check_finite, check_int
 
 with requires("graph"):  # one line naming the package and the extra when it is missing
     import scipy.sparse as sp
@@ -136,8 +136,7 @@ def magnetic_laplacian(
     """
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q):
-        raise ValueError(f"q must be a finite float, got {q!r}")
+    q = check_finite(q, "q")
     ei = edge_array(edge_index, num_nodes)
     a = binary_adjacency(ei, num_nodes)
     if q_relative:
