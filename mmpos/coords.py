@@ -27,7 +27,6 @@ from __future__ import annotations
 import enum
 import json
 import math
-import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, replace
@@ -35,7 +34,7 @@ from dataclasses import InitVar, dataclass, replace
 import torch
 from torch import Tensor
 
-from ._validate import check_axes
+from ._validate import check_axes, check_finite, check_int
 
 __all__ = ["Coords", "Modality"]
 
@@ -133,9 +132,7 @@ class Coords:
             )
         if self.modality is not None and tuple(self.modality.shape) != (b, n):
             raise ValueError(f"modality must have shape (B, N) = {(b, n)}, got {tuple(self.modality.shape)}")
-        p = self.num_prefix_tokens
-        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p <= n:
-            raise ValueError(f"num_prefix_tokens must be an int in [0, N={n}], got {p!r}")
+        p = check_int(self.num_prefix_tokens, f"num_prefix_tokens (N={n} tokens)", 0, high=n)
         if self.grid_shape is not None:
             grid = _positive_sizes(self.grid_shape, "grid_shape")
             object.__setattr__(self, "grid_shape", grid)
@@ -171,8 +168,7 @@ class Coords:
         (n, batch) = _positive_sizes((n, batch), "n and batch")
         if n > _MAX_TOKENS:
             raise ValueError(f"n={n:,} tokens is more than the {_MAX_TOKENS:,} a Coords may hold")
-        if isinstance(start, bool) or not isinstance(start, numbers.Real) or not math.isfinite(start):
-            raise ValueError(f"start must be a finite number, got {start!r}")
+        check_finite(start, "start")
         dtype = _position_dtype(dtype, max(abs(start), abs(start + n - 1)))
         pos = torch.arange(n, dtype=torch.float64, device=device).add_(start).to(dtype)  # one rounding, exact sum
         pos = pos.view(1, n, 1).expand(batch, n, 1)
@@ -207,9 +203,7 @@ class Coords:
             axes = defaults[len(sizes)]
         if len(axes) != len(sizes):
             raise ValueError(f"axes must name the {len(sizes)} grid axes, got {tuple(axes)!r}")
-        prefix = num_prefix_tokens
-        if not isinstance(prefix, int) or isinstance(prefix, bool) or prefix < 0:
-            raise ValueError(f"num_prefix_tokens must be a non-negative int, got {prefix!r}")
+        prefix = check_int(num_prefix_tokens, "num_prefix_tokens", 0)
         (batch,) = _positive_sizes((batch,), "batch")
         if math.prod(sizes) + prefix > _MAX_TOKENS:
             raise ValueError(

@@ -47,7 +47,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from .._validate import check_ints
+from .._validate import check_int, check_ints
 from ..coords import Coords
 from ..rotary import FrequencyPlan, rope_frequencies
 from ..scaling import RopeScaling
@@ -82,9 +82,7 @@ VROPE_AXES = ("c0", "c1", "c2", "c3")
 
 
 def _pairs(head_dim: int) -> int:
-    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0 or head_dim % 2:
-        raise ValueError(f"head_dim must be a positive even int, got {head_dim!r}")
-    return head_dim // 2
+    return check_int(head_dim, "head_dim", even=True) // 2
 
 
 #: how M-RoPE gives its rotary pairs to the axes t, h, w: ``"chunked"`` (Qwen2/2.5-VL:
@@ -165,8 +163,7 @@ def mhrope_plan(
     ``h = w = (H - t) // 2`` (``[2, 3, 3]`` for 8 KV heads, as the reference); with fewer than
     4 KV heads the default would leave an axis without a head, so ``head_sections`` must be given."""
     _pairs(head_dim)
-    if not isinstance(num_kv_heads, int) or isinstance(num_kv_heads, bool) or num_kv_heads <= 0:
-        raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
+    num_kv_heads = check_int(num_kv_heads, "num_kv_heads")
     if head_sections is None:
         if num_kv_heads < 4:  # the default would give an axis no head (t for 3, every axis for 1)
             raise ValueError(
