@@ -38,7 +38,7 @@ from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
 
-__all__ = ["audio_token_counts", "get_rope_index", "omni_layout"]
+__all__ = ["audio_token_counts", "get_rope_index", "omni_layout", "packed_rope_index"]
 
 
 def _host(t: Tensor) -> np.ndarray:
@@ -307,3 +307,53 @@ def get_rope_index(
     if not float_ids:
         ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
     return ids, deltas
+
+
+def packed_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    cu_seqlens: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    use_audio_in_video: bool = False,
+    audio_seqlens: Tensor | None = None,
+    second_per_grids: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Position ids of a packed Omni batch: several samples in one row, each with the positions it
+    has alone (as :func:`mmpos.integrations.hf_rope_index.packed_rope_index` for the Qwen-VL families).
+
+    Args:
+        input_ids: ``(1, N)`` the samples one after the other, no padding.
+        cu_seqlens: ``(B + 1,)`` sample offsets (0, then the running sum of the sample lengths).
+        the others: as :func:`get_rope_index`, the grids, seconds and audio lengths in order of
+            appearance across the row.
+
+    Returns:
+        ``position_ids`` ``(3, 1, N)`` and ``rope_deltas`` ``(B, 1)`` (each sample's own).
+    """
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must be a packed (1, N) tensor, got {getattr(input_ids, 'shape', input_ids)}")
+    total = input_ids.shape[1]
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
+    cu = _host(cu_seqlens).astype(np.int64)
+    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
+        raise ValueError(f"cu_seqlens must rise strictly from 0 to the packed length {total}, got {cu.tolist()}")
+    lengths = np.diff(cu)
+    b, longest = lengths.shape[0], int(lengths.max())
+    flat = np.repeat(np.arange(b) * longest - cu[:-1], lengths) + np.arange(
+        total
+    )  # (N,) index in the (B, longest) batch
+    flat = torch.from_numpy(flat).to(input_ids.device)
+    ids = input_ids.new_zeros(b * longest).index_copy_(0, flat, input_ids.reshape(-1)).view(b, longest)
+    mask = input_ids.new_zeros(b * longest).index_fill_(0, flat, 1).view(b, longest)  # right padding
+    lay = omni_layout(
+        config, ids, image_grid_thw, video_grid_thw, mask, use_audio_in_video, audio_seqlens, second_per_grids
+    )
+    position_ids, _, _ = lay.packed("3d")
+    deltas = lay.rope_deltas  # largest position + 1 - real length: each sample's own
+    if not position_ids.is_floating_point():
+        position_ids, deltas = position_ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+    return position_ids, deltas

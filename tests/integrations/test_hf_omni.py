@@ -289,3 +289,26 @@ def test_audio_blocks_need_an_audio_scheme():
     with pytest.raises(ValueError, match="applies only to schemes"):
         layout.pack(torch.ones(1, 8, dtype=torch.bool), blocks, "qwen2-vl", resolve_options("qwen2-vl"))
     assert SCHEMES["qwen2.5-omni"].audio and SCHEMES["qwen3-omni"].audio
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_packed_rows_equal_each_sample_alone(model_type):
+    config, _, _ = _family(model_type)
+    rng = random.Random(11)
+    alone = [_random_batch(rng, model_type, config, 1, "right", rng.random() < 0.5) for _ in range(5)]
+    av = alone[0]["use_audio_in_video"]
+    alone = [a for a in alone if a["use_audio_in_video"] == av]  # one flag for the packed row
+    cat = lambda key: (
+        torch.cat([a[key] for a in alone if a[key] is not None]) if any(a[key] is not None for a in alone) else None
+    )
+    row = torch.cat([a["input_ids"] for a in alone], 1)
+    cu = torch.tensor([0] + [a["input_ids"].shape[1] for a in alone]).cumsum(0)
+    keys = ("image_grid_thw", "video_grid_thw", "audio_seqlens", "second_per_grids")
+    ids, deltas = hf_omni.packed_rope_index(config, row, cu, use_audio_in_video=av, **{k: cat(k) for k in keys})
+    for i, a in enumerate(alone):
+        if a["image_grid_thw"] is None and a["video_grid_thw"] is None:
+            want = hf_omni.get_rope_index(config, **a)  # the text branch (checked against the reference above)
+        else:
+            want = _reference(model_type, config, **a)
+        assert torch.equal(ids[:, 0, cu[i] : cu[i + 1]], want[0][:, 0])
+        assert torch.equal(deltas[i].to(want[1].dtype), want[1].view(-1)[:1])
