@@ -616,10 +616,12 @@ def _hy_v4_vl_block(g: BlockGeometry, o: SchemeOptions):
     """HY-V4-VL (XD-RoPE): a frame of ``H`` rows of ``W`` tokens (``w`` counts the newline token that
     ends every merged row) spans ``S = max(H, W)`` positions; token ``(f, i, j)`` at
     ``(start + f S, start + i + f S, start + j + f S)``, the text after the block at ``start + T S``."""
-    side = torch.maximum(g.h, g.w)  # (K,)
-    frame = g.ti * side[g.block]  # (Nv,)
-    offset = torch.stack([frame, g.hi + frame, g.wi + frame])
-    return offset, g.t * side, torch.ones(3, dtype=torch.float64, device=offset.device)
+    row_block = g._rows[0]
+    f, i = g._frame_row  # (R,) per row of every block: its frame and row
+    frame = f * np.maximum(g._grid[:, 1], g._grid[:, 2])[row_block]  # (R,) f S
+    t = g._per_token(frame)  # (Nv,)
+    offset = torch.stack([t, g._per_token(i + frame), g.wi.add_(t)])  # wi is built for this read: added in place
+    return offset, g.t * torch.maximum(g.h, g.w), torch.ones(3, dtype=torch.float64, device=offset.device)
 
 
 def _glm_image_block(g: BlockGeometry, o: SchemeOptions):

@@ -263,8 +263,14 @@ def hunyuan_vl_rope_index(
     sch = get_scheme("hunyuan-vl")
     lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
     ids, deltas = _returned(lay, input_ids)
-    text = lay.hf_position_ids("text").to(ids.dtype)  # (B, L): index among the real tokens, 0 on padding
-    return torch.cat([text.unsqueeze(0).expand(axes - 3, -1, -1), ids]), deltas
+    out = torch.empty((axes, *input_ids.shape), dtype=ids.dtype)  # (N, B, L)
+    text = out[0].numpy()  # every real token's index among the real tokens, 0 on padding
+    np.cumsum(real, axis=1, out=text)
+    text -= 1
+    text[~real] = 0
+    out[1 : axes - 3] = out[0]
+    out[axes - 3 :] = ids.cpu()
+    return out.to(input_ids.device), deltas
 
 
 # --------------------------------------------------------------------------- GLM-Image

@@ -39,6 +39,7 @@ Without vision grids the ``hf-4.57`` / ``original`` rules run the reference's te
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass
@@ -85,6 +86,12 @@ def installed_rule(model_or_class: Any = None) -> str:
     fn = getattr(cls, "get_rope_index", None)
     if fn is None:
         raise ValueError(f"{cls.__name__} has no get_rope_index: not a Qwen-VL model of a known layout")
+    return _signature_rule(fn)
+
+
+@functools.lru_cache(maxsize=64)
+def _signature_rule(fn: Any) -> str:
+    """The rule a ``get_rope_index`` implements, read from its signature once (every call asks)."""
     return "hf-5.3" if "mm_token_type_ids" in inspect.signature(fn).parameters else "hf-4.57"
 
 
