@@ -60,6 +60,9 @@ FAMILIES = {
     "test_graphs": "graphs (maglap_eigenpairs)",
     "test_damaged_run_folders": "damaged run folders (mmpos run --resume)",
     "test_cli_arguments": "CLI arguments (mmpos run / cp / list)",
+    "test_frequency_plans": "frequency plans (FrequencyPlan builders)",
+    "test_video_frame_sampling": "video frame sampling (sample_frame_indices)",
+    "test_layout_positions": "layouts with large positions (layout.build)",
 }
 
 
@@ -878,3 +881,203 @@ def test_cli_arguments(words):
             except BaseException as e:
                 COUNTS["tracebacks"] += 1
                 raise AssertionError(f"traceback from mmpos {argv}: {type(e).__name__}: {e}") from e
+
+
+# ---------------------------------------------------------------------------- frequency plans
+
+plan_count = st.one_of(st.integers(-1, 6), st.sampled_from([1.5, 2.0, 2.5, True, "2", None]))
+
+
+@st.composite
+def plan_case(draw):
+    builder = draw(st.sampled_from(["axial", "chunked_axes", "cyclic_axes", "per_head"]))
+    head_dim = draw(st.one_of(st.sampled_from([8, 12, 16, 24]), st.sampled_from([7, 0, -8, 16.0, True, "16"])))
+    axes = draw(st.sampled_from([("t", "h", "w"), ("h", "w"), ("x",), ("h", "h"), "hw", ()]))
+    sections = draw(st.lists(plan_count, min_size=0, max_size=4))
+    if draw(st.booleans()) and isinstance(head_dim, int) and head_dim > 0 and not head_dim % 2 and axes:
+        # a valid split of the pairs (or of the heads) over the axes, to exercise the result check too
+        total = draw(st.integers(1, 6)) if builder == "per_head" else head_dim // 2
+        cuts = sorted(draw(st.lists(st.integers(0, total), min_size=len(axes) - 1, max_size=len(axes) - 1)))
+        sections = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+    heads = draw(st.one_of(st.integers(1, 8), st.sampled_from([0, 2.0, True])))
+    return builder, head_dim, axes, sections, heads, draw(st.sampled_from([10000.0, 100.0]))
+
+
+def _plan_reference(builder, head_dim, axes, sections, heads, theta):
+    """(axis, frequency) of every pair (per head for per_head), computed from the definitions in float64."""
+    pairs = head_dim // 2
+    spectrum = [theta ** (-2 * i / head_dim) for i in range(pairs)]  # the shared 1-D RoPE spectrum
+    if builder == "axial":  # each section its own spectrum theta ** (-k / s)
+        return [(a, theta ** (-k / s)) for a, s in enumerate(sections) for k in range(s)]
+    if builder == "chunked_axes":
+        return [(a, spectrum[p]) for p, a in enumerate(a for a, s in enumerate(sections) for _ in range(s))]
+    if builder == "cyclic_axes":  # pair p reads p mod A while p < A * sections[p mod A], else axis 0
+        n = len(axes)
+        return [((p % n) if p < n * sections[p % n] else 0, spectrum[p]) for p in range(pairs)]
+    owner = [a for a, s in enumerate(sections) for _ in range(s)] + [-1] * (heads - sum(sections))
+    return [[(owner[h], spectrum[p]) for p in range(pairs)] for h in range(heads)]
+
+
+@settings(FUZZ, max_examples=_n(80))
+@given(case=plan_case())
+def test_frequency_plans(case):
+    """FrequencyPlan builders: a plan whose every pair reads the axis and frequency its definition gives,
+    or a clear error -- never a float section truncated into a plan of another shape."""
+    from mmpos.rotary import FrequencyPlan
+
+    builder, head_dim, axes, sections, heads, theta = case
+    build = getattr(FrequencyPlan, builder)
+    if builder == "per_head":
+        fn = lambda: build(head_dim, heads, sections, axes=axes, theta=theta)
+    elif builder == "axial":
+        fn = lambda: build(head_dim, axes, sections, theta=theta)
+    else:
+        fn = lambda: build(head_dim, sections, axes=axes, theta=theta)
+
+    def check(plan):
+        ok_sections = all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sections)
+        if not ok_sections or len(sections) != len(axes):
+            return False, f"sections {sections!r} for axes {axes!r} accepted"
+        want = _plan_reference(builder, head_dim, axes, list(sections), heads, theta)
+        w = plan.weight.double()
+        rows = [w] if w.dim() == 2 else list(w)
+        want = [want] if w.dim() == 2 else want
+        for got, ref in zip(rows, want):
+            if got.shape != (len(axes), len(ref)):
+                return False, f"weight {tuple(got.shape)} for {len(ref)} pairs over {axes}"
+            for p, (a, f) in enumerate(ref):
+                col = got[:, p]
+                expect = torch.zeros(len(axes), dtype=torch.float64)
+                if a >= 0:
+                    expect[a] = f
+                if not torch.allclose(col, expect, rtol=1e-6, atol=0):
+                    return False, f"pair {p}: weight {col.tolist()}, definition {expect.tolist()}"
+        return True, ""
+
+    _outcome(fn, ["head_dim", "sections", "head_sections", "axes", "num_heads"], check)
+
+
+# ---------------------------------------------------------------------------- video frame sampling
+
+
+@st.composite
+def frame_case(draw):
+    total = draw(st.one_of(st.integers(1, 400), st.sampled_from([0, -3, 12.0, True, 10**12])))
+    fps = draw(st.one_of(st.sampled_from([24.0, 29.97, 30.0, 1.0]), st.sampled_from([0.0, -5.0, math.nan, math.inf])))
+    rule = draw(st.sampled_from(["qwen2-vl", "qwen3-vl"]))
+    want = draw(
+        st.sampled_from([{}, {"fps": 2.0}, {"fps": 0.5}, {"num_frames": 1}, {"num_frames": 6}, {"num_frames": 500}])
+    )
+    extra = draw(st.sampled_from([{}, {"min_frames": 0}, {"max_frames": 3}]))
+    return total, fps, rule, {**want, **extra}
+
+
+def _frame_count(total, fps, rule, spec):
+    """How many frames the processors keep (transformers' Qwen2-VL / Qwen3-VL video processors, by hand)."""
+    tp = spec.temporal_patch_size
+    if rule == "qwen3-vl":
+        if spec.num_frames is not None:
+            return spec.num_frames
+        if spec.fps is not None:
+            return min(max(int(total / fps * spec.fps), spec.min_frames), spec.max_frames, total)
+        return min(max(total, spec.min_frames), spec.max_frames)
+    if spec.num_frames is not None:
+        return round(spec.num_frames / tp) * tp
+    if spec.fps is not None:
+        top = min(spec.max_frames, total) // tp * tp
+        return int(min(max(total / fps * spec.fps, spec.min_frames), top, total) // tp * tp)
+    return total
+
+
+@settings(FUZZ, max_examples=_n(80))
+@given(case=frame_case())
+def test_video_frame_sampling(case):
+    """sample_frame_indices: sorted in-range int64 indices, as many as the processor keeps; 0 frames, a clip
+    too short, a frame rate of 0 / negative / NaN / inf and huge clips are clear errors."""
+    import dataclasses
+
+    import numpy as np
+
+    from mmpos import media
+
+    total, fps, rule, want = case
+    base = media.VIDEO_SPECS[rule]
+    fields = {"fps": None, "num_frames": None, **want} if "num_frames" in want else {"num_frames": None, **want}
+
+    def build():
+        spec = dataclasses.replace(base, **fields)
+        return spec, media.sample_frame_indices(total, fps, spec)
+
+    def check(out):
+        spec, idx = out
+        if not (isinstance(total, int) and not isinstance(total, bool) and total > 0):
+            return False, f"total_frames={total!r} accepted"
+        if not (math.isfinite(fps) and fps > 0):
+            return False, f"video_fps={fps!r} accepted"
+        n = _frame_count(total, fps, rule, spec)
+        if idx.dtype != np.int64 or len(idx) != n or n < 1:
+            return False, f"{len(idx)} indices ({idx.dtype}), the processor keeps {n}"
+        if (np.diff(idx) < 0).any() or idx.min() < 0 or idx.max() >= total:
+            return False, f"indices {idx[:8]} not sorted within [0, {total})"
+        sampled = spec.fps is not None or spec.num_frames is not None  # else every frame (padded when patchified)
+        if rule == "qwen2-vl" and ((sampled and n % spec.temporal_patch_size) or len(set(idx.tolist())) != n):
+            return False, f"{n} frames, not distinct or not a multiple of the temporal patch"
+        return True, ""
+
+    names = ["total_frames", "video_fps", "frames", "MediaSpec", "frame indices"]
+    _outcome(build, names, check)
+
+
+# ---------------------------------------------------------------------------- layouts with large positions
+
+
+@st.composite
+def layout_case(draw):
+    scheme = draw(st.sampled_from(["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "mrope-i", "vrope", "flat", "hope"]))
+    seconds = draw(st.sampled_from([0.5, 1.0, 1e6, 1e7, 3.3e7, 1e9]))
+    frames = draw(st.sampled_from([2, 4, 6]))
+    lead = draw(st.integers(0, 5))
+    scale = draw(st.sampled_from([1.0, 1e7])) if scheme == "hope" else None
+    return scheme, seconds, frames, lead, scale
+
+
+@settings(FUZZ, max_examples=_n(50))
+@given(case=layout_case())
+def test_layout_positions(case):
+    """mmpos.layout.build: coords equal the position ids (every row an axis), exactly, also past 2**24 where
+    float32 coordinates merged neighbours; the positions follow Qwen2.5-VL's rule where it applies."""
+    import warnings
+
+    from mmpos.layout import Text, Video, build
+
+    scheme, seconds, frames, lead, scale = case
+    segments = [Text(lead)] if lead else []
+    segments += [Video((frames, 4, 4), second_per_grid=seconds), Text(3)]
+    options = {"temporal_scale": scale} if scale is not None else {}
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # float32 position ids past 2**24 warn (hope): checked below
+            return build([segments], scheme, **options)
+
+    def check(lay):
+        a = len(lay.coords.axes)
+        real = lay.attention_mask[0].bool()
+        pos = lay.coords.pos[0][real].double()  # (L, A)
+        exact = pos.abs().max() <= 2**24 or lay.coords.pos.dtype == torch.float64
+        if not exact:
+            return False, f"positions up to {pos.abs().max():.0f} in {lay.coords.pos.dtype}"
+        if not lay.position_ids.dtype.is_floating_point:
+            ids = lay.position_ids[:a, 0][:, real].T.double()  # (L, A)
+            if not torch.equal(pos, ids):
+                return False, "coords differ from the integer position ids"
+        if scheme == "qwen2.5-vl":  # t = lead + frame * tokens_per_second (2) * seconds, floored per frame
+            t = pos[lead : lead + frames // 2 * 4, 0].view(frames // 2, 4)[:, 0]
+            ref = torch.tensor([lead + int(f * 2 * seconds) for f in range(frames // 2)], dtype=torch.float64)
+            if not torch.equal(t, ref):
+                return False, f"temporal positions {t.tolist()}, Qwen2.5-VL's rule gives {ref.tolist()}"
+            if pos[-1, 0] != pos[lead:-3].max() + 3:
+                return False, "the text after the video does not continue from the largest position + 1"
+        return True, ""
+
+    _outcome(run, ["second_per_grid", "temporal_scale", "positions"], check)
