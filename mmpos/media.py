@@ -397,7 +397,11 @@ def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -
     sorted, may repeat under ``"qwen3-vl"``), by ``spec.frames`` (see the module docstring).
 
     ``total_frames`` a positive int, ``video_fps`` a finite positive number, ``spec`` a :class:`MediaSpec`;
-    a count of 0 frames (or more than the clip holds, under ``"qwen2-vl"``) is a ``ValueError``."""
+    a count of 0 frames (or more than the clip holds, under ``"qwen2-vl"``) is a ``ValueError``.
+
+    ``"qwen2-vl"`` sampling is the reference's ``arange(0, total, total / n)`` in float32; where its rounding
+    adds an index past the clip (367 frames, ``n = 30``: 31 indices, the last 367; an error in the reference)
+    mmpos takes the ``n`` evenly spaced frames it means, ``floor(i * total / n)``."""
     if not isinstance(spec, MediaSpec):
         raise TypeError(f"spec must be a MediaSpec (e.g. VIDEO_SPECS['qwen2-vl']), got {type(spec).__name__}")
     check_int(total_frames, "total_frames", 1)
@@ -425,7 +429,12 @@ def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -
             f"cannot sample {n} frames (a multiple of temporal_patch_size={tp}) from a clip of {total_frames} frames; "
             f"lower fps / num_frames or sample all frames (fps=None, num_frames=None)"
         )
-    return torch.arange(0, total_frames, total_frames / n).int().numpy().astype(np.int64)  # as the reference
+    indices = torch.arange(0, total_frames, total_frames / n).int().numpy().astype(np.int64)  # as the reference
+    if indices[-1] >= total_frames:
+        # the reference's float32 step can overshoot the clip (367 frames, n = 30: 31 indices, the last 367),
+        # where it fails; mmpos takes the n evenly spaced frames it means, floor(i * total / n)
+        indices = np.arange(n, dtype=np.int64) * total_frames // n
+    return indices
 
 
 def read_video(

@@ -525,3 +525,21 @@ def test_qwen3_vl_timestamp_layout_matches_model(tmp_path):
     }
     ours, own = _logits_given_and_own(model, inputs, positions)
     torch.testing.assert_close(ours, own, rtol=0, atol=0)
+
+
+@needs_tv
+def test_frame_indices_where_the_reference_float_step_overshoots():
+    """Qwen2-VL sampling is the reference's float32 arange(0, total, total / n), except where its rounding adds
+    an index past the clip -- 367 frames at 24 fps sampled at 2 fps (n = 30) give 31 indices ending at 367, 291
+    frames at 1 fps (n = 290) 291 ending at 291, which fail there: mmpos keeps the n evenly spaced frames."""
+    proc = _hf_sampler("qwen2-vl")
+    spec = media._resolve("qwen2-vl", media.VIDEO_SPECS, {"fps": 2.0})
+    for total, video_fps, n in ((367, 24.0, 30), (291, 1.0, 290)):
+        ref = np.asarray(proc.sample_frames(_metadata(total, video_fps), fps=2.0)).astype(np.int64)
+        assert len(ref) == n + 1 and ref[-1] == total  # the reference: one index too many, past the last frame
+        ours = media.sample_frame_indices(total, video_fps, spec)
+        np.testing.assert_array_equal(ours, np.arange(n) * total // n)
+        np.testing.assert_array_equal(ours, ref[:n])  # the reference's own indices, without the extra one
+    frames = np.zeros((291, 8, 8, 3), np.uint8)
+    out = media.video_patches(frames, video_fps=1.0, fps=2.0, min_pixels=28 * 28, max_pixels=28 * 28)
+    assert out.frame_indices.tolist() == list(range(290))  # (an IndexError before)
