@@ -631,6 +631,14 @@ def _glm_image_block(g: BlockGeometry, o: SchemeOptions):
     return offset, torch.maximum(g.h, g.w), torch.ones(3, dtype=torch.float64, device=offset.device)
 
 
+def _minicpm_canvas_block(g: BlockGeometry, o: SchemeOptions):
+    """MiniCPM-V 4.7, a canvas of one thumbnail (no slices): ``(start, start + i, start + j)``, the
+    text after it at ``start + max(h, w) + 1``. Slices and marker tokens: the token-id path
+    (:func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`)."""
+    offset = torch.stack([torch.zeros_like(g.hi), g.hi, g.wi])
+    return offset, torch.maximum(g.h, g.w) + 1, torch.ones(3, dtype=torch.float64, device=offset.device)
+
+
 def _hunyuan_vl_block(g: BlockGeometry, o: SchemeOptions):
     """HunYuan-VL: token ``(i, j)`` of the ``k``-th image of the batch (reading order) at
     ``(w, h, image) = (j, i, k)``, absolute (no block start); the text runs on over the block
@@ -895,6 +903,19 @@ for _scheme in (
         paper="Z.ai GLM-Image (autoregressive image generation with M-RoPE grids)",
         reference="huggingface/transformers src/transformers/models/glm_image/modeling_glm_image.py (GlmImageModel.get_rope_index)",
         model_types=("glm_image",),
+    ),
+    # MiniCPM-V 4.7's canvas (thumbnails over the slices' canvas, markers at its corners: the token-id path);
+    # its text backbone is Qwen3.5's (interleaved sections, partial rotary)
+    Scheme(
+        "minicpm-v",
+        THW,
+        "mrope-i",
+        _minicpm_canvas_block,
+        _IDENTITY,
+        _IDENTITY,
+        paper="OpenBMB MiniCPM-V 4.7 (canvas M-RoPE over the thumbnail and its slices)",
+        reference="huggingface/transformers src/transformers/models/minicpmv4_7/modeling_minicpmv4_7.py (MiniCPMV4_7Model.get_rope_index)",
+        model_types=("minicpmv4_7",),
     ),
     # HunYuan-VL: the last three of its N M-RoPE axes (the leading N - 3 hold the 1-D text position,
     # added by mmpos.integrations.hf_families); rotary: chunked sections over the N axes

@@ -16,6 +16,10 @@ scheme registry (:mod:`mmpos.schemes`) through the one packer, :func:`mmpos.layo
   image start and an image end token are the next grid of the sample (``images_per_sample``
   splits the grids; the grids after the sample's complete images are the images it generates,
   :func:`glm_image_decode_position_ids`); ``rope_deltas`` is zero.
+* ``minicpmv4_7`` (scheme ``minicpm-v``, ``MiniCPMV4_7Model.get_rope_index``): a picture or video
+  frame is a thumbnail crop, optionally followed by detail slices, between marker tokens; the
+  thumbnail is stretched over the slices' canvas and the markers sit at its corners
+  (:func:`minicpmv4_7_rope_index`, which reads ``target_sizes`` and ``downsample_mode``).
 
 They exist from transformers 5.x on, with one rule each: ``rule`` may be ``"original"``,
 ``"installed"`` or ``"hf-5.3"`` (the same positions), not ``"hf-4.57"``. The references walk
@@ -47,6 +51,7 @@ __all__ = [
     "glm_image_rope_index",
     "hunyuan_vl_rope_index",
     "hy_v4_vl_rope_index",
+    "minicpmv4_7_rope_index",
     "video_markers",
 ]
 
@@ -400,9 +405,203 @@ def glm_image_decode_position_ids(
     return pos.permute(1, 0, 2).contiguous().to(input_ids.device)
 
 
+# --------------------------------------------------------------------------- MiniCPM-V 4.7
+_MINICPM_MARKERS = ("slice_start_id", "slice_end_id", "image_start_id", "image_end_id", "newline_id")
+
+
+def _crop_runs(types: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(modality, start, end)`` of every maximal run of one non-zero modality code of ``types`` (n,)."""
+    change = np.flatnonzero(np.diff(types)) + 1
+    starts = np.concatenate([[0], change])
+    ends = np.concatenate([change, [types.shape[0]]])
+    keep = types[starts] != 0 if types.size else np.zeros(0, dtype=bool)
+    return list(zip(types[starts[keep]].tolist(), starts[keep].tolist(), ends[keep].tolist()))
+
+
+def _canvas_axis(canvas: int, tokens: int) -> np.ndarray:
+    """``tokens`` coordinates spread over ``canvas`` positions, rounded as the reference rounds
+    (float32 ``linspace``, half to even; ``arange`` when ``canvas == tokens``)."""
+    return torch.linspace(0, canvas - 1, tokens).round().long().numpy()
+
+
+def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int, markers: tuple[int, ...]):
+    """``(3, n)`` int64 positions of one unpadded MiniCPM-V 4.7 sequence; ``grids`` per modality
+    ``[array (num, 2), cursor]`` (consumed crop by crop, in order, across the batch)."""
+    n = ids.shape[0]
+    is_marker = np.isin(ids, markers)
+    non_marker = np.concatenate([[0], np.cumsum(~is_marker)])  # non-marker tokens before each index
+    # the next non-marker index at or after each index (n past the end): where a frame's markers stop
+    nxt = np.where(~is_marker, np.arange(n), n)
+    nxt = np.minimum.accumulate(nxt[::-1])[::-1] if n else nxt
+    nxt = np.concatenate([nxt, [n]])
+    groups: list[list] = []  # [start, [frame, ...]]; frame = [modality, thumb start, thumb end, slices]
+    open_slices, previous_end = None, 0
+    for modality, start, end in _crop_runs(types):
+        if open_slices is not None and ids[start - 1] == markers[0]:  # a detail slice of the open frame
+            open_slices.append((start, end))
+        else:  # a thumbnail opens a frame, in the group before it if only markers lie between them
+            open_slices = []
+            frame = [modality, start, end, open_slices]
+            gap_start, gap_end = previous_end, start - 1
+            only_markers = gap_end <= gap_start or non_marker[gap_end] == non_marker[gap_start]
+            if groups and only_markers:
+                groups[-1][1].append(frame)
+            else:
+                groups.append([start - 1, [frame]])
+        previous_end = end
+    pos = np.empty((3, n), dtype=np.int64)
+    current, index = 0, 0
+
+    def line(a: int, b: int, first: int) -> None:  # tokens a .. b - 1 at first, first + 1, ... on every axis
+        pos[:, a:b] = np.arange(first, first + b - a)
+
+    for group_start, frames in groups:
+        ends = [int(nxt[(f[3][-1][1] if f[3] else f[2])]) for f in frames]  # each frame's end: past its markers
+        group_end = ends[-1]
+        if group_start > index:
+            line(index, group_start, current)
+            current += group_start - index
+        cursor = group_start
+        for (modality, thumb_start, thumb_end, slices), frame_end in zip(frames, ends):
+            table = grids[modality]
+            if table[1] >= table[0].shape[0]:
+                raise ValueError(f"{'target_sizes' if modality == 1 else 'target_sizes_videos'} holds too few crops")
+            th, tw = (table[0][table[1]] // merge).tolist()
+            table[1] += 1
+            frame_start = thumb_start - 1
+            if frame_start > cursor:  # 1-D tokens between two frames, then one step more
+                line(cursor, frame_start, current)
+                current += frame_start - cursor + 1
+            frame_end = min(frame_end, group_end)
+            origin = current
+            ch, cw = th, tw
+            cols = rows = 0
+            if slices:
+                cols = len(slices)
+                gaps = np.array([slices[k + 1][0] - slices[k][1] for k in range(len(slices) - 1)], dtype=np.int64)
+                wide = np.flatnonzero(gaps > 2)  # a newline between two slices ends a row of the canvas
+                if wide.size:
+                    cols = int(wide[0]) + 1
+                rows = len(slices) // cols
+                if rows * cols != len(slices):
+                    rows, cols = 1, len(slices)
+                if table[1] >= table[0].shape[0]:
+                    raise ValueError("target sizes hold too few crops for the slices")
+                sh, sw = (table[0][table[1]] // merge).tolist()
+                ch, cw = rows * sh, cols * sw
+            pos[:, frame_start:frame_end] = origin  # the frame's base coat
+            pos[1:, frame_start] = max(origin - 1, 0)  # <image>: just outside the canvas
+            if thumb_end < frame_end:  # </image>: the canvas's far corner
+                pos[1, thumb_end], pos[2, thumb_end] = origin + ch, origin + cw
+            n_thumb = th * tw
+            if thumb_end - thumb_start != n_thumb:
+                raise ValueError(
+                    f"a thumbnail of {th} x {tw} tokens (target size / {merge}) has {thumb_end - thumb_start} tokens"
+                )
+            # the thumbnail stretched over the canvas: (origin, origin + row, origin + column)
+            pos[0, thumb_start:thumb_end] = origin
+            pos[1, thumb_start:thumb_end] = origin + np.repeat(_canvas_axis(ch, th), tw)
+            pos[2, thumb_start:thumb_end] = origin + np.tile(_canvas_axis(cw, tw), th)
+            for k, (a, b) in enumerate(slices):
+                sh_k, sw_k = (table[0][table[1]] // merge).tolist()
+                table[1] += 1
+                if b - a != sh_k * sw_k:
+                    raise ValueError(f"a slice of {sh_k} x {sw_k} tokens (target size / {merge}) has {b - a} tokens")
+                h_off, w_off = (k // cols) * sh, (k % cols) * sw
+                if a - 1 >= frame_start:  # <slice>: the slice's top-left corner
+                    pos[1, a - 1], pos[2, a - 1] = origin + h_off, origin + w_off
+                if b < frame_end:  # </slice>: its bottom-right corner
+                    pos[1, b], pos[2, b] = origin + h_off + sh_k - 1, origin + w_off + sw_k - 1
+                pos[0, a:b] = origin
+                pos[1, a:b] = origin + h_off + np.repeat(np.arange(sh_k), sw_k)
+                pos[2, a:b] = origin + w_off + np.tile(np.arange(sw_k), sh_k)
+            for k in range(len(slices) - 1):  # the newline after a row of slices: past its right edge
+                a, b = slices[k][1], slices[k + 1][0]
+                if b - a > 2:
+                    pos[1, a + 1 : b - 1] = origin + (k // cols + 1) * sh - 1
+                    pos[2, a + 1 : b - 1] = origin + cols * sw
+            current = origin + max(ch, cw) + 1
+            cursor = frame_end
+        if cursor < group_end:
+            line(cursor, group_end, current)
+            current += group_end - cursor
+        index = group_end
+    if index < n:
+        line(index, n, current)
+    return pos
+
+
+def minicpmv4_7_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    mm_token_type_ids: Tensor | None = None,
+    target_sizes: Tensor | None = None,
+    target_sizes_videos: Tensor | None = None,
+    downsample_mode: str | None = None,
+    attention_mask: Tensor | None = None,
+    rule: str = "original",
+) -> tuple[Tensor, Tensor]:
+    """MiniCPM-V 4.7 canvas position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)``, int64.
+
+    Every run of image (video) tokens -- ``mm_token_type_ids`` 1 (2), else ``config.image_token_id``
+    (``video_token_id``) -- is a crop; the next ``target_sizes`` (``target_sizes_videos``) row
+    ``(h, w)`` in patches gives its ``h / m x w / m`` tokens (``m`` 4 in ``"16x"`` mode, 2 in ``"4x"``).
+    A crop after a ``<slice>`` token is a slice of the open frame, else a thumbnail opening a
+    frame; frames with only markers between them share a group. A frame's canvas (the slices'
+    rows x columns, or the thumbnail) starts at ``origin``; the thumbnail is stretched over it,
+    each slice sits at its row and column, the markers at its corners, the newline past its right
+    edge; the text after it at ``origin + max(canvas) + 1``. 0 on padding; ``rope_deltas`` = largest
+    position + 1 - real length (transformers' ``MiniCPMV4_7Model.get_rope_index``). Bookkeeping per
+    crop on the host; no Python loop over tokens."""
+    _check_rule(rule, "minicpmv4_7")
+    _check_ids(input_ids)
+    _check_like(attention_mask, "attention_mask", input_ids)
+    _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
+    markers = tuple(getattr(config, name, None) for name in _MINICPM_MARKERS)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in markers):
+        raise ValueError(f"config must set the marker token ids {_MINICPM_MARKERS}, got {markers}")
+    mode = downsample_mode or config.downsample_mode
+    if mode not in ("16x", "4x"):
+        raise ValueError(f"downsample_mode must be '16x' or '4x', got {mode!r}")
+    merge = 2 if mode == "4x" else 4
+    grids = {}
+    for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
+        if sizes is None:
+            grids[kind] = [np.zeros((0, 2), dtype=np.int64), 0]
+            continue
+        if not isinstance(sizes, Tensor) or sizes.dim() != 2 or sizes.shape[1] != 2 or sizes.is_floating_point():
+            raise ValueError(
+                f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
+            )
+        grids[kind] = [_host(sizes).astype(np.int64), 0]
+    ids = _host(input_ids)
+    if mm_token_type_ids is None:
+        types = np.where(ids == config.image_token_id, 1, np.where(ids == config.video_token_id, 2, 0))
+    else:
+        types = _host(mm_token_type_ids)
+    real = _real(attention_mask, input_ids)
+    b, length = ids.shape
+    out = np.zeros((3, b, length), dtype=np.int64)  # 0 on padding
+    for i in range(b):  # per sample, the bookkeeping per crop
+        keep = real[i]
+        out[:, i, keep] = _minicpm_sample(ids[i, keep], types[i, keep], grids, merge, markers)
+    n_real = real.sum(1)
+    deltas = out.max(axis=(0, 2)) + 1 - n_real if length else np.zeros(b, dtype=np.int64)
+    device = input_ids.device
+    return torch.from_numpy(out).to(device), torch.from_numpy(deltas.reshape(b, 1).astype(np.int64)).to(device)
+
+
+def _minicpm_through_get_rope_index(config: Any, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    raise ValueError(
+        "model_type 'minicpmv4_7' reads target_sizes / target_sizes_videos (h, w) per crop and downsample_mode, not "
+        "image_grid_thw: call mmpos.integrations.hf_families.minicpmv4_7_rope_index"
+    )
+
+
 #: ``model_type`` -> its position-id function (called by :func:`~mmpos.integrations.hf_rope_index.get_rope_index`)
 FAMILY_ROPE_INDEX: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "hy_v4_vl": hy_v4_vl_rope_index,
     "hunyuan_vl": hunyuan_vl_rope_index,
     "glm_image": glm_image_rope_index,
+    "minicpmv4_7": _minicpm_through_get_rope_index,
 }

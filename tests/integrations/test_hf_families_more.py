@@ -17,7 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from mmpos import layout
-from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, glm_image_decode_position_ids
+from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, glm_image_decode_position_ids, minicpmv4_7_rope_index
 from mmpos.integrations.hf_rope_index import get_rope_index, scheme_for_config
 from mmpos.schemes import scheme_for_model_type
 
@@ -26,6 +26,7 @@ CLASSES = {
     "hy_v4_vl": ("HYV4VLConfig", "HYV4VLModel"),
     "hunyuan_vl": ("HunYuanVLConfig", "HunYuanVLModel"),
     "glm_image": ("GlmImageConfig", "GlmImageModel"),
+    "minicpmv4_7": ("MiniCPMV4_7Config", "MiniCPMV4_7Model"),
 }
 
 
@@ -265,3 +266,136 @@ def test_families_are_registry_entries():
     assert scheme_for_config(SimpleNamespace(model_type="hunyuan_vl")) == "hunyuan-vl"
     with pytest.raises(ValueError, match="images_per_sample applies to model_type 'glm_image' only"):
         get_rope_index(SimpleNamespace(model_type="qwen2_vl"), torch.zeros(1, 2, dtype=torch.long), images_per_sample=1)
+
+
+# --------------------------------------------------------------------------- MiniCPM-V 4.7
+MINICPM_IDS = {
+    "image_token_id": 5001,
+    "video_token_id": 5002,
+    "image_start_id": 5003,
+    "image_end_id": 5004,
+    "slice_start_id": 5005,
+    "slice_end_id": 5006,
+    "newline_id": 5007,
+}
+
+
+def _minicpm():
+    config, model_cls = _family("minicpmv4_7", **MINICPM_IDS)
+    owner = _owner(model_cls, config)
+    owner._group_visual_frames = types.MethodType(model_cls._group_visual_frames, owner)
+    owner._frame_end_idx = model_cls._frame_end_idx
+    return config, model_cls, owner
+
+
+def _minicpm_batch(rng, batch, padding_side, merge):
+    c = MINICPM_IDS
+    rows, sizes, video_sizes = [], [], []
+    for _ in range(batch):
+        ids, kinds = [], []
+
+        def put(token, kind, n=1, ids=ids, kinds=kinds):
+            ids.extend([token] * n)
+            kinds.extend([kind] * n)
+
+        def text(n, ids=ids, kinds=kinds):
+            ids.extend(rng.randrange(10, 1000) for _ in range(n))
+            kinds.extend([0] * n)
+
+        def frame(token, kind, table, rows_cols, same_slices):
+            th, tw = rng.randint(1, 4), rng.randint(1, 4)
+            table.append((th * merge, tw * merge))
+            put(c["image_start_id"], 0)
+            put(token, kind, th * tw)
+            put(c["image_end_id"], 0)
+            r, k = rows_cols
+            sh, sw = rng.randint(1, 3), rng.randint(1, 3)
+            for row in range(r):
+                if row:
+                    put(c["newline_id"], 0)
+                for _ in range(k):
+                    if not same_slices:
+                        sh, sw = rng.randint(1, 3), rng.randint(1, 3)
+                    table.append((sh * merge, sw * merge))
+                    put(c["slice_start_id"], 0)
+                    put(token, kind, sh * sw)
+                    put(c["slice_end_id"], 0)
+
+        text(rng.randint(1, 4))
+        for _ in range(rng.randint(0, 3)):
+            shape = rng.choice([(0, 0), (1, 2), (2, 2), (2, 3), (3, 1)])
+            if rng.random() < 0.6:
+                text(rng.randint(1, 3))  # the image's id, as text
+                frame(c["image_token_id"], 1, sizes, shape, same_slices=False)
+                if rng.random() < 0.3:  # a second picture right against it (only a newline between): one group
+                    put(c["newline_id"], 0)
+                    frame(c["image_token_id"], 1, sizes, rng.choice([(0, 0), (1, 2)]), same_slices=False)
+            else:
+                shape = rng.choice([(0, 0), (1, 2)])
+                for _ in range(rng.randint(1, 3)):  # a clip's frames, one after the other
+                    frame(c["video_token_id"], 2, video_sizes, shape, same_slices=True)
+            text(rng.randint(1, 3))
+        rows.append((ids, kinds))
+    grid2 = lambda g: torch.tensor(g, dtype=torch.long).view(-1, 2) if g else None
+    return (*_pad(rows, padding_side), grid2(sizes), grid2(video_sizes))
+
+
+@pytest.mark.parametrize("mode", ["16x", "4x"])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_minicpmv4_7_equals_the_installed_get_rope_index(padding_side, mode):
+    config, model_cls, owner = _minicpm()
+    merge = 2 if mode == "4x" else 4
+    rng = random.Random(f"minicpm-{padding_side}-{mode}")
+    for trial in range(12):
+        input_ids, mm_types, mask, sizes, video_sizes = _minicpm_batch(rng, rng.randint(1, 4), padding_side, merge)
+        ref_ids, ref_deltas = model_cls.get_rope_index(
+            owner, input_ids, mm_types, sizes, video_sizes, downsample_mode=mode, attention_mask=mask
+        )
+        for extra in ({"mm_token_type_ids": mm_types}, {}):
+            ids, deltas = minicpmv4_7_rope_index(
+                config,
+                input_ids,
+                target_sizes=sizes,
+                target_sizes_videos=video_sizes,
+                downsample_mode=mode,
+                attention_mask=mask,
+                **extra,
+            )
+            assert torch.equal(ids, ref_ids), (trial, extra.keys())
+            assert torch.equal(deltas, ref_deltas), trial
+
+
+def test_minicpmv4_7_hand_worked():
+    """Text 2, then a 1 x 2 thumbnail (target size 4 x 8 at 16x) over a canvas of 1 x 2 slices of
+    1 x 1 tokens, text 1: the <image> marker at the halo (t 2, h = w = 1), the thumbnail at
+    (2, 2, 2 + j), </image> at the far corner (2, 3, 4), each <slice> at its slice's corner."""
+    config, _, _ = _minicpm()
+    c = MINICPM_IDS
+    img = c["image_token_id"]
+    ids = [11, 12, c["image_start_id"], img, img, c["image_end_id"]]
+    ids += [c["slice_start_id"], img, c["slice_end_id"], c["slice_start_id"], img, c["slice_end_id"], 13]
+    sizes = torch.tensor([[4, 8], [4, 4], [4, 4]])
+    pos, deltas = minicpmv4_7_rope_index(config, torch.tensor([ids]), target_sizes=sizes)
+    assert pos[0, 0].tolist() == [0, 1] + [2] * 10 + [5]
+    assert pos[1, 0].tolist() == [0, 1, 1, 2, 2, 3, 2, 2, 2, 2, 2, 2, 5]
+    assert pos[2, 0].tolist() == [0, 1, 1, 2, 3, 4, 2, 2, 2, 3, 3, 3, 5]
+    assert deltas.tolist() == [[6 - 13]]
+    with pytest.raises(ValueError, match=r"a thumbnail of 1 x 1 tokens \(target size / 4\) has 2 tokens"):
+        minicpmv4_7_rope_index(config, torch.tensor([ids]), target_sizes=torch.tensor([[4, 4], [4, 4], [4, 4]]))
+    with pytest.raises(ValueError, match="config must set the marker token ids"):
+        minicpmv4_7_rope_index(_family("minicpmv4_7")[0], torch.tensor([ids]), target_sizes=sizes)
+
+
+def test_minicpmv4_7_registry_and_get_rope_index():
+    """The registry reads it by model_type; get_rope_index names the function that reads its crops;
+    ``layout.build`` places a thumbnail-only canvas as the token path does when no markers surround it."""
+    config, _, _ = _minicpm()
+    assert scheme_for_config(config) == "minicpm-v"
+    with pytest.raises(ValueError, match="call mmpos.integrations.hf_families.minicpmv4_7_rope_index"):
+        get_rope_index(config, torch.zeros(1, 3, dtype=torch.long))
+    img = MINICPM_IDS["image_token_id"]
+    ids = torch.tensor([[11, 12] + [img] * 6 + [13]])  # a 2 x 3 crop with no markers: its own group
+    pos, _ = minicpmv4_7_rope_index(config, ids, target_sizes=torch.tensor([[8, 12]]))
+    lay = layout.build([[layout.Text(1), layout.Image((1, 2, 3)), layout.Text(1)]], "minicpm-v", spatial_merge_size=1)
+    # the token path: the first text token at 0, the <image> slot (here text token 12) at the halo, the crop at 1
+    assert torch.equal(pos[:, 0, 2:], lay.position_ids[:, 0, 1:]) and pos[:, 0, 1].tolist() == [1, 0, 0]
