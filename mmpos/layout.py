@@ -52,6 +52,7 @@ New segment kinds plug in with :func:`register_segment` (``docs/adding-a-scheme.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Callable, Sequence
@@ -430,6 +431,29 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
     return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio
 
 
+def _settle_starts(sch, geometry, options, extent, text, block_first):
+    """``sch.block`` called with ``BlockGeometry.start`` = the running position at each block's first
+    token (text tokens before it in its sample + the extents of its sample's earlier blocks), again
+    until the extents settle: a block's start depends only on the blocks before it, so the ``i``-th
+    block of every sample is fixed after ``i + 1`` calls."""
+    length = text.shape[1]
+    text_before = np.cumsum(text, axis=1).reshape(-1) - text.reshape(-1)  # (B * L,) text tokens before each token
+    sample = block_first // length  # (K,) blocks in reading order
+    per_sample = np.bincount(sample, minlength=text.shape[0])
+    sample_first = (np.cumsum(per_sample) - per_sample)[sample]  # (K,) the first block of each block's sample
+    extent = _host(extent.to(torch.float64))
+    for _ in range(int(per_sample.max()) + 1):
+        done = np.cumsum(extent) - extent  # (K,) extents of the blocks before, over the whole batch ...
+        done = done - done[sample_first]  # ... minus those of earlier samples
+        start = torch.from_numpy(text_before[block_first] + done)
+        offset, new, use_start = sch.block(dataclasses.replace(geometry, start=start), options)
+        new = _host(new.to(torch.float64))
+        if np.array_equal(new, extent):
+            break
+        extent = new
+    return offset, torch.from_numpy(extent), use_start
+
+
 def _audio_or_none(audio: np.ndarray | None) -> Tensor | None:
     return torch.from_numpy(audio) if audio is not None and audio.any() else None
 
@@ -529,6 +553,8 @@ def _pack(
         grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale, _audio_or_none(audio)
     )
     offset, extent, use_start = sch.block(geometry, options)
+    if sch.reads_start and k:  # the rule reads its block starts: call it again with them until they settle
+        offset, extent, use_start = _settle_starts(sch, geometry, options, extent, real & ~is_vision, block_first)
     if offset.shape[-1] != int(counts.sum()):
         raise ValueError(
             f"scheme {sch.name!r}: its block rule placed {offset.shape[-1]} tokens, the blocks hold {counts.sum()}"
@@ -611,6 +637,9 @@ def _pack(
     if rule.deltas == "max-real":
         np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's
         deltas = np.where(n_real > 0, np.maximum(top + 1, nxt), 0) - n_real  # never behind next
+        if sch.id_dtype == torch.float32:  # from the largest float32 id written, summed in float32 (as the models)
+            top32 = np.maximum(top.astype(np.float32) + np.float32(1), nxt.astype(np.float32))
+            deltas = np.where(n_real > 0, top32, np.float32(0)) - n_real.astype(np.float32)
     else:
         deltas = nxt - length
     deltas = torch.from_numpy(deltas.reshape(b, 1)).to(sch.delta_dtype)

@@ -175,6 +175,9 @@ class BlockGeometry:
     #: audio-visual block, :class:`mmpos.layout.VisionBlocks`); ``None``: none. The per-token fields
     #: above cover the video tokens only; a scheme with ``Scheme.audio`` places the others.
     audio: Tensor | None = None
+    #: ``(K,)`` float64 running position at each block's first token, for schemes with ``Scheme.reads_start``
+    #: (``None`` on the packer's first call; it calls again with the starts its extents gave, until they settle)
+    start: Tensor | None = None
 
     @classmethod
     def of(
@@ -270,6 +273,8 @@ class Scheme:
     #: whether ``block`` places audio-visual blocks (``VisionBlocks.audio``: audio tokens interleaved with a
     #: video's); the packer refuses them for other schemes
     audio: bool = False
+    #: whether ``block`` reads ``BlockGeometry.start`` (Qwen3-Omni: float32 sums that include the block start)
+    reads_start: bool = False
 
     def __post_init__(self) -> None:
         a = len(self.axes)
@@ -968,6 +973,25 @@ def _segment_cummin(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(values - span * segment) + span * segment
 
 
+def _f32_sum(start: Tensor | None, block: np.ndarray | None, offset: np.ndarray) -> np.ndarray:
+    """float64 values of the float32 sums ``start + offset`` (per token of ``block``, or per block); the
+    offsets alone without ``start`` (the packer's first call)."""
+    offset = np.asarray(offset, dtype=np.float64)
+    if start is None:
+        return offset
+    s = start.numpy().astype(np.float32)
+    return (s if block is None else s[block]) + offset.astype(np.float32)  # float32 + float32: one rounding
+
+
+def _f32_extent(start: Tensor | None, top: np.ndarray) -> np.ndarray:
+    """``(K,)`` the extent that puts the token after a block at ``float32(float32(start + top) + 1)``, the
+    reference's ``max + 1`` (``top + 1`` without ``start``)."""
+    if start is None:
+        return (np.asarray(top, dtype=np.float64) + 1).astype(np.float64)
+    after = (_f32_sum(start, None, top) + np.float32(1)).astype(np.float32)
+    return after.astype(np.float64) - start.numpy()
+
+
 def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
     """TMRoPE (Qwen2.5-Omni, arXiv:2503.20215; Qwen3-Omni): a vision token ``(f, i, j)`` at
     ``(start + T_f, start + i, start + j)`` with ``T_f = f * seconds * position_id_per_seconds`` (in
@@ -1006,7 +1030,7 @@ def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
     n_audio = np.where(audio > 0, audio - 2 * markers, 0)  # (K,) audio tokens proper
     if not (audio > 0).any():
         ones = torch.ones(3, dtype=torch.float64)
-        return torch.from_numpy(video), torch.from_numpy(v_max + 1), ones
+        return torch.from_numpy(video), torch.from_numpy(_f32_extent(g.start, v_max)), ones
     if (n_audio[audio > 0] < 1).any():
         raise ValueError(
             f"an audio-visual block needs >= 1 audio token (+ {2 * markers} markers), got {audio.tolist()}"
@@ -1026,11 +1050,11 @@ def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
         np.maximum.at(video_chunks, v_block, v_key + 1)
         audio_last = np.zeros(k, dtype=bool)
         audio_last[audio > 0] = ((n_audio - 1) // per_chunk + 1 >= video_chunks)[audio > 0]
-    else:  # merged by position, video first on ties
-        v_key, a_key = t_off, a_local.astype(np.float64)
-        audio_last = t_last <= n_audio - 1
+    else:  # merged by position, video first on ties: compared as the float32 sums with the block start
+        v_key, a_key = _f32_sum(g.start, v_block, t_off), _f32_sum(g.start, a_block, a_local)
+        audio_last = _f32_sum(g.start, None, t_last) <= _f32_sum(g.start, None, n_audio - 1)
     last_max = np.where((audio > 0) & audio_last, n_audio - 1, v_max)
-    extent = (last_max + 1).astype(np.float64)  # the end token(s) / the text after the block
+    extent = _f32_extent(g.start, last_max)  # the end token(s) / the text after the block
     a_pos = a_local.astype(np.float64)
     parts = [(video, v_block, v_key, 0, v_local), (np.stack([a_pos] * 3), a_block, a_key, 1, a_local)]
     if markers:  # the audio start token first (the video start's position), the end token last (the video end's)
@@ -1080,6 +1104,7 @@ for _scheme in (
         _IDENTITY,
         _IDENTITY,
         audio=True,
+        reads_start=True,
         id_dtype=torch.float32,
         delta_dtype=torch.float32,
         paper="Xu et al. 2025, Qwen3-Omni TMRoPE (arXiv:2509.17765)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import sys
 import types
 from types import SimpleNamespace
 
@@ -312,3 +313,24 @@ def test_packed_rows_equal_each_sample_alone(model_type):
             want = _reference(model_type, config, **a)
         assert torch.equal(ids[:, 0, cu[i] : cu[i + 1]], want[0][:, 0])
         assert torch.equal(deltas[i].to(want[1].dtype), want[1].view(-1)[:1])
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_non_dyadic_seconds_per_grid(model_type, monkeypatch):
+    """Seconds per grid such as 2/3 s (3 fps) or 0.4 s: Qwen2.5-Omni (floored) stays exact; Qwen3-Omni's
+    float32 ids are summed with the block start in float32 as the model does (the order of a video frame and
+    an audio token whose times tie only after that rounding follows the model), left: at most one float32
+    ulp where the model rounds a running start twice and mmpos once."""
+    config, _, _ = _family(model_type)
+    monkeypatch.setattr(sys.modules[__name__], "SECONDS", [2 / 3, 0.4, 1 / 3, 0.6, 2 / 2.9, 0.8, 1.2, 7 / 15])
+    rng = random.Random(17)
+    for trial in range(40):
+        batch = _random_batch(rng, model_type, config, rng.randint(1, 4), rng.choice(["left", "right"]), trial % 2 == 0)
+        if batch["video_grid_thw"] is None:
+            continue
+        got, want = hf_omni.get_rope_index(config, **batch), _reference(model_type, config, **batch)
+        if model_type == "qwen2_5_omni":
+            _assert_equal(got, want)
+        else:
+            torch.testing.assert_close(got[0], want[0], rtol=2.4e-7, atol=0)
+            torch.testing.assert_close(got[1].view(-1), want[1].view(-1), rtol=2.4e-7, atol=0)
