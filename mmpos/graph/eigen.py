@@ -68,6 +68,7 @@ differ by about ``tol`` can still flip the choice under rounding.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ from .laplacian import NORMALIZATIONS, binary_adjacency, check_q, edge_array, re
 with requires("graph"):  # one line naming the package and the extra when it is missing
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
+    from scipy.linalg import blas
     from scipy.sparse.csgraph import connected_components
 
 __all__ = [
@@ -101,6 +103,9 @@ _TIE = 1e-8  # eigenvalues closer than this are tied in the merge (ordered by co
 _CLUSTER = 1e-6  # a component whose ARPACK eigenvalues are this close is checked for missing copies
 _ROUNDS = 4  # deflation rounds at most
 _WARM_DELTA = 1e-3  # warm start tried when ||L_q - L_0||_inf is below this fraction of ||L_0||_inf
+_FILTER_MIN = 2000  # components at least this large run ARPACK on a Chebyshev filter of L (see _solve_arpack)
+_FILTER_DEGREE = 4  # matvecs per filtered matvec
+_FILTER_STEPS = 80  # Lanczos steps of the bound on lambda_k
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,64 @@ def _clustered(val: np.ndarray) -> bool:
     return bool(val.size > 1 and (np.diff(val) < _CLUSTER * np.maximum(1.0, np.abs(val[1:]))).any())
 
 
+def _ritz_bound(work: sp.csr_matrix, k: int, steps: int) -> float | None:
+    """An upper bound of ``lambda_k(L)``: the ``k``-th Ritz value of ``steps`` Lanczos steps, or ``None``.
+
+    Courant-Fischer: the ``k``-th smallest Ritz value on any subspace of dimension ``>= k`` is at
+    least ``lambda_k``. Full reorthogonalisation (two classical Gram-Schmidt passes) keeps the basis
+    orthonormal in ``work``'s precision; the caller adds a margin far above that rounding.
+    """
+    n = work.shape[0]
+    dt = np.dtype(work.dtype)
+    gemv = blas.get_blas_funcs("gemv", dtype=dt)
+    trans = 2 if dt.kind == "c" else 1  # conjugate transpose / transpose
+    basis = np.empty((n, steps), dtype=dt, order="F")  # (n, m) Lanczos vectors
+    basis[:, 0] = _start_vector(n, dt.kind == "c", 0)
+    tri = np.zeros((steps, steps))  # (m, m) projected L (tridiagonal up to rounding)
+    m = steps
+    for j in range(steps):
+        w = work @ basis[:, j]
+        v = basis[:, : j + 1]
+        c = gemv(1.0, v, w, trans=trans)
+        w = gemv(-1.0, v, c, beta=1.0, y=w, overwrite_y=True)
+        c2 = gemv(1.0, v, w, trans=trans)
+        w = gemv(-1.0, v, c2, beta=1.0, y=w, overwrite_y=True)
+        tri[j, j] = float((c[j] + c2[j]).real)
+        if j + 1 == steps:
+            break
+        beta = float(np.linalg.norm(w))
+        if beta < 1e-5 * max(1.0, abs(tri[j, j])):  # an invariant subspace: stop there
+            m = j + 1
+            break
+        tri[j, j + 1] = tri[j + 1, j] = beta
+        basis[:, j + 1] = w / beta
+    if m < k:
+        return None
+    return float(np.linalg.eigvalsh(tri[:m, :m])[k - 1])
+
+
+def _chebyshev_filter(work: sp.csr_matrix, lower: float, upper: float, degree: int) -> spla.LinearOperator:
+    """``p(L) = T_d((2 L - (upper + lower)) / (upper - lower)) / T_d(x_0)``, ``x_0`` the image of ``0``.
+
+    ``|p| <= 1 / T_d(x_0) < 1`` on ``[lower, upper]`` and ``p`` is strictly decreasing below
+    ``lower``, where it exceeds that bound: if ``lambda_k(L) < lower <= upper`` and ``upper``
+    bounds the spectrum, the ``k`` largest eigenvalues of ``p(L)`` belong to the ``k``
+    smallest of ``L``, with the same eigenvectors. (The division keeps ``p <= 1`` on ``[0, upper]``.)
+    """
+    n = work.shape[0]
+    centre, half = (upper + lower) / 2, (upper - lower) / 2
+    scale = 1.0 / math.cosh(degree * math.acosh(centre / half))
+
+    def matvec(x):
+        x = np.asarray(x).reshape(n, -1)  # (n, b)
+        prev, cur = x, (work @ x - centre * x) * (1.0 / half)
+        for _ in range(degree - 1):  # T_{j+1}(y) = 2 y T_j(y) - T_{j-1}(y)
+            prev, cur = cur, (work @ cur - centre * cur) * (2.0 / half) - prev
+        return cur * x.dtype.type(scale)
+
+    return spla.LinearOperator(work.shape, matvec=matvec, matmat=matvec, dtype=work.dtype)
+
+
 def _solve_arpack(lap: sp.csr_matrix, k: int, tol: float, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` smallest eigenpairs of a sparse Hermitian ``L`` of one connected component (``k < n - 1``)."""
     n = lap.shape[0]
@@ -209,13 +272,27 @@ def _solve_arpack(lap: sp.csr_matrix, k: int, tol: float, dtype: torch.dtype) ->
     work = lap.astype(work_dtype)
     v0 = _start_vector(n, complex_, 0).astype(work_dtype)
     ncv = min(n, max(2 * k + 3, 20))  # the Krylov size of torch-geometric's k + 1 call
-    val, vec = spla.eigsh(work, k=k, which="SA", v0=v0, tol=tol, ncv=ncv)
-    order = np.argsort(val, kind="stable")
-    val, vec = val[order].astype(np.float64), vec[:, order].astype(np.complex128 if complex_ else np.float64)
-    if single or _clustered(val):
-        val, vec = _rayleigh_ritz(lap, vec, k)  # float64 values; an orthonormal basis of repeated eigenspaces
+    bound = float(abs(lap).sum(axis=1).max())  # >= lambda_max (Gershgorin)
+    filtered = None
+    if n >= _FILTER_MIN:
+        ritz = _ritz_bound(work, k, min(_FILTER_STEPS, n - 1))
+        lower = None if ritz is None else ritz + 1e-3 * bound  # margin >> the bound's float32 rounding
+        if lower is not None and lower < bound / 2:  # else the filter gains little: plain ARPACK
+            filtered = lower
+    if filtered is not None:
+        op = _chebyshev_filter(work, filtered, bound, _FILTER_DEGREE)
+        _, vec = spla.eigsh(op, k=k, which="LA", v0=v0, tol=tol, ncv=ncv)
+        val, vec = _rayleigh_ritz(lap, vec.astype(np.complex128 if complex_ else np.float64), k)  # L's values
+        if len(val) < k or val[-1] >= filtered:  # not the filter's guarantee: solve L itself
+            filtered = None
+    if filtered is None:
+        val, vec = spla.eigsh(work, k=k, which="SA", v0=v0, tol=tol, ncv=ncv)
+        order = np.argsort(val, kind="stable")
+        val, vec = val[order].astype(np.float64), vec[:, order].astype(np.complex128 if complex_ else np.float64)
+        if single or _clustered(val):
+            val, vec = _rayleigh_ritz(lap, vec, k)  # float64 values; an orthonormal basis of repeated eigenspaces
     # several start vectors where multiplicities remain: deflate what was found and look again
-    bound = float(abs(lap).sum(axis=1).max()) + 1.0  # above the spectrum (Gershgorin)
+    bound = bound + 1.0  # above the spectrum
     for round_ in range(1, _ROUNDS + 1):
         if not _clustered(val) and len(val) == k:
             break

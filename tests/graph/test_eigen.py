@@ -277,3 +277,59 @@ def test_warm_start_is_certified_or_refused(monkeypatch):
     taken.clear()
     maglap_eigenpairs(ei, n, k, 1e-5, q_relative=False, solver="arpack")  # float64: complex ARPACK, no warm start
     assert taken == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_chebyshev_filtered_arpack_gives_the_k_smallest(monkeypatch, dtype):
+    # the filtered path (ARPACK on p(L), see eigen._solve_arpack) runs on components >= _FILTER_MIN nodes;
+    # lowered here so that graphs small enough for an independent dense solve take it
+    from mmpos.graph import eigen
+
+    monkeypatch.setattr(eigen, "_FILTER_MIN", 100)
+    used = []
+    real = eigen._chebyshev_filter
+    monkeypatch.setattr(eigen, "_chebyshev_filter", lambda *a: used.append(a[1]) or real(*a))
+    ei, n, pieces = _pieces_graph([700, 400, 150], 3, seed=8)
+    k = 12
+    for q in (0.0, 0.05, 0.25):
+        used.clear()
+        eig = maglap_eigenpairs(ei, n, k, q, q_relative=False, solver="arpack", dtype=dtype)
+        assert len(used) == 3  # the three components of 100+ nodes were filtered
+        ref = _reference_spectrum(ei, n, q, pieces)[:k]
+        np.testing.assert_allclose(eig.eigval[0].numpy(), ref, atol=1e-9 if dtype == torch.float32 else 1e-10)
+        lap = magnetic_laplacian(ei, n, q).to(torch.complex128)
+        vec, val = eig.eigvec[:, 0], eig.eigval[0]
+        assert (torch.sparse.mm(lap, vec) - vec * val).abs().max() < (1e-5 if dtype == torch.float32 else 1e-8)
+
+
+def test_chebyshev_filter_keeps_repeated_eigenvalues(monkeypatch):
+    from mmpos.graph import eigen
+
+    monkeypatch.setattr(eigen, "_FILTER_MIN", 100)
+    rng = np.random.default_rng(4)
+    n0, length = 300, 120
+    src, dst = rng.integers(0, n0, 4 * n0), rng.integers(0, n0, 4 * n0)
+    parts = [np.stack([np.r_[np.arange(n0 - 1), src], np.r_[np.arange(1, n0), dst]])]
+    for b in range(3):
+        path = n0 + b * length + np.arange(length)
+        parts.append(np.stack([np.r_[0, path[:-1]], path]))
+    ei = np.concatenate(parts, axis=1)
+    ei = torch.from_numpy(ei[:, ei[0] != ei[1]])
+    n = n0 + 3 * length
+    for q in (0.0, 0.1):
+        ref = np.linalg.eigvalsh(magnetic_laplacian(ei, n, q).to_dense().numpy())[:12]
+        eig = maglap_eigenpairs(ei, n, 12, q, q_relative=False, solver="arpack")
+        np.testing.assert_allclose(eig.eigval[0].numpy(), ref, atol=1e-10, rtol=0)
+
+
+def test_chebyshev_filter_is_the_chebyshev_polynomial():
+    from mmpos.graph import eigen
+
+    lap = sp.csr_matrix(np.diag(np.linspace(0.0, 2.0, 9)))
+    op = eigen._chebyshev_filter(lap, 0.5, 2.0, 4)
+    x = np.linspace(0.0, 2.0, 9)
+    y = (2 * x - 2.5) / 1.5
+    t4 = 8 * y**4 - 8 * y**2 + 1  # T_4
+    t4_0 = 8 * (2.5 / 1.5) ** 4 - 8 * (2.5 / 1.5) ** 2 + 1
+    np.testing.assert_allclose(op @ np.eye(9), np.diag(t4 / t4_0), atol=1e-12)
+    assert eigen._ritz_bound(lap, 3, 8) >= x[2] - 1e-12  # an upper bound of lambda_3
