@@ -78,6 +78,7 @@ __all__ = [
     "build_scaling",
     "cinescale_ntk",
     "dynamic_ntk",
+    "grid_scaling",
     "llama3",
     "longrope",
     "ntk_aware",
@@ -105,8 +106,13 @@ _NEEDS_ORIGINAL = ("dynamic", "ntk-by-parts", "yarn", "llama3", "longrope", "ref
 _SPECTRAL = ("ntk", "theta", "dynamic", "ntk-by-parts", "yarn")  # need k, n (and theta) of each pair
 
 
-def _per_axis(value: Any, name: str, allow_int: bool = False) -> float | tuple[float, ...]:
-    """A positive finite number or a non-empty tuple of them (one per axis)."""
+def _per_axis(value: Any, name: str, allow_int: bool = False) -> float | tuple[float, ...] | dict[str, float]:
+    """A positive finite number, a non-empty tuple of them (one per plan axis, in plan order) or a non-empty
+    mapping ``axis name -> number`` (resolved against the plan's axes by name)."""
+    if isinstance(value, Mapping):
+        if not value or any(not isinstance(k, str) for k in value):
+            raise ValueError(f"{name} must map axis names to positive numbers, got {dict(value)!r}")
+        return {k: check_float(v, f"{name}[{k!r}]") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError(f"{name} must be a positive number or one per axis, got {value!r}")
@@ -128,10 +134,12 @@ class RopeScaling:
 
     Args:
         rule: one of :data:`RULES` (see the module table).
-        factor: the scale ``s`` (target / original length), a number or one per axis of the plan.
-            Required for every rule but ``ref-shape``, which reads the scale off the coordinates.
-        original_size: ``L0``, the training length (text) or grid side (images) per axis; required
-            for ``dynamic``, ``ntk-by-parts``, ``yarn``, ``llama3``, ``longrope``, ``ref-shape``.
+        factor: the scale ``s`` (target / original length): a number (every axis), one per axis of the plan in
+            its order, or a mapping ``axis name -> number`` (``{"h": 2, "w": 2}``: any plan reading ``h`` and
+            ``w``, whatever its axis order). Required for every rule but ``ref-shape``, which reads the scale off
+            the coordinates.
+        original_size: ``L0``, the training length (text) or grid side (images) per axis, given as ``factor``;
+            required for ``dynamic``, ``ntk-by-parts``, ``yarn``, ``llama3``, ``longrope``, ``ref-shape``.
         beta_fast, beta_slow: YaRN's rotation bounds (32, 1); ``ntk-by-parts`` and ``yarn`` only.
         truncate: round YaRN's correction range outwards to whole pairs (Hugging Face's default).
         mscale, mscale_all_dim: DeepSeek's YaRN attention factor
@@ -231,11 +239,25 @@ class RopeScaling:
         value = getattr(self, name)
         if value is None:
             return (1.0,) * len(axes)
+        if isinstance(value, dict):
+            missing, extra = [a for a in axes if a not in value], sorted(set(value) - set(axes))
+            if missing or extra:
+                raise ValueError(
+                    f"{name} must name every plan axis {tuple(axes)} and no other, got {value} "
+                    f"(missing {missing}, not in the plan {extra})"
+                )
+            return tuple(value[a] for a in axes)
         if isinstance(value, tuple):
             if len(value) != len(axes):
                 raise ValueError(f"{name} must hold one value per plan axis {tuple(axes)}, got {list(value)}")
             return value
         return (value,) * len(axes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The arguments that differ from the defaults, as plain data (tuples as lists): YAML / JSON, a
+        checkpoint read with ``weights_only=True``; :meth:`from_dict` rebuilds the rule."""
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+        return {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v for k, v in kept.items()}
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> RopeScaling:
@@ -850,6 +872,41 @@ def resolution_interpolation(train_grid: Sequence[int], test_grid: Sequence[int]
     if len(train) != len(test):
         raise ValueError(f"train_grid and test_grid must have the same axes, got {list(train)} and {list(test)}")
     return RopeScaling("linear", tuple(t / r for t, r in zip(test, train)), train)
+
+
+def grid_scaling(
+    rule: str,
+    train_grid: Sequence[int],
+    target_grid: Sequence[int] | None = None,
+    axes: Sequence[str] = ("h", "w"),
+    **numbers: Any,
+) -> RopeScaling:
+    """``rule`` for a model trained on ``train_grid`` and run on ``target_grid`` ("train at 14x14, run at 28x28").
+
+    ``factor = target / train`` and ``original_size = train`` per named axis (``axes``: the names of the grid's
+    sides, ``("h", "w")`` for images), as axis-name mappings, so the rule fits any plan that reads those axes,
+    whatever its axis order. ``ref-shape`` takes no factor (it reads the current size; ``target_grid`` must then
+    be ``None``); ``numbers``: the rule's other arguments (``beta_fast``, ``ramp``, ...; :class:`RopeScaling`).
+    ``grid_scaling("linear", train, test)`` is :func:`resolution_interpolation` by axis name.
+    """
+    check_choice(rule, "rule", RULES)
+    train = _grid(train_grid, "train_grid")
+    if isinstance(axes, str) or not isinstance(axes, Sequence) or len(set(axes)) != len(axes):
+        raise ValueError(f"axes must be a sequence of distinct axis names, got {axes!r}")
+    if len(axes) != len(train):
+        raise ValueError(f"train_grid must hold one side per axis {tuple(axes)}, got {list(train)}")
+    original = dict(zip(axes, train))
+    if rule == "ref-shape":
+        if target_grid is not None:
+            raise ValueError("target_grid must be None for rule 'ref-shape' (it reads the current grid at every call)")
+        return RopeScaling(rule, original_size=original, **numbers)
+    if target_grid is None:
+        raise ValueError(f"target_grid is required for rule {rule!r} (its factor is target_grid / train_grid)")
+    target = _grid(target_grid, "target_grid")
+    if len(target) != len(train):
+        raise ValueError(f"train_grid and target_grid must have the same axes, got {list(train)} and {list(target)}")
+    factor = {a: t / r for a, t, r in zip(axes, target, train)}
+    return RopeScaling(rule, factor, original, **numbers)
 
 
 def timm_ref_feat_shape(ref_feat_shape: Sequence[int]) -> RopeScaling:

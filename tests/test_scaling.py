@@ -14,6 +14,7 @@ from mmpos.scaling import (
     RopeScaling,
     cinescale_ntk,
     dynamic_ntk,
+    grid_scaling,
     llama3,
     longrope,
     ntk_aware,
@@ -517,3 +518,54 @@ def test_ratio_ramp_is_the_papers_gamma_of_r():
     assert torch.equal(index.weight[:, [0, 4]], axial.weight[:, [0, 4]])  # the fastest pair of each axis kept
     with pytest.raises(ValueError, match="ramp applies to rules ntk-by-parts / yarn only"):
         RopeScaling("linear", 2.0, ramp="ratio")
+
+
+# ------------------------------------------------------------------ axis names and grids
+def test_axis_named_factors_follow_the_plan_axis_order():
+    named = RopeScaling("ntk", {"h": 2.0, "w": 3.0})
+    assert named.per_axis("factor", ("w", "h")) == (3.0, 2.0)
+    hw = mmpos.create("rope-axial", head_dim=16, scaling=named)
+    wh = mmpos.create("rope-axial", head_dim=16, axes=("w", "h"), scaling=named)
+    assert torch.equal(
+        hw.weight, mmpos.create("rope-axial", head_dim=16, scaling=RopeScaling("ntk", (2.0, 3.0))).weight
+    )
+    assert torch.equal(
+        wh.weight,
+        mmpos.create("rope-axial", head_dim=16, axes=("w", "h"), scaling=RopeScaling("ntk", (3.0, 2.0))).weight,
+    )
+    with pytest.raises(ValueError, match=r"must name every plan axis \('t', 'h', 'w'\).*missing \['t'\]"):
+        named.per_axis("factor", ("t", "h", "w"))
+    with pytest.raises(ValueError, match="not in the plan"):
+        named.per_axis("factor", ("h",))
+    with pytest.raises(ValueError, match="must map axis names"):
+        RopeScaling("ntk", {})
+    with pytest.raises(ValueError, match=r"factor\['h'\]"):
+        RopeScaling("ntk", {"h": -1.0})
+
+
+def test_grid_scaling_and_to_dict():
+    rule = grid_scaling("yarn", (14, 7), (28, 28), beta_fast=16.0)
+    assert rule == RopeScaling("yarn", {"h": 2.0, "w": 4.0}, {"h": 14.0, "w": 7.0}, beta_fast=16.0)
+    assert rule.to_dict() == {
+        "rule": "yarn",
+        "factor": {"h": 2.0, "w": 4.0},
+        "original_size": {"h": 14.0, "w": 7.0},
+        "beta_fast": 16.0,
+    }
+    assert RopeScaling.from_dict(rule.to_dict()) == rule
+    assert grid_scaling("ref-shape", (4, 6)) == RopeScaling("ref-shape", original_size={"h": 4, "w": 6})
+    assert (
+        grid_scaling("linear", (14, 14), (28, 21)).per_axis("factor", ("h", "w"))
+        == resolution_interpolation((14, 14), (28, 21)).factor
+    )
+    assert RopeScaling("longrope", 2.0, 4, short_factor=[1.0, 1.0], long_factor=[2.0, 2.0]).to_dict()[
+        "long_factor"
+    ] == [2.0, 2.0]
+    with pytest.raises(ValueError, match="target_grid is required"):
+        grid_scaling("yarn", (14, 14))
+    with pytest.raises(ValueError, match="target_grid must be None"):
+        grid_scaling("ref-shape", (14, 14), (28, 28))
+    with pytest.raises(ValueError, match="same axes"):
+        grid_scaling("yarn", (14, 14), (28,))
+    with pytest.raises(ValueError, match="axes must be a sequence of distinct"):
+        grid_scaling("yarn", (14, 14), (28, 28), axes=("h", "h"))

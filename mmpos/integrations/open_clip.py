@@ -47,8 +47,9 @@ from ..coords import Coords
 from ..encoders.registry import model_context
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import PositionalBackbone, convert_backbone
+from ..nn.placement import PositionalBackbone, convert_backbone, grid_scaled_kwargs
 from ..rotary import Rotation
+from ..scaling import RopeScaling
 from . import timm as mmpos_timm
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
@@ -304,6 +305,10 @@ def convert(
     pos_kwargs: dict[str, dict[str, Any]] | None = None,
     keep_abs_pos: bool | None = None,
     conv_after: Sequence[int] = (0,),
+    *,
+    scaling: str | RopeScaling | Mapping[str, Any] | None = None,
+    train_grid: Sequence[int] | None = None,
+    target_grid: Sequence[int] | None = None,
 ) -> nn.Module:
     """Convert the visual tower of ``model`` in place to use mmpos encoders; returns ``model``.
 
@@ -313,6 +318,9 @@ def convert(
             ``TimmModel`` whose ``trunk`` is a timm ``VisionTransformer``.
         pos, pos_kwargs, keep_abs_pos, conv_after: as in :func:`mmpos.integrations.timm.convert`;
             ``pos="none", keep_abs_pos=True`` leaves the outputs unchanged.
+        scaling, train_grid, target_grid: one length-scaling rule for every rotary encoder, its factor from the
+            grid the weights were trained on and the grid the tower runs at (each defaults to the tower's patch
+            grid; :func:`mmpos.nn.placement.grid_scaled_kwargs`), as in :func:`mmpos.integrations.timm.convert`.
 
     Encoders get ``dim`` (the tower width), ``num_heads``, ``num_kv_heads``, ``head_dim``,
     ``depth``, ``grid_size`` (the tower's patch grid), ``axes=("h", "w")`` and ``layer``;
@@ -323,8 +331,10 @@ def convert(
         TimmVisionTransformer,
         mmpos_timm.PositionalVisionTransformer,
     ):
-        mmpos_timm.convert(tower.trunk, pos, pos_kwargs, keep_abs_pos, conv_after)
+        grids = {"scaling": scaling, "train_grid": train_grid, "target_grid": target_grid}
+        mmpos_timm.convert(tower.trunk, pos, pos_kwargs, keep_abs_pos, conv_after, **grids)
     elif type(tower) in (VisionTransformer, PositionalCLIPVisionTransformer):
+        pos_kwargs = grid_scaled_kwargs(pos, pos_kwargs, scaling, tuple(tower.grid_size), train_grid, target_grid)
         _convert_tower(tower, pos, pos_kwargs, keep_abs_pos, conv_after)
     else:
         raise ValueError(
@@ -340,15 +350,23 @@ def create_model(
     pos_kwargs: dict[str, dict[str, Any]] | None = None,
     keep_abs_pos: bool | None = None,
     conv_after: Sequence[int] = (0,),
+    *,
+    scaling: str | RopeScaling | Mapping[str, Any] | None = None,
+    train_grid: Sequence[int] | None = None,
+    target_grid: Sequence[int] | None = None,
     **open_clip_kwargs: Any,
 ) -> nn.Module:
-    """``open_clip.create_model(model_name, **open_clip_kwargs)`` with its visual tower converted.
+    """``open_clip.create_model(model_name, **open_clip_kwargs)`` with its visual tower converted
+    (``scaling``, ``train_grid``, ``target_grid``: as :func:`convert`).
 
     Example (a tiny random model): ``create_model("ViT-B-32", pos="rope", embed_dim=32,
     vision_cfg={"image_size": 32, "patch_size": 8, "width": 64, "layers": 2, "head_width": 16},
     text_cfg={"context_length": 16, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1})``.
     """
-    return convert(open_clip.create_model(model_name, **open_clip_kwargs), pos, pos_kwargs, keep_abs_pos, conv_after)
+    grids = {"scaling": scaling, "train_grid": train_grid, "target_grid": target_grid}
+    return convert(
+        open_clip.create_model(model_name, **open_clip_kwargs), pos, pos_kwargs, keep_abs_pos, conv_after, **grids
+    )
 
 
 def create_model_and_transforms(
@@ -359,6 +377,9 @@ def create_model_and_transforms(
     pos_kwargs: dict[str, dict[str, Any]] | None = None,
     keep_abs_pos: bool | None = None,
     conv_after: Sequence[int] = (0,),
+    scaling: str | RopeScaling | Mapping[str, Any] | None = None,
+    train_grid: Sequence[int] | None = None,
+    target_grid: Sequence[int] | None = None,
     **open_clip_kwargs: Any,
 ) -> tuple[nn.Module, Any, Any]:
     """``open_clip.create_model_and_transforms`` with the visual tower converted: ``(model, preprocess_train,
@@ -370,6 +391,8 @@ def create_model_and_transforms(
             (a scripted model cannot be converted).
         pos, pos_kwargs, keep_abs_pos, conv_after: as :func:`convert`; a pretrained tower converted to another
             encoder loses its ``positional_embedding`` (``keep_abs_pos=True`` keeps it).
+        scaling, train_grid, target_grid: as :func:`convert` (e.g. ``force_image_size=448`` on weights trained at
+            224 with ``scaling="yarn", train_grid=(14, 14)``).
 
     The transforms are open_clip's own, unchanged (they resize to the model's image size).
     """
@@ -378,7 +401,8 @@ def create_model_and_transforms(
     model, preprocess_train, preprocess_val = open_clip.create_model_and_transforms(
         model_name, pretrained, **open_clip_kwargs
     )
-    return convert(model, pos, pos_kwargs, keep_abs_pos, conv_after), preprocess_train, preprocess_val
+    grids = {"scaling": scaling, "train_grid": train_grid, "target_grid": target_grid}
+    return convert(model, pos, pos_kwargs, keep_abs_pos, conv_after, **grids), preprocess_train, preprocess_val
 
 
 def load_state_dict_report(model: nn.Module, state_dict: Mapping[str, Tensor]) -> TransferReport:

@@ -44,8 +44,9 @@ from ..encoders.base import RotaryEncoder
 from ..encoders.registry import list_encoders, model_context
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import Placement, PositionalBackbone, convert_backbone, module_key
+from ..nn.placement import Placement, PositionalBackbone, convert_backbone, grid_scaled_kwargs, module_key
 from ..rotary import Rotation
+from ..scaling import RopeScaling
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
 
@@ -494,7 +495,10 @@ def _record(model: nn.Module, pos: Any, pos_kwargs: Any, keep_abs_pos: Any, conv
         "model_name": old.get("model_name"),
         "model_kwargs": old.get("model_kwargs"),
         "pos": pos if pos is None or isinstance(pos, str) else list(pos),
-        "pos_kwargs": {k: dict(v) for k, v in (pos_kwargs or {}).items()},
+        "pos_kwargs": {
+            k: {a: b.to_dict() if isinstance(b, RopeScaling) else b for a, b in dict(v).items()}
+            for k, v in (pos_kwargs or {}).items()
+        },  # plain data (a checkpoint is read with weights_only=True)
         "keep_abs_pos": keep_abs_pos,
         "conv_after": list(conv_after),
     }
@@ -507,6 +511,10 @@ def convert(
     pos_kwargs: dict[str, dict[str, Any]] | None = None,
     keep_abs_pos: bool | None = None,
     conv_after: Sequence[int] = (0,),
+    *,
+    scaling: str | RopeScaling | Mapping[str, Any] | None = None,
+    train_grid: Sequence[int] | None = None,
+    target_grid: Sequence[int] | None = None,
 ) -> PositionalVisionTransformer | Eva:
     """Convert a timm ``VisionTransformer`` (or ``Eva`` RoPE ViT) in place to use mmpos encoders; returns it.
 
@@ -521,6 +529,11 @@ def convert(
         keep_abs_pos: keep the model's own ``pos_embed`` (``None``: only when every encoder
             is a bias encoder). ``pos="none", keep_abs_pos=True`` leaves the model's outputs unchanged.
         conv_after: block indices after which conv encoders run (CPVT: after block 0).
+        scaling, train_grid, target_grid: one length-scaling rule for every rotary encoder of ``pos``
+            (:func:`mmpos.nn.placement.grid_scaled_kwargs`, the grids default to the model's patch grid): weights
+            trained at 14x14 run at 28x28 with ``create_model(..., img_size=448)`` converted with
+            ``scaling="yarn", train_grid=(14, 14)`` (factor 2 per axis, ``original_size`` 14); or a
+            :class:`~mmpos.scaling.RopeScaling` used as is. Recorded in ``pos_kwargs``.
 
     Encoders get what their record reads of the model context (:func:`mmpos.encoders.registry.model_context`):
     ``dim``, ``num_heads``, ``num_kv_heads``, ``head_dim``, ``depth``, ``grid_size`` (the model's patch
@@ -530,6 +543,9 @@ def convert(
     written into ``model.pretrained_cfg["mmpos"]`` (:func:`save_checkpoint` keeps it, :func:`create_vit`
     rebuilds from it).
     """
+    if isinstance(model, (Eva, VisionTransformer)):  # anything else is refused below, grids or not
+        grid = tuple(model.patch_embed.grid_size)
+        pos_kwargs = grid_scaled_kwargs(pos, pos_kwargs, scaling, grid, train_grid, target_grid)
     if isinstance(model, Eva):
         if keep_abs_pos is not None or tuple(conv_after) != (0,):
             raise ValueError("keep_abs_pos and conv_after do not apply to Eva models (their encoder is rotary)")
@@ -584,6 +600,9 @@ def create_vit(
     conv_after: Sequence[int] = (0,),
     *,
     checkpoint: str | Path | None = None,
+    scaling: str | RopeScaling | Mapping[str, Any] | None = None,
+    train_grid: Sequence[int] | None = None,
+    target_grid: Sequence[int] | None = None,
     **timm_kwargs: Any,
 ) -> PositionalVisionTransformer | Eva:
     """``timm.create_model(model_name, **timm_kwargs)`` converted by :func:`convert`.
@@ -591,7 +610,8 @@ def create_vit(
     ``model_name`` may name a ``VisionTransformer`` or an ``Eva`` RoPE ViT (``vit_*_rope_*``). With
     ``checkpoint`` (a file written by :func:`save_checkpoint`), the model name, the timm arguments and the
     encoders recorded there rebuild the model (arguments given here win) and its weights are loaded
-    (strictly); without it, ``pos`` is required.
+    (strictly); without it, ``pos`` is required. ``scaling``, ``train_grid``, ``target_grid``: as :func:`convert`
+    (a checkpoint's recorded rule is in its ``pos_kwargs``).
 
     Example: ``create_vit("vit_tiny_patch16_224", pos="rope", img_size=64, dynamic_img_size=True)``.
     """
@@ -613,7 +633,16 @@ def create_vit(
     model = timm.create_model(model_name, **timm_kwargs)
     if type(model) is not VisionTransformer and not isinstance(model, Eva):
         raise ValueError(f"model_name {model_name!r} builds a {type(model).__name__}, not a timm VisionTransformer")
-    model = convert(model, pos, pos_kwargs, keep_abs_pos, conv_after)
+    model = convert(
+        model,
+        pos,
+        pos_kwargs,
+        keep_abs_pos,
+        conv_after,
+        scaling=scaling,
+        train_grid=train_grid,
+        target_grid=target_grid,
+    )
     model.pretrained_cfg["mmpos"].update(model_name=model_name, model_kwargs=dict(timm_kwargs))
     if state is not None:
         model.load_state_dict(state)

@@ -31,6 +31,7 @@ learnable rotary frequencies (rope-vit's ``no_weight_decay`` returns ``freqs``: 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from ..encoders.registry import (
     info_of,
 )
 from ..rotary import Rotation
+from ..scaling import RopeScaling, as_scaling, grid_scaling
 
 __all__ = [
     "Placement",
@@ -55,6 +57,7 @@ __all__ = [
     "apply_convs",
     "attach",
     "convert_backbone",
+    "grid_scaled_kwargs",
     "module_key",
     "no_weight_decay",
     "rotations",
@@ -73,6 +76,64 @@ def _names(pos: str | Sequence[str] | None) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError(f"pos must not repeat an encoder, got {names}")
     return names
+
+
+def grid_scaled_kwargs(
+    pos: str | Sequence[str] | None,
+    pos_kwargs: Mapping[str, Mapping[str, Any]] | None,
+    scaling: str | RopeScaling | Mapping[str, Any] | None,
+    grid_size: Sequence[int] | None,
+    train_grid: Sequence[int] | None = None,
+    target_grid: Sequence[int] | None = None,
+    axes: Sequence[str] = ("h", "w"),
+) -> dict[str, dict[str, Any]]:
+    """``pos_kwargs`` with one scaling rule (:mod:`mmpos.scaling`) set for every rotary encoder of ``pos``.
+
+    ``scaling``: a rule name (:data:`mmpos.scaling.RULES`) whose factor comes from the grids,
+    :func:`mmpos.scaling.grid_scaling` ``(rule, train_grid, target_grid)``: "train at 14x14, run at 28x28" is
+    ``train_grid=(14, 14)`` on a model built for 28x28 (``grid_size``), or ``target_grid=(28, 28)`` on a model
+    built for 14x14 (each grid defaults to ``grid_size``, the model's patch grid); or a
+    :class:`~mmpos.scaling.RopeScaling` (or a mapping of its arguments) used as is (no grids then). ``None``:
+    ``pos_kwargs`` unchanged. Returns a new dict; the rule is stored as plain data (``RopeScaling.to_dict``), so
+    checkpoints and YAML records keep it. Raises ``ValueError`` when ``pos`` has no rotary encoder, when a rotary
+    encoder takes no ``scaling`` or already has one in ``pos_kwargs``, and for grids without a rule name.
+    """
+    kwargs = {k: dict(v) for k, v in (pos_kwargs or {}).items()}
+    if scaling is None:
+        if train_grid is not None or target_grid is not None:
+            raise ValueError("train_grid and target_grid set the factor of a scaling rule: pass scaling='<rule>'")
+        return kwargs
+    if isinstance(scaling, str):
+        if train_grid is None and target_grid is None:
+            raise ValueError(
+                f"scaling={scaling!r} needs train_grid or target_grid (its factor is target_grid / train_grid; "
+                f"the other one defaults to the model's grid {None if grid_size is None else list(grid_size)})"
+            )
+        train, target = train_grid or grid_size, target_grid or grid_size
+        if train is None or target is None:
+            raise ValueError("the model has no grid_size: pass both train_grid and target_grid")
+        rule = grid_scaling(scaling, train, None if scaling == "ref-shape" else target, axes)
+    else:
+        if train_grid is not None or target_grid is not None:
+            raise ValueError(
+                "train_grid and target_grid apply to a rule name (scaling='yarn', ...); a RopeScaling carries its "
+                "own factor"
+            )
+        rule = as_scaling(scaling)
+    rotary = []
+    for name in _names(pos):
+        info = encoder_info(name)
+        if info.kind != "rotary":
+            continue
+        if "scaling" not in inspect.signature(info.factory).parameters:
+            raise ValueError(f"encoder {name!r} takes no scaling rule; scaling applies to the rotary encoders")
+        if "scaling" in kwargs.get(name, {}):
+            raise ValueError(f"scaling is given twice for {name!r}: as scaling= and in pos_kwargs[{name!r}]")
+        kwargs.setdefault(name, {})["scaling"] = rule.to_dict()
+        rotary.append(name)
+    if not rotary:
+        raise ValueError(f"scaling applies to rotary encoders, but pos={pos!r} has none")
+    return kwargs
 
 
 class Placement:

@@ -7,7 +7,7 @@ encoders that read coordinates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -15,7 +15,9 @@ from torch import Tensor, nn
 
 from .._extras import requires
 from ..coords import Coords
+from ..scaling import RopeScaling
 from .blocks import Transformer
+from .placement import grid_scaled_kwargs
 
 with requires("timm"):  # one line naming the package and the extra when it is missing
     from timm.layers import PatchEmbed, to_2tuple
@@ -32,6 +34,11 @@ class VisionTransformer(nn.Module):
         pos, pos_kwargs, conv_after: position encoders, see :class:`Transformer`.
         class_token: prepend a class token (a prefix token without position).
         global_pool: ``"token"`` (class token) or ``"avg"`` (mean of patch tokens).
+        scaling, train_grid, target_grid: one length-scaling rule for every rotary encoder
+            (:func:`mmpos.nn.placement.grid_scaled_kwargs`): a rule name with the grid the weights were trained
+            on and the grid the model runs at (each defaults to this model's patch grid), e.g.
+            ``scaling="yarn", target_grid=(28, 28)`` on a model trained at ``img_size`` giving 14x14; or a
+            :class:`~mmpos.scaling.RopeScaling`. The plans are buffers, so trained weights load unchanged.
 
     ``forward(images (B, C, H, W)) -> logits (B, num_classes)``; ``H, W`` multiples of the patch.
     """
@@ -52,6 +59,9 @@ class VisionTransformer(nn.Module):
         class_token: bool = True,
         global_pool: str = "token",
         drop_path: float = 0.0,
+        scaling: str | RopeScaling | Mapping[str, Any] | None = None,
+        train_grid: Sequence[int] | None = None,
+        target_grid: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         if global_pool not in ("token", "avg"):
@@ -64,6 +74,7 @@ class VisionTransformer(nn.Module):
         self.num_prefix_tokens = 1 if class_token else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
         grid = (img_size[0] // patch_size, img_size[1] // patch_size)
+        pos_kwargs = grid_scaled_kwargs(pos, pos_kwargs, scaling, grid, train_grid, target_grid)
         self.transformer = Transformer(
             dim,
             depth,

@@ -260,3 +260,60 @@ def test_create_model_and_transforms_converts_the_tower_and_keeps_open_clips_tra
         mo.create_model_and_transforms("ViT-B-32", pos="rope", jit=True, **kwargs)
     with pytest.raises(TypeError, match="pos"):
         mo.create_model_and_transforms("ViT-B-32", **kwargs)
+
+
+# ---------------------------------------------------------------- a target grid ("train at 4x4, run at 8x8")
+def test_train_grid_sets_the_rule_factor_of_the_tower():
+    """A tower built for 8x8 patches with ``train_grid=(4, 4)``: factor 2 and L0 4 per axis; the same outputs as
+    the rule given in pos_kwargs, other outputs than no rule; ``create_model`` takes the same arguments."""
+    from mmpos.scaling import RopeScaling
+
+    model = mo.convert(_clip(image_size=64), "rope-axial", scaling="yarn", train_grid=(4, 4))
+    enc = model.visual.pos_rotary["rope-axial"]
+    assert enc.scaling == RopeScaling("yarn", {"h": 2.0, "w": 2.0}, {"h": 4.0, "w": 4.0})
+    given = mo.convert(_clip(image_size=64), "rope-axial", {"rope-axial": {"scaling": RopeScaling("yarn", 2.0, 4)}})
+    x = _images(64, 64)
+    with torch.no_grad():
+        out = model.encode_image(x)
+        assert torch.equal(out, given.encode_image(x))
+        assert not torch.allclose(out, mo.convert(_clip(image_size=64), "rope-axial").encode_image(x))
+        torch.manual_seed(0)
+        created = mo.create_model(
+            "ViT-B-32",
+            "rope-axial",
+            scaling="yarn",
+            train_grid=(4, 4),
+            embed_dim=32,
+            vision_cfg=_vision(image_size=64),
+            text_cfg=TEXT,
+        ).eval()
+        assert torch.equal(created.encode_image(x), out)
+
+
+def test_target_grid_interpolates_the_tower_positions():
+    """Trained at 4x4 (``image_size=32``), run at 8x8: PI's rotation is the unscaled one at half the coordinates,
+    and the trained weights load strictly (the plans are non-persistent buffers)."""
+    trained = mo.convert(_clip(), "rope-axial")
+    model = mo.convert(_clip(), "rope-axial", scaling="linear", target_grid=(8, 8))
+    model.load_state_dict(trained.state_dict())
+    coords = Coords.grid(8, 8)
+    scaled, plain = model.visual.pos_rotary["rope-axial"], trained.visual.pos_rotary["rope-axial"]
+    torch.testing.assert_close(scaled.angles(coords), plain.angles(coords.scaled(0.5)), rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        assert model.encode_image(_images(64, 64)).shape == (2, 32)
+
+
+def test_timm_trunk_gets_the_grid_rule():
+    torch.manual_seed(0)
+    vision = {
+        "timm_model_name": "vit_tiny_patch16_224",
+        "timm_model_pretrained": False,
+        "timm_pool": "token",
+        "timm_proj": "linear",
+        "image_size": 224,
+    }
+    model = open_clip.create_model("ViT-B-32", embed_dim=32, vision_cfg=vision, text_cfg=TEXT).eval()
+    mo.convert(model, "rope-axial", scaling="ntk", train_grid=(7, 7))  # the trunk's 14 x 14 patches
+    assert model.visual.trunk.pos_rotary["rope-axial"].scaling.per_axis("factor", ("h", "w")) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="needs train_grid or target_grid"):
+        mo.convert(_clip(), "rope-axial", scaling="ntk")

@@ -432,3 +432,111 @@ def test_checkpoint_records_the_encoder_and_create_vit_rebuilds_it(tmp_path, nam
     torch.save(model.state_dict(), tmp_path / "plain.pt")
     with pytest.raises(ValueError, match="not written by save_checkpoint"):
         mt.create_vit(checkpoint=tmp_path / "plain.pt")
+
+
+# ---------------------------------------------------------------- a target grid ("train at 14x14, run at 28x28")
+def _rope_axial(model):
+    return model.pos_rotary["rope-axial"]
+
+
+def test_train_grid_sets_the_rule_factor_from_the_model_grid():
+    """A model built for 28x28 patches with ``train_grid=(14, 14)``: factor 2 and L0 14 on both axes, the plan
+    equals mmpos.scaling.yarn of the unscaled plan, and the model equals the one given the rule in pos_kwargs."""
+    from mmpos.rotary import FrequencyPlan
+    from mmpos.scaling import RopeScaling, yarn
+
+    big = {"img_size": 112, "patch_size": 4}  # 28 x 28 patches
+    model = mt.convert(_vit(**big), "rope-axial", scaling="yarn", train_grid=(14, 14))
+    enc = _rope_axial(model)
+    assert enc.scaling == RopeScaling("yarn", {"h": 2.0, "w": 2.0}, {"h": 14.0, "w": 14.0})
+    plain = _rope_axial(mt.convert(_vit(**big), "rope-axial"))
+    plan, factor = yarn(FrequencyPlan(plain.weight, plain.axes, plain.head_dim), 2.0, 14)
+    assert torch.equal(enc.weight, plan.weight) and enc.attention_factor == factor == pytest.approx(
+        0.1 * 0.6931 + 1, abs=1e-4
+    )
+    given = mt.convert(_vit(**big), "rope-axial", {"rope-axial": {"scaling": RopeScaling("yarn", 2.0, 14)}})
+    x = _images(112, 112)
+    with torch.no_grad():
+        out = model(x)
+        assert torch.equal(out, given(x))
+        assert not torch.allclose(out, mt.convert(_vit(**big), "rope-axial")(x))
+
+
+def test_target_grid_interpolates_positions_and_loads_the_trained_weights():
+    """A model trained at 14x14 (``img_size=56``) run at 28x28 with ``scaling="linear"``: the rotation at the
+    28x28 grid is the unscaled one at half the coordinates (PI), and the trained state dict loads strictly."""
+    small = {"img_size": 56, "patch_size": 4, "dynamic_img_size": True}
+    trained = mt.convert(_vit(**small), "rope-axial")
+    model = mt.convert(_vit(**small), "rope-axial", scaling="linear", target_grid=(28, 28))
+    model.load_state_dict(trained.state_dict())  # plans are non-persistent buffers: nothing to convert
+    coords = Coords.grid(28, 28)
+    torch.testing.assert_close(
+        _rope_axial(model).angles(coords), _rope_axial(trained).angles(coords.scaled(0.5)), rtol=1e-6, atol=1e-6
+    )
+    with torch.no_grad():
+        assert model(_images(112, 112)).shape == (2, 5)
+
+
+def test_grid_factors_follow_the_axis_names_of_any_plan():
+    """Non-square grids: the factor of ``h`` and ``w`` reaches each axis by name, whatever the plan's axis order."""
+    model = mt.convert(
+        _vit(img_size=(112, 56), patch_size=4),
+        "rope-axial",
+        {"rope-axial": {"axes": ("w", "h")}},
+        scaling="ntk",
+        train_grid=(14, 7),
+    )  # 28 x 14 patches
+    enc = _rope_axial(model)
+    assert enc.axes == ("w", "h") and enc.scaling.per_axis("factor", enc.axes) == (2.0, 2.0)
+    model = mt.convert(_vit(img_size=(112, 56), patch_size=4), "rope-axial", scaling="ntk", train_grid=(14, 14))
+    assert _rope_axial(model).scaling.per_axis("factor", ("h", "w")) == (2.0, 1.0)
+
+
+def test_grid_rule_is_recorded_in_the_checkpoint(tmp_path):
+    model = mt.create_vit(
+        "vit_tiny_patch16_224",
+        pos=["learned", "rope-axial"],
+        scaling="dynamic",
+        train_grid=(2, 2),
+        img_size=64,
+        depth=1,
+        embed_dim=32,
+        num_heads=2,
+        num_classes=3,
+    )  # 4 x 4 patches
+    rule = {"rule": "dynamic", "factor": {"h": 2.0, "w": 2.0}, "original_size": {"h": 2.0, "w": 2.0}}
+    assert model.pretrained_cfg["mmpos"]["pos_kwargs"] == {"rope-axial": {"scaling": rule}}
+    path = tmp_path / "vit.pt"
+    mt.save_checkpoint(model, path)
+    again = mt.create_vit(checkpoint=path).eval()
+    assert _rope_axial(again).scaling == _rope_axial(model).scaling and _rope_axial(again).rescale is not None
+    x = _images(64, 64)
+    with torch.no_grad():
+        assert torch.equal(again(x), model.eval()(x))
+
+
+def test_grid_scaling_errors():
+    with pytest.raises(ValueError, match="needs train_grid or target_grid"):
+        mt.convert(_vit(), "rope-axial", scaling="yarn")
+    with pytest.raises(ValueError, match="pass scaling='<rule>'"):
+        mt.convert(_vit(), "rope-axial", train_grid=(2, 2))
+    with pytest.raises(ValueError, match="has none"):
+        mt.convert(_vit(), "learned", scaling="linear", train_grid=(2, 2))
+    with pytest.raises(ValueError, match="given twice"):
+        mt.convert(
+            _vit(),
+            "rope-axial",
+            {"rope-axial": {"scaling": {"rule": "linear", "factor": 2}}},
+            scaling="linear",
+            train_grid=(2, 2),
+        )
+    with pytest.raises(ValueError, match="a RopeScaling carries its own factor"):
+        mt.convert(_vit(), "rope-axial", scaling={"rule": "linear", "factor": 2}, train_grid=(2, 2))
+    with pytest.raises(ValueError, match="rule must be one of"):
+        mt.convert(_vit(), "rope-axial", scaling="ntk-aware", train_grid=(2, 2))
+    with pytest.raises(ValueError, match="train_grid must hold one side per axis"):
+        mt.convert(_vit(), "rope-axial", scaling="linear", train_grid=(2, 2, 2))
+    model = _vit()
+    with pytest.raises(ValueError, match="needs train_grid"):
+        mt.convert(model, "rope-axial", scaling="yarn")
+    assert type(model) is VisionTransformer  # a refused conversion leaves the model as it was

@@ -137,3 +137,46 @@ def test_placement_errors():
     with pytest.raises(ValueError, match="unknown encoder"):
         Transformer(32, 2, 4, pos="nope")
     assert open_clip is not None
+
+
+def test_grid_scaled_kwargs_sets_one_rule_for_every_rotary_encoder():
+    from mmpos.nn.placement import grid_scaled_kwargs
+    from mmpos.scaling import RopeScaling
+
+    kwargs = grid_scaled_kwargs(
+        ["learned", "rope-axial", "rope-mixed"],
+        {"rope-axial": {"theta": 10.0}},
+        "linear",
+        (28, 14),
+        train_grid=(14, 14),
+    )
+    rule = {"rule": "linear", "factor": {"h": 2.0, "w": 1.0}, "original_size": {"h": 14.0, "w": 14.0}}
+    assert kwargs == {"rope-axial": {"theta": 10.0, "scaling": rule}, "rope-mixed": {"scaling": rule}}
+    assert RopeScaling.from_dict(rule) == RopeScaling("linear", {"h": 2, "w": 1}, {"h": 14, "w": 14})
+    assert grid_scaled_kwargs("rope-axial", None, None, (4, 4)) == {}
+    given = RopeScaling("yarn", 2.0, 4)
+    assert grid_scaled_kwargs("rope-axial", None, given, (4, 4)) == {"rope-axial": {"scaling": given.to_dict()}}
+
+
+def test_vision_transformer_target_grid():
+    """mmpos's ViT trained at 4x4 patches, built to run at 8x8: its shared rotary plan is the rule's, its
+    parameters those of the model without the rule (same init, same state-dict keys)."""
+    from mmpos.nn import VisionTransformer
+    from mmpos.rotary import FrequencyPlan
+    from mmpos.scaling import yarn
+
+    kw = {"img_size": 16, "patch_size": 4, "dim": 32, "depth": 1, "num_heads": 2, "pos": "rope-axial"}
+    torch.manual_seed(0)
+    trained = VisionTransformer(**kw)
+    torch.manual_seed(0)
+    model = VisionTransformer(**kw, scaling="yarn", target_grid=(8, 8))
+    plain, enc = trained.transformer.pos_rotary["rope-axial"], model.transformer.pos_rotary["rope-axial"]
+    plan, factor = yarn(FrequencyPlan(plain.weight, plain.axes, plain.head_dim), 2.0, 4)
+    assert torch.equal(enc.weight, plan.weight) and enc.attention_factor == factor
+    state = trained.state_dict()
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 32, 32)).shape == (1, 10)
+    with pytest.raises(ValueError, match="needs train_grid or target_grid"):
+        VisionTransformer(**kw, scaling="yarn")
