@@ -17,7 +17,8 @@ shuffled each round (seeded):
 The outputs are checked equal before timing. Time: wall and process CPU time per call. Peak
 memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of ``VmHWM`` with
 glibc mapping blocks of 64 KiB or more, measured after all timings, as ``benchmarks/rotary.py``).
-``--table qwen2-vl-images`` gives the earlier table instead (Qwen2-VL, 64 samples x 8 images,
+MiniCPM-V 4.7: an image is a thumbnail and 2 x 2 slices, a video 2--6 thumbnail frames (its
+"images / videos" column counts crops and frames). ``--table qwen2-vl-images`` gives the earlier table instead (Qwen2-VL, 64 samples x 8 images,
 with ``layout.build``). Usage::
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/rope_index.py [--families qwen2_vl,glm4v] [--repeats 20]
@@ -39,7 +40,7 @@ import transformers
 from _env import header
 from _memory import map_large_blocks, peak_mib
 
-from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, video_markers
+from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, minicpmv4_7_rope_index, video_markers
 from mmpos.integrations.hf_rope_index import get_rope_index, installed_rule
 from mmpos.layout import Image, Text, build
 from mmpos.schemes import SCHEMES, model_types
@@ -53,7 +54,17 @@ CONFIG_KWARGS = {
             "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default", "mrope_section": [16, 16, 16, 16]},
             "head_dim": 128,
         }
-    }
+    },
+    # MiniCPM-V's default config leaves its marker tokens unset (the tokenizer's); any distinct ids do
+    "minicpmv4_7": {
+        "image_token_id": 5001,
+        "video_token_id": 5002,
+        "image_start_id": 5003,
+        "image_end_id": 5004,
+        "slice_start_id": 5005,
+        "slice_end_id": 5006,
+        "newline_id": 5007,
+    },
 }
 
 
@@ -78,8 +89,60 @@ def family(model_type: str):
     return configs[0](**CONFIG_KWARGS.get(model_type, {})), owners[0]
 
 
+def minicpm_batch(config, samples: int, images: int, videos: int, seed: int = 0) -> dict:
+    """MiniCPM-V 4.7 (16x): an image is a thumbnail and 2 x 2 slices, a video 2--6 thumbnail frames."""
+    rng = random.Random(seed)
+    c = CONFIG_KWARGS["minicpmv4_7"]
+    rows, sizes, video_sizes = [], [], []
+    for _ in range(samples):
+        ids, kinds = [], []
+
+        def put(token, kind, n=1, ids=ids, kinds=kinds):
+            ids.extend([token] * n)
+            kinds.extend([kind] * n)
+
+        def crop(token, kind, table, start, end):
+            h, w = rng.randint(4, 12), rng.randint(4, 12)
+            table.append((4 * h, 4 * w))
+            put(start, 0)
+            put(token, kind, h * w)
+            put(end, 0)
+
+        blocks = ["image"] * images + ["video"] * videos
+        rng.shuffle(blocks)
+        for kind in blocks:
+            put(rng.randrange(10, 1000), 0, rng.randint(5, 40))
+            if kind == "image":
+                crop(c["image_token_id"], 1, sizes, c["image_start_id"], c["image_end_id"])
+                for row in range(2):
+                    if row:
+                        put(c["newline_id"], 0)
+                    for _ in range(2):
+                        crop(c["image_token_id"], 1, sizes, c["slice_start_id"], c["slice_end_id"])
+            else:
+                for _ in range(rng.randint(2, 6)):
+                    crop(c["video_token_id"], 2, video_sizes, c["image_start_id"], c["image_end_id"])
+        put(rng.randrange(10, 1000), 0, rng.randint(5, 40))
+        rows.append((ids, kinds))
+    length = max(len(r) for r, _ in rows)
+    input_ids = torch.zeros(samples, length, dtype=torch.long)
+    mm_types, mask = torch.zeros_like(input_ids), torch.zeros_like(input_ids)
+    for i, (r, k) in enumerate(rows):
+        input_ids[i, length - len(r) :], mm_types[i, length - len(r) :] = torch.tensor(r), torch.tensor(k)
+        mask[i, length - len(r) :] = 1
+    return {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "mm_token_type_ids": mm_types,
+        "target_sizes": torch.tensor(sizes),
+        "target_sizes_videos": torch.tensor(video_sizes),
+    }
+
+
 def make_batch(model_type: str, config, samples: int, images: int, videos: int, seed: int = 0) -> dict:
     """Token ids, types, mask and grids of a left-padded batch tokenised as ``model_type``'s processor does."""
+    if model_type == "minicpmv4_7":
+        return minicpm_batch(config, samples, images, videos, seed)
     rng = random.Random(seed)
     own = FAMILY_ROPE_INDEX.get(model_type)
     m = getattr(config.vision_config, "spatial_merge_size", 2)
@@ -179,6 +242,10 @@ def calls(model_type: str, config, model_cls, batch: dict, rule: str):
     params = inspect.signature(model_cls.get_rope_index).parameters
     ref_kwargs = {k: v for k, v in batch.items() if k in params}
     ours = {k: v for k, v in batch.items() if k != "mm_token_type_ids"}
+    if model_type == "minicpmv4_7":
+        owner._group_visual_frames = types.MethodType(model_cls._group_visual_frames, owner)
+        owner._frame_end_idx = model_cls._frame_end_idx
+        return (lambda: model_cls.get_rope_index(owner, **ref_kwargs)), (lambda: minicpmv4_7_rope_index(config, **ours))
     return (lambda: model_cls.get_rope_index(owner, **ref_kwargs)), (lambda: get_rope_index(config, **ours, rule=rule))
 
 
@@ -238,8 +305,11 @@ def families_table(args) -> None:
         ref(), ours()
         mib = peak_mib(ref, "cpu"), peak_mib(ours, "cpu")
         b, length = batch["input_ids"].shape
-        n_img = 0 if batch["image_grid_thw"] is None else batch["image_grid_thw"].shape[0]
-        n_vid = batch["video_grid_thw"].shape[0] if "video_grid_thw" in batch else 0
+        if model_type == "minicpmv4_7":  # crops: thumbnails and slices, video frames
+            n_img, n_vid = batch["target_sizes"].shape[0], batch["target_sizes_videos"].shape[0]
+        else:
+            n_img = 0 if batch["image_grid_thw"] is None else batch["image_grid_thw"].shape[0]
+            n_vid = batch["video_grid_thw"].shape[0] if "video_grid_thw" in batch else 0
         scheme = model_types()[model_type]
         print(
             f"| `{model_type}` | `{scheme}` | {b} x {length} | {n_img} / {n_vid} | {med(wall['ref']) * 1e3:.1f} | "

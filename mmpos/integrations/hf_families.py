@@ -34,6 +34,7 @@ of :mod:`~mmpos.integrations.hf_rope_index` reads them so on every rule (transfo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -418,15 +419,18 @@ def _crop_runs(types: np.ndarray) -> list[tuple[int, int, int]]:
     return list(zip(types[starts[keep]].tolist(), starts[keep].tolist(), ends[keep].tolist()))
 
 
+@functools.lru_cache(maxsize=4096)
 def _canvas_axis(canvas: int, tokens: int) -> np.ndarray:
     """``tokens`` coordinates spread over ``canvas`` positions, rounded as the reference rounds
     (float32 ``linspace``, half to even; ``arange`` when ``canvas == tokens``)."""
-    return torch.linspace(0, canvas - 1, tokens).round().long().numpy()
+    out = torch.linspace(0, canvas - 1, tokens).round().long().numpy()
+    out.flags.writeable = False  # cached: shared by every crop of this size
+    return out
 
 
 def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int, markers: tuple[int, ...]):
     """``(3, n)`` int64 positions of one unpadded MiniCPM-V 4.7 sequence; ``grids`` per modality
-    ``[array (num, 2), cursor]`` (consumed crop by crop, in order, across the batch)."""
+    ``[[(h, w) in tokens, ...], cursor]`` (consumed crop by crop, in order, across the batch)."""
     n = ids.shape[0]
     is_marker = np.isin(ids, markers)
     non_marker = np.concatenate([[0], np.cumsum(~is_marker)])  # non-marker tokens before each index
@@ -464,9 +468,9 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
         cursor = group_start
         for (modality, thumb_start, thumb_end, slices), frame_end in zip(frames, ends):
             table = grids[modality]
-            if table[1] >= table[0].shape[0]:
+            if table[1] >= len(table[0]):
                 raise ValueError(f"{'target_sizes' if modality == 1 else 'target_sizes_videos'} holds too few crops")
-            th, tw = (table[0][table[1]] // merge).tolist()
+            th, tw = table[0][table[1]]
             table[1] += 1
             frame_start = thumb_start - 1
             if frame_start > cursor:  # 1-D tokens between two frames, then one step more
@@ -485,9 +489,9 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
                 rows = len(slices) // cols
                 if rows * cols != len(slices):
                     rows, cols = 1, len(slices)
-                if table[1] >= table[0].shape[0]:
+                if table[1] + len(slices) > len(table[0]):
                     raise ValueError("target sizes hold too few crops for the slices")
-                sh, sw = (table[0][table[1]] // merge).tolist()
+                sh, sw = table[0][table[1]]
                 ch, cw = rows * sh, cols * sw
             pos[:, frame_start:frame_end] = origin  # the frame's base coat
             pos[1:, frame_start] = max(origin - 1, 0)  # <image>: just outside the canvas
@@ -500,10 +504,12 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
                 )
             # the thumbnail stretched over the canvas: (origin, origin + row, origin + column)
             pos[0, thumb_start:thumb_end] = origin
-            pos[1, thumb_start:thumb_end] = origin + np.repeat(_canvas_axis(ch, th), tw)
-            pos[2, thumb_start:thumb_end] = origin + np.tile(_canvas_axis(cw, tw), th)
+            pos[1, thumb_start:thumb_end].reshape(th, tw)[:] = (origin + _canvas_axis(ch, th))[
+                :, None
+            ]  # (th, tw) views
+            pos[2, thumb_start:thumb_end].reshape(th, tw)[:] = origin + _canvas_axis(cw, tw)
             for k, (a, b) in enumerate(slices):
-                sh_k, sw_k = (table[0][table[1]] // merge).tolist()
+                sh_k, sw_k = table[0][table[1]]
                 table[1] += 1
                 if b - a != sh_k * sw_k:
                     raise ValueError(f"a slice of {sh_k} x {sw_k} tokens (target size / {merge}) has {b - a} tokens")
@@ -513,8 +519,8 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
                 if b < frame_end:  # </slice>: its bottom-right corner
                     pos[1, b], pos[2, b] = origin + h_off + sh_k - 1, origin + w_off + sw_k - 1
                 pos[0, a:b] = origin
-                pos[1, a:b] = origin + h_off + np.repeat(np.arange(sh_k), sw_k)
-                pos[2, a:b] = origin + w_off + np.tile(np.arange(sw_k), sh_k)
+                pos[1, a:b].reshape(sh_k, sw_k)[:] = origin + h_off + _canvas_axis(sh_k, sh_k)[:, None]
+                pos[2, a:b].reshape(sh_k, sw_k)[:] = origin + w_off + _canvas_axis(sw_k, sw_k)
             for k in range(len(slices) - 1):  # the newline after a row of slices: past its right edge
                 a, b = slices[k][1], slices[k + 1][0]
                 if b - a > 2:
@@ -567,13 +573,13 @@ def minicpmv4_7_rope_index(
     grids = {}
     for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
         if sizes is None:
-            grids[kind] = [np.zeros((0, 2), dtype=np.int64), 0]
+            grids[kind] = [[], 0]
             continue
         if not isinstance(sizes, Tensor) or sizes.dim() != 2 or sizes.shape[1] != 2 or sizes.is_floating_point():
             raise ValueError(
                 f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
             )
-        grids[kind] = [_host(sizes).astype(np.int64), 0]
+        grids[kind] = [(_host(sizes).astype(np.int64) // merge).tolist(), 0]  # (h, w) in tokens per crop
     ids = _host(input_ids)
     if mm_token_type_ids is None:
         types = np.where(ids == config.image_token_id, 1, np.where(ids == config.video_token_id, 2, 0))
