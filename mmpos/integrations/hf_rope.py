@@ -1,4 +1,4 @@
-"""Swap another multimodal rotary scheme into a Hugging Face Qwen2-VL-family model.
+"""Swap another multimodal rotary scheme into a Hugging Face Qwen2-VL-family or GLM-4V model.
 
 :func:`use_rope` ``(model, scheme)`` re-points, on that model *instance* only, the two
 places where a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (and Qwen3-VL-MoE) model decides positions:
@@ -32,6 +32,11 @@ per-pair combinations travel as ``(c0, c1, c2)``: ``c3 = c1 + c2 - c0`` holds fo
 VRoPE position (``i + j + (H-1-i) + (W-1-j) = i + (W-1-j) + (H-1-i) + j``; text has four
 equal values), and :class:`HFRotaryEmbedding` rebuilds it (``Scheme.rows_to_axes``).
 
+GLM-4V, GLM-4V-MoE and GLM-4.6V (:data:`FAMILY_ROTARY`) take Qwen3-VL's positions but rotate
+the first ``partial_rotary_factor`` of each head with chunked M-RoPE sections, pairing adjacent
+channels: the rotated width and ``cos`` layout are read by calling their rotary module once, every
+scheme's plan spans that width, and their own scheme name ``"qwen3-vl"`` installs chunked ``mrope``.
+
 ``use_rope(model, "own")`` restores the model's own modules. The scheme names of the
 models themselves (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) install mmpos's
 implementation of that scheme, which gives the same logits as the model's own (tests).
@@ -56,7 +61,15 @@ from ..scaling import RopeScaling, as_scaling
 from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types
 from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
 
-__all__ = ["CONFIG_KEY", "HFRotaryEmbedding", "apply_config_rope", "current_rope", "from_pretrained", "use_rope"]
+__all__ = [
+    "CONFIG_KEY",
+    "FAMILY_ROTARY",
+    "HFRotaryEmbedding",
+    "apply_config_rope",
+    "current_rope",
+    "from_pretrained",
+    "use_rope",
+]
 
 #: the model-config attribute (a key of ``config.json``) where :func:`use_rope` writes the swapped
 #: scheme and its arguments, so that ``save_pretrained`` keeps them and :func:`from_pretrained` restores them
@@ -176,15 +189,16 @@ def _scaling_entry(scaling: Any) -> tuple[Any] | None:
     return ({k: list(v) if isinstance(v, tuple) else v for k, v in kept.items()},)
 
 
-def _rotate_heads_hook(rotary: HFRotaryEmbedding, head_dim: int):
+def _rotate_heads_hook(rotary: HFRotaryEmbedding, head_dim: int, convention: str = "half"):
     """Forward hook rotating a ``(B, L, H * D)`` or ``(B, L, H, D)`` projection / norm output
-    by the per-head angles the rotary module computed for this forward."""
+    by the per-head angles the rotary module computed for this forward (the first ``2P`` channels
+    of each head, paired per ``convention``: the model's own layout)."""
 
     def hook(module: nn.Module, args: Any, out: Tensor) -> Tensor:
         cos, sin = rotary.per_head_angles  # (B, Hkv, L, P)
         shape = out.shape
         heads = out.reshape(shape[0], shape[1], -1, head_dim).transpose(1, 2)  # (B, H, L, D)
-        return apply_rotary(heads, cos, sin).transpose(1, 2).reshape(shape)
+        return apply_rotary(heads, cos, sin, convention).transpose(1, 2).reshape(shape)
 
     return hook
 
@@ -221,17 +235,31 @@ class _Installed:
     hooks: list[Any] = field(default_factory=list)
 
 
+#: families whose own rotary embedding is not their position scheme's ``Scheme.encoder``: model_type ->
+#: (the mmpos encoder of the model's own rotation, how its attention pairs channels). GLM-4V: Qwen3-VL's
+#: positions, chunked M-RoPE sections, adjacent channels paired (``rotate_half_llm``) on the first
+#: ``partial_rotary_factor`` of each head (the rotated width is read from the model's rotary module)
+FAMILY_ROTARY: dict[str, tuple[str, str]] = {
+    "glm4v": ("mrope", "interleaved"),
+    "glm4v_moe": ("mrope", "interleaved"),
+    "glm46v": ("mrope", "interleaved"),
+}
+
+
+def _swappable() -> list[str]:
+    """The families whose rotary mmpos reproduces (``Scheme.rotary_model_types`` and :data:`FAMILY_ROTARY`)."""
+    return [m for s in SCHEMES.values() for m in s.rotary_model_types] + list(FAMILY_ROTARY)
+
+
 def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
     model_type = getattr(getattr(core, "config", None), "model_type", None)
-    swappable = [
-        m for s in SCHEMES.values() for m in s.rotary_model_types
-    ]  # the families whose rotary mmpos reproduces
+    swappable = _swappable()
     if model_type not in swappable:
         raise ValueError(
-            f"model must be a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model (model_type one of {tuple(swappable)}), "
-            f"got {type(model).__name__} with model_type {model_type!r}"
+            f"model must be a Qwen2-VL, Qwen2.5-VL, Qwen3-VL or GLM-4V model (model_type one of "
+            f"{tuple(swappable)}), got {type(model).__name__} with model_type {model_type!r}"
         )
     text = getattr(core, "language_model", None)
     missing = [
@@ -305,6 +333,33 @@ def _rotary_cos_sin_shape(rotary: nn.Module, device: torch.device) -> str:
     raise ValueError(f"{type(rotary).__name__} returns cos of shape {tuple(cos.shape)}: unknown cos / sin shape")
 
 
+def _rotary_channels(rotary: nn.Module, device: torch.device) -> tuple[int, str]:
+    """Call the model's own rotary module once at position 1: ``(rotary_dim, convention)``, the channels
+    it rotates (fewer than ``head_dim`` under partial rotary, GLM-4V's half) and how its ``cos``
+    pairs them: ``"half"`` (``c0 .. c{P-1}, c0 .. c{P-1}``, Qwen) or ``"interleaved"`` (``c0, c0, c1, c1, ..``,
+    GLM-4V's ``rotate_half_llm`` from transformers 5; in 4.57 its attention interleaves a half layout itself)."""
+    x = torch.zeros(1, dtype=torch.float32, device=device)
+    with torch.no_grad():
+        cos, _ = rotary(x, torch.ones(3, 1, 1, dtype=torch.long, device=device))
+    row = cos.reshape(-1, cos.shape[-1])[0]  # (rotary_dim,): pair 0 has frequency 1, pair 1 a lower one
+    width = row.shape[0]
+    if width >= 4 and row[0] == row[1] and row[0] != row[width // 2]:
+        return width, "interleaved"
+    if width >= 4 and row[0] == row[width // 2] and row[0] != row[1]:
+        return width, "half"
+    raise ValueError(f"{type(rotary).__name__} returns cos {row.tolist()}: unknown pair layout")
+
+
+class _InterleavedRotaryEmbedding(HFRotaryEmbedding):
+    """:class:`HFRotaryEmbedding` for attention that pairs adjacent channels (GLM-4V's
+    ``rotate_half_llm``): ``cos`` / ``sin`` ``(..., 2P)`` as ``c0, c0, c1, c1, ...``."""
+
+    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin = super().forward(x, position_ids)  # (..., 2P) as c0 .. c{P-1} twice
+        p = cos.shape[-1] // 2
+        return cos[..., :p].repeat_interleave(2, -1), sin[..., :p].repeat_interleave(2, -1)
+
+
 def _axis_order(encoder: str) -> str:
     """The M-RoPE axis order of a registered encoder class (``MRoPE.axis_order``); ``"chunked"`` (HoPE's sections)."""
     return getattr(encoder_info(encoder).factory, "axis_order", "chunked")
@@ -331,7 +386,7 @@ def use_rope(
     scaling: RopeScaling | Mapping[str, Any] | str | None = "own",
     **scheme_options: Any,
 ) -> nn.Module:
-    """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model use ``scheme`` (in place; returns it).
+    """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V model use ``scheme`` (in place; returns it).
 
     Args:
         model: ``Qwen2VLForConditionalGeneration`` / ``Qwen2VLModel`` (and the 2.5 / 3 / 3-MoE classes).
@@ -416,30 +471,36 @@ def use_rope(
     if not isinstance(head_dim, int):
         raise ValueError(f"{type(attn0).__name__} has no int head_dim: unknown attention layout")  # noqa: TRY004
     sch = get_scheme(scheme)
-    kwargs: dict[str, Any] = {"head_dim": head_dim, "theta": theta}
-    if encoder_info(sch.encoder).mrope_section:  # the record says it takes mrope_section
-        own_order = _axis_order(get_scheme(options.model_scheme).encoder)
-        wants_order = _axis_order(sch.encoder)
+    device = text.embed_tokens.weight.device
+    rotary_dim, convention = _rotary_channels(text.rotary_emb, device)  # partial rotary: the plan spans rotary_dim
+    family_encoder, pairing = FAMILY_ROTARY.get(core.config.model_type, (None, "half"))
+    own_encoder = family_encoder or get_scheme(options.model_scheme).encoder
+    encoder_name = own_encoder if family_encoder and scheme == options.model_scheme else sch.encoder
+    kwargs: dict[str, Any] = {"head_dim": rotary_dim, "theta": theta}
+    if encoder_info(encoder_name).mrope_section:  # the record says it takes mrope_section
+        own_order = _axis_order(own_encoder)
+        wants_order = _axis_order(encoder_name)
         section = mrope_section
         if section is None and own_order == wants_order and own_section is not None:
             section = own_section
-        kwargs["mrope_section"] = section if section is not None else default_mrope_section(head_dim, wants_order)
-    if sch.encoder == "mhrope":
+        kwargs["mrope_section"] = section if section is not None else default_mrope_section(rotary_dim, wants_order)
+    if encoder_name == "mhrope":
         kwargs.update(
             num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections
         )
-    encoder = create(sch.encoder, **kwargs, **({} if scaling is None else {"scaling": scaling}))
+    encoder = create(encoder_name, **kwargs, **({} if scaling is None else {"scaling": scaling}))
     per_head = encoder.weight.dim() == 3
-    device = text.embed_tokens.weight.device
     targets = [_hook_targets(layer.self_attn) for layer in text.layers] if per_head else []
     cos_sin_shape = _rotary_cos_sin_shape(text.rotary_emb, device)
-    rotary = HFRotaryEmbedding(encoder, cos_sin_shape, sch.rows_to_axes, sch.axes, per_head).to(device)
+    rotary_cls = _InterleavedRotaryEmbedding if convention == "interleaved" else HFRotaryEmbedding
+    rotary = rotary_cls(encoder, cos_sin_shape, sch.rows_to_axes, sch.axes, per_head).to(device)
     installed = _Installed(scheme, text.rotary_emb)
     core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
     text.rotary_emb = rotary
     for q_module, k_module in targets:
         for module in (q_module, k_module):
-            installed.hooks.append(module.register_forward_hook(_rotate_heads_hook(rotary, head_dim)))
+            hook = _rotate_heads_hook(rotary, head_dim, pairing)  # the attention's pairing (cos may be re-laid)
+            installed.hooks.append(module.register_forward_hook(hook))
     core.__dict__["_mmpos_rope"] = installed
     core.rope_deltas = None
     entry = {"scheme": scheme, **{k: v for k, v in given.items() if v is not None}}

@@ -1,0 +1,192 @@
+"""``use_rope`` on the families beyond Qwen whose attention mmpos reaches (GLM-4V: partial rotary,
+adjacent channels paired): the model's own scheme through mmpos reproduces the unpatched logits
+bit for bit, and every swapped scheme runs a cached ``generate`` that agrees with a full forward.
+Tiny random configs built from each family's config class; a family the installed release lacks
+is skipped with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from mmpos.integrations.hf_rope import current_rope, use_rope
+from mmpos.integrations.hf_rope_index import installed_rule
+
+pytestmark = pytest.mark.hf
+NEW = installed_rule() == "hf-5.3"  # transformers >= 5.3: rope_parameters, mm_token_type_ids
+IMG, VID, ISTART, IEND, VSTART, VEND, PAD = 120, 121, 122, 123, 124, 125, 0
+TOKENS = {
+    "image_token_id": IMG,
+    "video_token_id": VID,
+    "image_start_token_id": ISTART,
+    "image_end_token_id": IEND,
+    "video_start_token_id": VSTART,
+    "video_end_token_id": VEND,
+}
+TEXT = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+}
+#: head_dim 16, half of it rotated (GLM-4V's partial_rotary_factor 0.5): 4 rotary pairs, sections t, h, w = 2, 1, 1
+ROPE = {"rope_type": "default", "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5, "rope_theta": 10000.0}
+VISION = {
+    "depth": 1,
+    "hidden_size": 32,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "patch_size": 2,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 64,
+    "image_size": 8,
+    "in_channels": 3,
+}
+
+
+def _text_config(**extra):
+    if NEW:
+        return dict(TEXT, rope_parameters=dict(ROPE), **extra)
+    scaling = {"rope_type": "default", "mrope_section": ROPE["mrope_section"]}
+    return dict(TEXT, rope_theta=ROPE["rope_theta"], rope_scaling=scaling, partial_rotary_factor=0.5, **extra)
+
+
+def _glm4v():
+    cfg = transformers.Glm4vConfig(text_config=_text_config(), vision_config=VISION, **TOKENS)
+    return transformers.Glm4vForConditionalGeneration(cfg)
+
+
+def _glm4v_moe():
+    moe = {
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+    }
+    cfg = transformers.Glm4vMoeConfig(text_config=_text_config(**moe), vision_config=VISION, **TOKENS)
+    return transformers.Glm4vMoeForConditionalGeneration(cfg)
+
+
+def _glm46v():
+    text = dict(_text_config(), model_type="glm4v_text")  # GLM-4.6V reads its sub-configs through AutoConfig
+    cfg = transformers.Glm46VConfig(text_config=text, vision_config=dict(VISION, model_type="glm4v_vision"), **TOKENS)
+    return transformers.Glm46VForConditionalGeneration(cfg)
+
+
+FAMILIES = {"glm4v": _glm4v, "glm4v_moe": _glm4v_moe, "glm46v": _glm46v}
+CLASSES = {
+    "glm4v": "Glm4vForConditionalGeneration",
+    "glm4v_moe": "Glm4vMoeForConditionalGeneration",
+    "glm46v": "Glm46VForConditionalGeneration",
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request):
+    name = request.param
+    if not hasattr(transformers, CLASSES[name]):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    torch.manual_seed(0)
+    return name, FAMILIES[name]().eval()
+
+
+def _batch():
+    """Two left-padded prompts with an image each (4 x 6 and 4 x 4 patches: 6 and 4 tokens)."""
+    g = torch.Generator().manual_seed(1)
+    first = [5, 6, ISTART] + [IMG] * 6 + [IEND, 7, 30, 9, 10]
+    second = [11, ISTART] + [IMG] * 4 + [IEND, 12, 13]
+    length = len(first)
+    ids = torch.tensor([first, [PAD] * (length - len(second)) + second])
+    mask = (torch.arange(length) >= torch.tensor([[0], [length - len(second)]])).long()
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "pixel_values": torch.randn(24 + 16, 3 * 2 * 2 * 2, generator=g),
+        "image_grid_thw": torch.tensor([[1, 4, 6], [1, 4, 4]]),
+    }
+    if NEW:
+        batch["mm_token_type_ids"] = (ids == IMG).long()
+    return batch
+
+
+def _generate(model, inputs, steps=3):
+    out = model.generate(
+        **inputs,
+        max_new_tokens=steps,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=PAD,
+        suppress_tokens=[IMG, VID, ISTART, IEND, VSTART, VEND],
+    )
+    return out.sequences, torch.stack(out.logits, 1)
+
+
+@torch.no_grad()
+def test_own_scheme_through_mmpos_gives_the_model_logits(family):
+    _, model = family
+    inputs = _batch()
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    ref_seq, ref_steps = _generate(model, inputs)
+    use_rope(model, "qwen3-vl")  # GLM-4V's positions are Qwen3-VL's; its own rotation is chunked M-RoPE
+    assert current_rope(model) == "qwen3-vl"
+    assert torch.equal(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
+    use_rope(model, "own")
+    assert torch.equal(model(**inputs).logits, ref)
+
+
+SWAPS = [
+    ("mrope-i", {}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),
+    ("vrope", {}),
+    ("v2pe", {"delta": 0.25}),
+    ("hope", {"temporal_scale": 0.75}),
+    ("videorope", {}),
+    ("circlerope", {"radius": "auto"}),
+    ("grape-i", {}),
+    ("flat", {}),
+]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
+def test_swapped_scheme_forward_and_cached_generate(family, scheme, options):
+    _, model = family
+    inputs = _batch()
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    use_rope(model, scheme, **options)
+    logits = model(**inputs).logits
+    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
+    seq, steps = _generate(model, inputs)
+    full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
+    if NEW:
+        full["mm_token_type_ids"] = (seq == IMG).long()
+    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    use_rope(model, "own")
+
+
+@torch.no_grad()
+def test_text_only_prompts_keep_the_model_logits(family):
+    """On text every multi-axis scheme is 1-D RoPE on the rotated channels (partial, adjacent pairs)."""
+    _, model = family
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [PAD, PAD, 3, 4, 5, 6, 7]])
+    inputs = {"input_ids": ids, "attention_mask": (ids != PAD).long()}
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    for scheme in ("mrope-i", "vrope", "grape", "flat"):
+        use_rope(model, scheme)
+        assert torch.equal(model(**inputs).logits, ref), scheme
+    use_rope(model, "own")
