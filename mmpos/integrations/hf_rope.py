@@ -238,11 +238,17 @@ class _Installed:
 #: families whose own rotary embedding is not their position scheme's ``Scheme.encoder``: model_type ->
 #: (the mmpos encoder of the model's own rotation, how its attention pairs channels). GLM-4V: Qwen3-VL's
 #: positions, chunked M-RoPE sections, adjacent channels paired (``rotate_half_llm``) on the first
-#: ``partial_rotary_factor`` of each head (the rotated width is read from the model's rotary module)
+#: ``partial_rotary_factor`` of each head (the rotated width is read from the model's rotary module).
 FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     "glm4v": ("mrope", "interleaved"),
     "glm4v_moe": ("mrope", "interleaved"),
     "glm46v": ("mrope", "interleaved"),
+    # PaddleOCR-VL: Qwen2-VL's positions and rotation (its scheme is qwen2-vl, whose record does not name it)
+    "paddleocr_vl": ("mrope", "half"),
+    # Qwen3.5: Qwen3-VL's cyclic sections on the first partial_rotary_factor of each head, in its
+    # full-attention layers only (its linear-attention layers take no positions)
+    "qwen3_5": ("mrope-i", "half"),
+    "qwen3_5_moe": ("mrope-i", "half"),
 }
 
 
@@ -270,8 +276,8 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
             ("language_model.rotary_emb", hasattr(text, "rotary_emb")),
             ("language_model.embed_tokens", hasattr(text, "embed_tokens")),
             (
-                "language_model.layers[0].self_attn",
-                bool(getattr(text, "layers", None)) and hasattr(text.layers[0], "self_attn"),
+                "language_model.layers[i].self_attn",  # Qwen3.5: only its full-attention layers have one
+                any(hasattr(layer, "self_attn") for layer in getattr(text, "layers", None) or ()),
             ),
         )
         if not ok
@@ -466,7 +472,8 @@ def use_rope(
     cfg = getattr(core.config, "text_config", core.config)
     theta, _, own_section = _rope_config(cfg)
     scaling = _model_scaling(cfg) if isinstance(scaling, str) else as_scaling(scaling)  # "own": the model's
-    attn0 = text.layers[0].self_attn
+    attention = [layer.self_attn for layer in text.layers if hasattr(layer, "self_attn")]  # not linear attention
+    attn0 = attention[0]
     head_dim = getattr(attn0, "head_dim", None)
     if not isinstance(head_dim, int):
         raise ValueError(f"{type(attn0).__name__} has no int head_dim: unknown attention layout")  # noqa: TRY004
@@ -490,7 +497,7 @@ def use_rope(
         )
     encoder = create(encoder_name, **kwargs, **({} if scaling is None else {"scaling": scaling}))
     per_head = encoder.weight.dim() == 3
-    targets = [_hook_targets(layer.self_attn) for layer in text.layers] if per_head else []
+    targets = [_hook_targets(attn) for attn in attention] if per_head else []
     cos_sin_shape = _rotary_cos_sin_shape(text.rotary_emb, device)
     rotary_cls = _InterleavedRotaryEmbedding if convention == "interleaved" else HFRotaryEmbedding
     rotary = rotary_cls(encoder, cos_sin_shape, sch.rows_to_axes, sch.axes, per_head).to(device)

@@ -1,5 +1,6 @@
-"""``use_rope`` on the families beyond Qwen whose attention mmpos reaches (GLM-4V: partial rotary,
-adjacent channels paired): the model's own scheme through mmpos reproduces the unpatched logits
+"""``use_rope`` on the families beyond Qwen-VL whose attention mmpos reaches (GLM-4V, GLM-4V-MoE,
+GLM-4.6V: partial rotary, adjacent channels paired; PaddleOCR-VL; Qwen3.5: partial rotary, linear-attention
+layers without positions): the model's own scheme through mmpos reproduces the unpatched logits
 bit for bit, and every swapped scheme runs a cached ``generate`` that agrees with a full forward.
 Tiny random configs built from each family's config class; a family the installed release lacks
 is skipped with the reason."""
@@ -82,25 +83,89 @@ def _glm46v():
     return transformers.Glm46VForConditionalGeneration(cfg)
 
 
-FAMILIES = {"glm4v": _glm4v, "glm4v_moe": _glm4v_moe, "glm46v": _glm46v}
-CLASSES = {
-    "glm4v": "Glm4vForConditionalGeneration",
-    "glm4v_moe": "Glm4vMoeForConditionalGeneration",
-    "glm46v": "Glm46VForConditionalGeneration",
+QWEN_TOKENS = {
+    "image_token_id": IMG,
+    "video_token_id": VID,
+    "vision_start_token_id": ISTART,
+    "vision_end_token_id": IEND,
+}
+
+
+def _paddleocr_vl():
+    text = dict(
+        TEXT, head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4}
+    )
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "image_size": 8,
+        "patch_size": 2,
+        "spatial_merge_size": 2,
+    }
+    cfg = transformers.PaddleOCRVLConfig(text_config=text, vision_config=vision, **QWEN_TOKENS)
+    return transformers.PaddleOCRVLForConditionalGeneration(cfg)
+
+
+QWEN3_VISION = {
+    "depth": 1,
+    "hidden_size": 32,
+    "out_hidden_size": 64,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "patch_size": 2,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "in_channels": 3,
+    "num_position_embeddings": 16,
+}
+
+
+def _qwen3_5():
+    text = dict(
+        TEXT,
+        head_dim=16,
+        layer_types=["linear_attention", "full_attention"],  # positions reach the full-attention layer only
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        rope_parameters={
+            "rope_type": "default",
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 1e4,
+        },
+    )
+    cfg = transformers.Qwen3_5Config(text_config=text, vision_config=QWEN3_VISION, **QWEN_TOKENS)
+    return transformers.Qwen3_5ForConditionalGeneration(cfg)
+
+
+#: model_type -> (tiny model, transformers class, the family's own scheme, pixel row shape)
+FAMILIES = {
+    "glm4v": (_glm4v, "Glm4vForConditionalGeneration", "qwen3-vl", (24,)),
+    "glm4v_moe": (_glm4v_moe, "Glm4vMoeForConditionalGeneration", "qwen3-vl", (24,)),
+    "glm46v": (_glm46v, "Glm46VForConditionalGeneration", "qwen3-vl", (24,)),
+    "paddleocr_vl": (_paddleocr_vl, "PaddleOCRVLForConditionalGeneration", "qwen2-vl", (3, 2, 2)),
+    "qwen3_5": (_qwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3-vl", (24,)),
 }
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def family(request):
     name = request.param
-    if not hasattr(transformers, CLASSES[name]):
+    build, cls, _, _ = FAMILIES[name]
+    if not hasattr(transformers, cls):
         pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
     torch.manual_seed(0)
-    return name, FAMILIES[name]().eval()
+    return name, build().eval()
 
 
-def _batch():
-    """Two left-padded prompts with an image each (4 x 6 and 4 x 4 patches: 6 and 4 tokens)."""
+def _batch(name):
+    """Two left-padded prompts with an image each (4 x 6 and 4 x 4 patches: 6 and 4 tokens) between
+    the family's image start / end tokens."""
     g = torch.Generator().manual_seed(1)
     first = [5, 6, ISTART] + [IMG] * 6 + [IEND, 7, 30, 9, 10]
     second = [11, ISTART] + [IMG] * 4 + [IEND, 12, 13]
@@ -110,7 +175,7 @@ def _batch():
     batch = {
         "input_ids": ids,
         "attention_mask": mask,
-        "pixel_values": torch.randn(24 + 16, 3 * 2 * 2 * 2, generator=g),
+        "pixel_values": torch.randn(24 + 16, *FAMILIES[name][3], generator=g),
         "image_grid_thw": torch.tensor([[1, 4, 6], [1, 4, 4]]),
     }
     if NEW:
@@ -133,13 +198,14 @@ def _generate(model, inputs, steps=3):
 
 @torch.no_grad()
 def test_own_scheme_through_mmpos_gives_the_model_logits(family):
-    _, model = family
-    inputs = _batch()
+    name, model = family
+    inputs = _batch(name)
     use_rope(model, "own")
     ref = model(**inputs).logits
     ref_seq, ref_steps = _generate(model, inputs)
-    use_rope(model, "qwen3-vl")  # GLM-4V's positions are Qwen3-VL's; its own rotation is chunked M-RoPE
-    assert current_rope(model) == "qwen3-vl"
+    own = FAMILIES[name][2]  # GLM-4V's positions are Qwen3-VL's; its own rotation is chunked M-RoPE
+    use_rope(model, own)
+    assert current_rope(model) == own
     assert torch.equal(model(**inputs).logits, ref)
     seq, steps = _generate(model, inputs)
     assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
@@ -160,16 +226,24 @@ SWAPS = [
 ]
 
 
+#: the tiny configs' 4 rotary pairs: GRAPE's cycle over all pairs is Qwen3.5's own cyclic [2, 1, 1] (same positions)
+SAME_AS_OWN = {("qwen3_5", "grape-i")}
+
+
 @torch.no_grad()
 @pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
 def test_swapped_scheme_forward_and_cached_generate(family, scheme, options):
-    _, model = family
-    inputs = _batch()
+    name, model = family
+    inputs = _batch(name)
     use_rope(model, "own")
     ref = model(**inputs).logits
     use_rope(model, scheme, **options)
     logits = model(**inputs).logits
-    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
+    assert torch.isfinite(logits).all()
+    if (name, scheme) in SAME_AS_OWN:  # at 4 rotary pairs this plan is the model's own: t, h, w, t
+        assert torch.equal(logits, ref)
+    else:
+        assert not torch.allclose(logits, ref)
     seq, steps = _generate(model, inputs)
     full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
     if NEW:
