@@ -122,7 +122,7 @@ QWEN3_VISION = {
 }
 
 
-def _qwen3_5():
+def _qwen3_5(moe: bool = False):
     text = dict(
         TEXT,
         head_dim=16,
@@ -139,6 +139,10 @@ def _qwen3_5():
             "rope_theta": 1e4,
         },
     )
+    if moe:
+        text.update(moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts_per_tok=2, num_experts=4)
+        cfg = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=QWEN3_VISION, **QWEN_TOKENS)
+        return transformers.Qwen3_5MoeForConditionalGeneration(cfg)
     cfg = transformers.Qwen3_5Config(text_config=text, vision_config=QWEN3_VISION, **QWEN_TOKENS)
     return transformers.Qwen3_5ForConditionalGeneration(cfg)
 
@@ -150,6 +154,7 @@ FAMILIES = {
     "glm46v": (_glm46v, "Glm46VForConditionalGeneration", "qwen3-vl", (24,)),
     "paddleocr_vl": (_paddleocr_vl, "PaddleOCRVLForConditionalGeneration", "qwen2-vl", (3, 2, 2)),
     "qwen3_5": (_qwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3-vl", (24,)),
+    "qwen3_5_moe": (lambda: _qwen3_5(moe=True), "Qwen3_5MoeForConditionalGeneration", "qwen3-vl", (24,)),
 }
 
 
@@ -227,7 +232,7 @@ SWAPS = [
 
 
 #: the tiny configs' 4 rotary pairs: GRAPE's cycle over all pairs is Qwen3.5's own cyclic [2, 1, 1] (same positions)
-SAME_AS_OWN = {("qwen3_5", "grape-i")}
+SAME_AS_OWN = {("qwen3_5", "grape-i"), ("qwen3_5_moe", "grape-i")}
 
 
 @torch.no_grad()
