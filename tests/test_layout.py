@@ -204,6 +204,8 @@ SAMPLES = [
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_padding_left_and_right(scheme):
+    if scheme == "hunyuan-vl":
+        pytest.skip("HunYuan-VL's image axis counts the images of the whole batch (as transformers' get_rope_index)")
     right, left = _build(SAMPLES, scheme), _build(SAMPLES, scheme, padding_side="left")
     lengths = right.attention_mask.sum(1)
     length = right.attention_mask.shape[1]
