@@ -32,6 +32,16 @@ Solvers (``solver=``):
   computed subspace (eigenvalues from float64 Rayleigh quotients).
 * ``"auto"``: ARPACK for components larger than ``dense_max_nodes``, dense otherwise.
 
+Chebyshev filter (components of ``_FILTER_MIN = 2000`` nodes or more): ARPACK runs on
+``p(L) = T_4((2L - u - a) / (u - a)) / T_4(x_0)`` (``which="LA"``), with ``u`` the Gershgorin
+bound and ``a`` the ``k``-th Ritz value of 80 Lanczos steps plus ``1e-3 u`` (an upper bound
+of ``lambda_k`` by Courant-Fischer). ``|p| < 1 / T_4(x_0)`` on ``[a, u]`` and ``p`` is strictly
+decreasing below ``a``, so the ``k`` largest of ``p(L)`` are the ``k`` smallest of ``L``
+(same eigenvectors); a float64 Rayleigh-Ritz step gives ``L``'s eigenvalues, and if one is not
+below ``a`` plain ARPACK on ``L`` runs. At 1e5 nodes ARPACK's cost is the reorthogonalisation
+of its basis (per step several times a matrix-vector product); the filter trades steps for
+products (measured in benchmarks/graphs.py).
+
 Warm start at ``q != 0`` (``warm_start=True``, float32 only): an ARPACK-sized component is first solved at
 ``q = 0`` (real Lanczos, ``k + 1`` pairs), then LOBPCG on the complex ``L_q`` starts from those
 vectors. The result is kept only when it is certified to be the ``k`` smallest: with
