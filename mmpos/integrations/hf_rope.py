@@ -36,6 +36,8 @@ GLM-4V, GLM-4V-MoE and GLM-4.6V (:data:`FAMILY_ROTARY`) take Qwen3-VL's position
 the first ``partial_rotary_factor`` of each head with chunked M-RoPE sections, pairing adjacent
 channels: the rotated width and ``cos`` layout are read by calling their rotary module once, every
 scheme's plan spans that width, and their own scheme name ``"qwen3-vl"`` installs chunked ``mrope``.
+PaddleOCR-VL (Qwen2-VL's rotation), Qwen3.5 / Qwen3.5-MoE (partial rotary, full-attention layers only)
+and ERNIE-4.5-VL (VideoRoPE's allocation, adjacent pairs, ``mrope_section`` ordered h, w, t) are in the same table.
 
 ``use_rope(model, "own")`` restores the model's own modules. The scheme names of the
 models themselves (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) install mmpos's
@@ -249,7 +251,12 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     # full-attention layers only (its linear-attention layers take no positions)
     "qwen3_5": ("mrope-i", "half"),
     "qwen3_5_moe": ("mrope-i", "half"),
+    # ERNIE-4.5-VL: Qwen2-VL's positions (t merged); h, w alternating on the high frequencies and t on the lowest
+    # (VideoRoPE's allocation; its config's mrope_section is ordered h, w, t), adjacent channels paired
+    "ernie4_5_vl_moe": ("videorope", "interleaved"),
 }
+#: the order of a family's config ``mrope_section`` where it is not (t, h, w): the indices of t, h, w in it
+_SECTION_ORDER: dict[str, tuple[int, int, int]] = {"ernie4_5_vl_moe": (2, 0, 1)}
 
 
 def _swappable() -> list[str]:
@@ -488,6 +495,9 @@ def use_rope(
         own_order = _axis_order(own_encoder)
         wants_order = _axis_order(encoder_name)
         section = mrope_section
+        order = _SECTION_ORDER.get(core.config.model_type)
+        if order is not None and own_section is not None:  # the config's sections as (t, h, w), for its own encoder
+            own_section = [own_section[i] for i in order] if encoder_name == own_encoder else None
         if section is None and own_order == wants_order and own_section is not None:
             section = own_section
         kwargs["mrope_section"] = section if section is not None else default_mrope_section(rotary_dim, wants_order)

@@ -1,6 +1,6 @@
 """``use_rope`` on the families beyond Qwen-VL whose attention mmpos reaches (GLM-4V, GLM-4V-MoE,
-GLM-4.6V: partial rotary, adjacent channels paired; PaddleOCR-VL; Qwen3.5: partial rotary, linear-attention
-layers without positions): the model's own scheme through mmpos reproduces the unpatched logits
+GLM-4.6V: partial rotary, adjacent channels paired; PaddleOCR-VL; Qwen3.5 and Qwen3.5-MoE: partial rotary,
+linear-attention layers without positions; ERNIE-4.5-VL: VideoRoPE's allocation, sections ordered h, w, t): the model's own scheme through mmpos reproduces the unpatched logits
 bit for bit, and every swapped scheme runs a cached ``generate`` that agrees with a full forward.
 Tiny random configs built from each family's config class; a family the installed release lacks
 is skipped with the reason."""
@@ -147,6 +147,29 @@ def _qwen3_5(moe: bool = False):
     return transformers.Qwen3_5ForConditionalGeneration(cfg)
 
 
+def _ernie4_5_vl_moe():
+    text = dict(
+        TEXT,
+        moe_intermediate_size=[32, 32],
+        moe_k=2,
+        moe_num_experts=4,
+        moe_num_shared_experts=1,
+        # ordered h, w, t: 8 pairs, h and w alternating on the first 6, t on the last 2
+        rope_parameters={"rope_type": "default", "mrope_section": [3, 3, 2], "rope_theta": 1e4},
+    )
+    vision = {
+        "depth": 1,
+        "hidden_size": 32,
+        "num_heads": 2,
+        "patch_size": 2,
+        "spatial_merge_size": 2,
+        "intermediate_size": 64,
+        "temporal_merge_size": 2,
+    }
+    cfg = transformers.Ernie4_5_VLMoeConfig(text_config=text, vision_config=vision, **TOKENS)
+    return transformers.Ernie4_5_VLMoeForConditionalGeneration(cfg)
+
+
 #: model_type -> (tiny model, transformers class, the family's own scheme, pixel row shape)
 FAMILIES = {
     "glm4v": (_glm4v, "Glm4vForConditionalGeneration", "qwen3-vl", (24,)),
@@ -155,6 +178,7 @@ FAMILIES = {
     "paddleocr_vl": (_paddleocr_vl, "PaddleOCRVLForConditionalGeneration", "qwen2-vl", (3, 2, 2)),
     "qwen3_5": (_qwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3-vl", (24,)),
     "qwen3_5_moe": (lambda: _qwen3_5(moe=True), "Qwen3_5MoeForConditionalGeneration", "qwen3-vl", (24,)),
+    "ernie4_5_vl_moe": (_ernie4_5_vl_moe, "Ernie4_5_VLMoeForConditionalGeneration", "qwen2-vl", (12,)),
 }
 
 
