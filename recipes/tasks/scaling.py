@@ -39,11 +39,18 @@ from mmpos.nn import Transformer
 from mmpos.rotary import FrequencyPlan
 from mmpos.runner.plots import scale_key
 from mmpos.runner.tasks import Task, encoder_names, get_task, register_task
-from mmpos.scaling import build_scaling
+from mmpos.scaling import POSITION_RULES, build_scaling
 
 from . import vision
 
-__all__ = ["build_text_scaling", "build_vit_scaling", "rule_scaling", "scaled_encoders", "stdlib_bytes"]
+__all__ = [
+    "build_text_scaling",
+    "build_vit_scaling",
+    "defined_rules",
+    "rule_scaling",
+    "scaled_encoders",
+    "stdlib_bytes",
+]
 
 #: the rules evaluated by default (``ref-shape`` equals ``linear`` at exactly ``factor`` times the training size)
 RULES = ("linear", "ntk", "theta", "dynamic", "ntk-by-parts", "yarn", "llama3")
@@ -63,6 +70,13 @@ def rule_scaling(rule: str, factor: float, original: tuple[float, ...]) -> dict:
             raise ValueError(f"data.rules: a variant after '@' must be 'ratio' (the paper's ramp), got {variant!r}")
         out["ramp"] = variant
     return out
+
+
+def defined_rules(model: nn.Module, rules: list[str]) -> list[str]:
+    """The rules of ``rules`` defined on every rotary encoder of ``model``: a learned plan (RoPE-Mixed) takes the
+    position rules only (:data:`mmpos.scaling.POSITION_RULES`); the others are left out of its metrics."""
+    learned = any(isinstance(m, RotaryEncoder) and isinstance(m.weight, nn.Parameter) for m in model.modules())
+    return [r for r in rules if not learned or r.partition("@")[0] in POSITION_RULES]
 
 
 @contextmanager
@@ -115,7 +129,7 @@ def build_vit_scaling(cfg: dict, encoder: str, seed: int, device: torch.device) 
         for scale in data["eval_scales"]:
             key = f"acc@{scale_key(float(scale))}"
             out[key] = _accuracy(model, *sets[key], device)
-            for rule in data["rules"]:
+            for rule in defined_rules(model, data["rules"]):
                 with scaled_encoders(model, rule_scaling(rule, float(scale), (grid, grid))):
                     out[f"{key}:{rule}"] = _accuracy(model, *sets[key], device)
         return out
@@ -223,7 +237,7 @@ def build_text_scaling(cfg: dict, encoder: str, seed: int, device: torch.device)
     def evaluate(model: nn.Module) -> dict[str, float]:
         key = f"bpb@{factor}L"
         out = {"bpb": _bits(model, short_eval, device, 0), key: _bits(model, long_eval, device, train_len)}
-        for rule in data["rules"]:
+        for rule in defined_rules(model, data["rules"]):
             with scaled_encoders(model, rule_scaling(rule, float(factor), (float(train_len),))):
                 out[f"{key}:{rule}"] = _bits(model, long_eval, device, train_len)
         return out

@@ -6,7 +6,7 @@ import torch
 import mmpos
 from mmpos import Coords
 from mmpos.runner.sweep import run_recipe
-from recipes.tasks.scaling import RULES, rule_scaling, scaled_encoders
+from recipes.tasks.scaling import RULES, defined_rules, rule_scaling, scaled_encoders
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["profile=smoke", "device=cpu"]
@@ -42,6 +42,13 @@ def test_scaled_encoders_on_a_learned_plan_keeps_the_parameter():
     ):
         pass
     assert mixed.rescale is None
+
+
+def test_a_learned_plan_is_evaluated_with_the_position_rules_only():
+    rules = [*RULES, "ref-shape", "yarn@ratio"]
+    mixed = mmpos.create("rope-mixed", head_dim=16, num_heads=2)
+    assert defined_rules(mixed, rules) == ["linear", "ref-shape"]
+    assert defined_rules(mmpos.create("rope-axial", head_dim=16), rules) == rules
 
 
 def test_text_scaling_smoke(tmp_path):
