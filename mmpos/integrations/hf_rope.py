@@ -245,12 +245,14 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     "glm4v": ("mrope", "interleaved"),
     "glm4v_moe": ("mrope", "interleaved"),
     "glm46v": ("mrope", "interleaved"),
+    "glm_ocr": ("mrope", "interleaved"),
     # PaddleOCR-VL: Qwen2-VL's positions and rotation (its scheme is qwen2-vl, whose record does not name it)
     "paddleocr_vl": ("mrope", "half"),
     # Qwen3.5: Qwen3-VL's cyclic sections on the first partial_rotary_factor of each head, in its
     # full-attention layers only (its linear-attention layers take no positions)
     "qwen3_5": ("mrope-i", "half"),
     "qwen3_5_moe": ("mrope-i", "half"),
+    "cosmos3_edge": ("mrope-i", "half"),  # Qwen3-VL's rotation
     # ERNIE-4.5-VL: Qwen2-VL's positions (t merged); h, w alternating on the high frequencies and t on the lowest
     # (VideoRoPE's allocation; its config's mrope_section is ordered h, w, t), adjacent channels paired
     "ernie4_5_vl_moe": ("videorope", "interleaved"),

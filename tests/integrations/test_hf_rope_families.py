@@ -1,6 +1,6 @@
 """``use_rope`` on the families beyond Qwen-VL whose attention mmpos reaches (GLM-4V, GLM-4V-MoE,
 GLM-4.6V: partial rotary, adjacent channels paired; PaddleOCR-VL; Qwen3.5 and Qwen3.5-MoE: partial rotary,
-linear-attention layers without positions; ERNIE-4.5-VL: VideoRoPE's allocation, sections ordered h, w, t): the model's own scheme through mmpos reproduces the unpatched logits
+linear-attention layers without positions; GLM-OCR; Cosmos3-Edge; ERNIE-4.5-VL: VideoRoPE's allocation, sections ordered h, w, t): the model's own scheme through mmpos reproduces the unpatched logits
 bit for bit, and every swapped scheme runs a cached ``generate`` that agrees with a full forward.
 Tiny random configs built from each family's config class; a family the installed release lacks
 is skipped with the reason."""
@@ -81,6 +81,11 @@ def _glm46v():
     text = dict(_text_config(), model_type="glm4v_text")  # GLM-4.6V reads its sub-configs through AutoConfig
     cfg = transformers.Glm46VConfig(text_config=text, vision_config=dict(VISION, model_type="glm4v_vision"), **TOKENS)
     return transformers.Glm46VForConditionalGeneration(cfg)
+
+
+def _glm_ocr():
+    cfg = transformers.GlmOcrConfig(text_config=_text_config(), vision_config=VISION, **TOKENS)
+    return transformers.GlmOcrForConditionalGeneration(cfg)
 
 
 QWEN_TOKENS = {
@@ -170,14 +175,35 @@ def _ernie4_5_vl_moe():
     return transformers.Ernie4_5_VLMoeForConditionalGeneration(cfg)
 
 
+def _cosmos3_edge():
+    text = dict(
+        TEXT, head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [4, 2, 2], "rope_theta": 1e4}
+    )
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "patch_size": 2,
+        "num_patches": 16,
+        "spatial_merge_size": 2,
+    }
+    cfg = transformers.Cosmos3EdgeConfig(
+        text_config=text, vision_config=vision, projector_hidden_size=64, **QWEN_TOKENS
+    )
+    return transformers.Cosmos3EdgeForConditionalGeneration(cfg)
+
+
 #: model_type -> (tiny model, transformers class, the family's own scheme, pixel row shape)
 FAMILIES = {
     "glm4v": (_glm4v, "Glm4vForConditionalGeneration", "qwen3-vl", (24,)),
     "glm4v_moe": (_glm4v_moe, "Glm4vMoeForConditionalGeneration", "qwen3-vl", (24,)),
     "glm46v": (_glm46v, "Glm46VForConditionalGeneration", "qwen3-vl", (24,)),
+    "glm_ocr": (_glm_ocr, "GlmOcrForConditionalGeneration", "qwen3-vl", (24,)),
     "paddleocr_vl": (_paddleocr_vl, "PaddleOCRVLForConditionalGeneration", "qwen2-vl", (3, 2, 2)),
     "qwen3_5": (_qwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3-vl", (24,)),
     "qwen3_5_moe": (lambda: _qwen3_5(moe=True), "Qwen3_5MoeForConditionalGeneration", "qwen3-vl", (24,)),
+    "cosmos3_edge": (_cosmos3_edge, "Cosmos3EdgeForConditionalGeneration", "qwen3-vl", (12,)),
     "ernie4_5_vl_moe": (_ernie4_5_vl_moe, "Ernie4_5_VLMoeForConditionalGeneration", "qwen2-vl", (12,)),
 }
 
