@@ -15,16 +15,21 @@ from typing import Any
 from torch import Tensor, nn
 
 from .._extras import requires
+from .._validate import check_bool, check_float, check_int
 from ..coords import Coords
 from ..encoders.registry import model_context
 from ..rotary import Rotation
 from .attention import Attention
+from .multi_order import TPEAttention
 from .placement import Placement, PositionalBackbone, attach
 
 with requires("timm"):  # one line naming the package and the extra when it is missing
     from timm.layers import DropPath, Mlp
 
-__all__ = ["Block", "Transformer"]
+__all__ = ["TPE_NAME", "Block", "Transformer"]
+
+#: The ``pos=`` name of 2D-TPE (multi-order attention in every block; see :class:`Transformer`).
+TPE_NAME = "2d-tpe"
 
 
 class Block(nn.Module):
@@ -68,7 +73,12 @@ class Transformer(PositionalBackbone, nn.Module):
 
     Args:
         dim, depth, num_heads, mlp_ratio, num_kv_heads, causal, qkv_bias: the stack.
-        pos: encoder name or list of names (see ``mmpos.list_encoders()``).
+        pos: encoder name or list of names (see ``mmpos.list_encoders()``), or :data:`TPE_NAME`
+            (``"2d-tpe"``): every block's attention becomes a :class:`~mmpos.nn.TPEAttention`
+            ``(dim, num_heads, num_kv_heads=num_kv_heads, causal=causal, **pos_kwargs["2d-tpe"])``
+            (its own defaults otherwise, e.g. no qkv bias as the reference's Llama; ``forward``
+            then takes the order coordinates of :func:`mmpos.table.build`); the shorthand of
+            ``attn_layer=lambda i: TPEAttention(...)``, combinable with additive and conv encoders only.
         pos_kwargs: keyword arguments per encoder name, e.g. ``{"rope": {"theta": 100}}``.
         grid_size: the training token grid, handed to encoders that learn a grid.
         axes: the coordinate axes the model's tokens carry (e.g. ``("h", "w")``), handed
@@ -108,6 +118,37 @@ class Transformer(PositionalBackbone, nn.Module):
         prefix_rows: int | None = None,
     ) -> None:
         super().__init__()
+        dim, depth, num_heads = check_int(dim, "dim"), check_int(depth, "depth"), check_int(num_heads, "num_heads")
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        if num_kv_heads is not None:
+            check_int(num_kv_heads, "num_kv_heads")
+            if num_heads % num_kv_heads:
+                raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+        check_float(mlp_ratio, "mlp_ratio")
+        check_float(drop_path, "drop_path", strict=False, high=1.0)
+        check_bool(causal, "causal")
+        check_bool(qkv_bias, "qkv_bias")
+        if attn_layer is not None and (isinstance(attn_layer, nn.Module) or not callable(attn_layer)):  # a factory
+            raise TypeError(f"attn_layer must be a callable block index -> attention module, got {attn_layer!r}")
+        if pos_kwargs is not None and not isinstance(pos_kwargs, dict):
+            raise TypeError(f"pos_kwargs must be a dict of encoder name -> keyword arguments, got {pos_kwargs!r}")
+        if not (
+            pos is None or isinstance(pos, str) or (isinstance(pos, Sequence) and all(isinstance(p, str) for p in pos))
+        ):
+            raise TypeError(f"pos must be an encoder name or a sequence of names, got {pos!r}")
+        names = [] if pos is None else [pos] if isinstance(pos, str) else list(pos)
+        if TPE_NAME in names:
+            if attn_layer is not None:
+                raise ValueError(f"pos={TPE_NAME!r} sets every block's attention: give it or attn_layer, not both")
+            tpe_kwargs = dict((pos_kwargs or {}).get(TPE_NAME) or {})
+            names.remove(TPE_NAME)
+            pos = names or None
+            pos_kwargs = {n: kw for n, kw in (pos_kwargs or {}).items() if n != TPE_NAME}
+
+            def attn_layer(i: int) -> nn.Module:
+                return TPEAttention(dim, num_heads, num_kv_heads=num_kv_heads, causal=causal, **tpe_kwargs)
+
         context = model_context(
             dim, num_heads, depth, num_kv_heads=num_kv_heads, grid_size=grid_size, axes=axes, prefix_rows=prefix_rows
         )
