@@ -60,11 +60,14 @@ def rule_scaling(rule: str, factor: float, original: tuple[float, ...]) -> dict:
     """The :class:`~mmpos.scaling.RopeScaling` arguments for "trained at ``original``, run at ``factor`` times it".
 
     ``"<rule>@ratio"`` (``ntk-by-parts``, ``yarn``): the paper's ramp in ``L0 / wavelength`` (``ramp="ratio"``).
+    A one-axis ``original`` (text) is a number, so it applies to every axis of the plan (HoPE reads text as
+    ``(h, w)``).
     """
     rule, at, variant = rule.partition("@")
+    size = float(original[0]) if len(original) == 1 else list(original)  # one number: every axis of the plan
     if rule == "ref-shape":
-        return {"rule": rule, "original_size": list(original)}
-    out = {"rule": rule, "factor": float(factor), "original_size": list(original)}
+        return {"rule": rule, "original_size": size}
+    out = {"rule": rule, "factor": float(factor), "original_size": size}
     if at:
         if variant != "ratio":
             raise ValueError(f"data.rules: a variant after '@' must be 'ratio' (the paper's ramp), got {variant!r}")
