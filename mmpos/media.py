@@ -88,7 +88,9 @@ CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OPENAI_CLIP_MEAN in transform
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)  # IMAGENET_STANDARD_MEAN / _STD
 RESAMPLES = ("pil", "torch")
-FRAME_RULES = ("qwen2-vl", "qwen3-vl")
+FRAME_RULES = ("qwen2-vl", "qwen3-vl", "glm4v", "glm4.6v", "ernie4.5-vl")
+RESIZES = ("area", "volume", "paddleocr")
+ROW_ORDERS = ("merged", "raster")
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,23 @@ class MediaSpec:
             frames: of the whole clip, frames x height x width).
         mean, std: per-channel normalisation (RGB).
         resample: ``"pil"`` or ``"torch"`` bicubic (see the module docstring).
-        frames: video frame sampling and resize rule, ``"qwen2-vl"`` or ``"qwen3-vl"``.
-        fps: frames sampled per second of video (``None``: every frame under ``"qwen2-vl"``).
-        num_frames: frames to sample instead of ``fps`` (exclusive with it).
+        frames: video frame sampling rule, one of :data:`FRAME_RULES` (see :func:`sample_frame_indices`).
+        fps: frames sampled per second of video (``None``: every frame under ``"qwen2-vl"`` and
+            ``"ernie4.5-vl"``; required by ``"glm4v"``).
+        num_frames: frames to sample instead of ``fps`` (exclusive with it; not read by ``"glm4v"``).
         min_frames, max_frames: bounds of the sampled frame count when sampling by ``fps``.
+        resize: target size rule: ``"area"`` (:func:`smart_resize`, one frame's area within the
+            bounds), ``"volume"`` (:func:`smart_resize_video`: the volume ``frames x h x w``
+            bounded, ``temporal_patch_size`` frames for an image, small sides scaled up first;
+            Qwen3-VL videos, GLM-4V images and videos) or ``"paddleocr"`` (a side under
+            ``patch_size * merge_size`` scaled up to it, aspect kept, then ``"area"``; PaddleOCR-VL).
+        rows: patch row order, ``"merged"`` (the ``m x m`` patches of a merged token consecutive)
+            or ``"raster"`` (patches in raster order ``t, h, w``; PaddleOCR-VL).
+        frame_multiple: frames padded (last one repeated) to a multiple of this before
+            patchifying (``None``: ``temporal_patch_size``; ERNIE-4.5-VL videos: 2 with
+            ``temporal_patch_size=1``).
+        max_duration: ``"glm4v"`` sampling: seconds beyond which a clip is sampled by
+            ``fps * max_duration`` evenly spread frames.
 
     Checkpoints ship their own ``preprocessor_config.json`` (e.g. other ``min_pixels`` /
     ``max_pixels``): pass those values as overrides.
@@ -125,6 +140,10 @@ class MediaSpec:
     num_frames: int | None = None
     min_frames: int = 4
     max_frames: int = 768
+    resize: str = "area"
+    rows: str = "merged"
+    frame_multiple: int | None = None
+    max_duration: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels", "max_frames"):
@@ -144,8 +163,17 @@ class MediaSpec:
             raise ValueError(f"MediaSpec.resample must be one of {RESAMPLES}, got {self.resample!r}")
         if self.frames not in FRAME_RULES:
             raise ValueError(f"MediaSpec.frames must be one of {FRAME_RULES}, got {self.frames!r}")
+        if self.resize not in RESIZES:
+            raise ValueError(f"MediaSpec.resize must be one of {RESIZES}, got {self.resize!r}")
+        if self.rows not in ROW_ORDERS:
+            raise ValueError(f"MediaSpec.rows must be one of {ROW_ORDERS}, got {self.rows!r}")
+        if self.frame_multiple is not None:
+            check_int(self.frame_multiple, "MediaSpec.frame_multiple (or None)", 1)
+        check_float(self.max_duration, "MediaSpec.max_duration")
         if self.fps is not None and self.num_frames is not None:
             raise ValueError("MediaSpec.fps and num_frames are exclusive: set one of them to None")
+        if self.frames == "glm4v" and (self.fps is None or self.num_frames is not None):
+            raise ValueError('MediaSpec.frames="glm4v" samples by fps only: set fps (e.g. 2) and num_frames=None')
         if self.fps is not None:
             check_float(self.fps, "MediaSpec.fps (or None)")
         if self.num_frames is not None:
@@ -158,12 +186,45 @@ IMAGE_SPECS: dict[str, MediaSpec] = {
     "qwen2-vl": MediaSpec(14, 56 * 56, 28 * 28 * 1280, CLIP_MEAN, CLIP_STD, "pil"),
     "qwen2.5-vl": MediaSpec(14, 56 * 56, 28 * 28 * 1280, CLIP_MEAN, CLIP_STD, "pil"),
     "qwen3-vl": MediaSpec(16, 56 * 56, 28 * 28 * 1280, HALF, HALF, "pil"),
+    # Glm4vImageProcessor (GLM-4.1V / 4.5V; Glm46V's has the same defaults): the volume of T copies bounded
+    "glm4v": MediaSpec(14, 112 * 112, 28 * 28 * 15000, CLIP_MEAN, CLIP_STD, "pil", resize="volume"),
+    # Ernie4_5_VLMoeImageProcessor: one frame per row (T = 1)
+    "ernie4.5-vl": MediaSpec(14, 56 * 56, 28 * 28 * 6177, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1),
+    # PaddleOCRVLImageProcessor: small sides scaled up, T = 1, rows in raster order (the model merges later)
+    "glm4.6v": MediaSpec(14, 112 * 112, 28 * 28 * 15000, CLIP_MEAN, CLIP_STD, "pil", resize="volume"),
+    "paddleocr-vl": MediaSpec(
+        14, 384 * 384, 1536 * 1536, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1, resize="paddleocr", rows="raster"
+    ),
 }
 #: video processors: ``Qwen2VLVideoProcessor`` (also Qwen2.5-VL's) and ``Qwen3VLVideoProcessor`` defaults
 VIDEO_SPECS: dict[str, MediaSpec] = {
     "qwen2-vl": MediaSpec(14, 128 * 28 * 28, 28 * 28 * 768, CLIP_MEAN, CLIP_STD, "torch"),
     "qwen2.5-vl": MediaSpec(14, 128 * 28 * 28, 28 * 28 * 768, CLIP_MEAN, CLIP_STD, "torch"),
-    "qwen3-vl": MediaSpec(16, 128 * 32 * 32, 32 * 32 * 768, HALF, HALF, "torch", frames="qwen3-vl", fps=2),
+    "qwen3-vl": MediaSpec(
+        16, 128 * 32 * 32, 32 * 32 * 768, HALF, HALF, "torch", frames="qwen3-vl", fps=2, resize="volume"
+    ),
+    # Glm4vVideoProcessor (and Glm46V's): 2 fps by duration, the clip's volume bounded
+    "glm4v": MediaSpec(
+        14, 112 * 112, 28 * 28 * 2 * 30000, CLIP_MEAN, CLIP_STD, "torch", frames="glm4v", fps=2, resize="volume"
+    ),
+    # Glm46VVideoProcessor: GLM-4V's resize, frame rate by duration (3, 1, 0.5 fps; fps not read)
+    "glm4.6v": MediaSpec(
+        14, 112 * 112, 28 * 28 * 2 * 30000, CLIP_MEAN, CLIP_STD, "torch", frames="glm4.6v", resize="volume"
+    ),
+    # Ernie4_5_VLMoeVideoProcessor: every frame (16 to 180), padded to an even count, one frame per row
+    "ernie4.5-vl": MediaSpec(
+        14,
+        299 * 28 * 28,
+        1196 * 28 * 28,
+        CLIP_MEAN,
+        CLIP_STD,
+        "torch",
+        temporal_patch_size=1,
+        frame_multiple=2,
+        frames="ernie4.5-vl",
+        min_frames=16,
+        max_frames=180,
+    ),
 }
 
 
@@ -325,6 +386,21 @@ def smart_resize_video(
     return h_bar, w_bar
 
 
+def _target_size(num_frames: int, height: int, width: int, spec: MediaSpec) -> tuple[int, int]:
+    """The resized ``(h, w)`` of ``num_frames`` frames by ``spec.resize`` (an image: ``num_frames = T``)."""
+    factor = spec.patch_size * spec.merge_size
+    if spec.resize == "volume":
+        return smart_resize_video(
+            num_frames, height, width, spec.temporal_patch_size, factor, spec.min_pixels, spec.max_pixels
+        )
+    if spec.resize == "paddleocr":  # PaddleOCR-VL: a short side scaled up to one factor first, aspect kept
+        if height < factor:
+            height, width = factor, round(width * factor / height)
+        if width < factor:
+            height, width = round(height * factor / width), factor
+    return smart_resize(height, width, factor, spec.min_pixels, spec.max_pixels)
+
+
 def _resize_normalize(frames: np.ndarray, size: tuple[int, int], spec: MediaSpec) -> Tensor:
     """uint8 frames ``(F, H, W, 3)`` -> normalised float32 ``(F, 3, h, w)``."""
     h, w = size
@@ -350,14 +426,18 @@ def _resize_normalize(frames: np.ndarray, size: tuple[int, int], spec: MediaSpec
 def _patchify(x: Tensor, spec: MediaSpec) -> tuple[Tensor, tuple[int, int, int]]:
     """Frames ``(F, C, H, W)`` -> rows ``(t * h * w, C * T * P * P)`` and ``grid_thw``."""
     p, m, tp = spec.patch_size, spec.merge_size, spec.temporal_patch_size
+    multiple = tp if spec.frame_multiple is None else spec.frame_multiple
     if x.shape[0] == 1:  # a still image: the same frame T times, as a view
         x = x.expand(tp, -1, -1, -1)
-    elif pad := -x.shape[0] % tp:  # repeat the last frame up to a whole temporal patch
+    elif pad := -x.shape[0] % math.lcm(tp, multiple):  # repeat the last frame up to a whole temporal patch
         x = torch.cat([x, x[-1:].expand(pad, -1, -1, -1)])
     f, c, height, width = x.shape
     gt, gh, gw = f // tp, height // p, width // p
-    x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
-    x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (t, h/m, w/m, m, m, C, T, P, P)
+    if spec.rows == "raster":
+        x = x.reshape(gt, tp, c, gh, p, gw, p).permute(0, 3, 5, 2, 1, 4, 6)  # (t, h, w, C, T, P, P)
+    else:
+        x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
+        x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (t, h/m, w/m, m, m, C, T, P, P)
     return x.reshape(gt * gh * gw, c * tp * p * p).contiguous(), (gt, gh, gw)
 
 
@@ -386,7 +466,7 @@ def image_patches(source: ImageSource, spec: str | MediaSpec = "qwen2-vl", **ove
     """
     spec = _resolve(spec, IMAGE_SPECS, overrides)
     rgb = np.array(load_image(source))  # (H, W, 3) uint8
-    size = smart_resize(rgb.shape[0], rgb.shape[1], spec.patch_size * spec.merge_size, spec.min_pixels, spec.max_pixels)
+    size = _target_size(spec.temporal_patch_size, rgb.shape[0], rgb.shape[1], spec)
     rows, grid = _patchify(_resize_normalize(rgb[None], size, spec), spec)
     return ImagePatches(rows, Image(grid), size)
 
@@ -394,7 +474,7 @@ def image_patches(source: ImageSource, spec: str | MediaSpec = "qwen2-vl", **ove
 # --------------------------------------------------------------------------- videos
 def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -> np.ndarray:
     """Indices of the frames kept from a clip of ``total_frames`` at ``video_fps`` (int64,
-    sorted, may repeat under ``"qwen3-vl"``), by ``spec.frames`` (see the module docstring).
+    sorted, may repeat under ``"qwen3-vl"`` and ``"glm4v"``), by ``spec.frames`` (see the module docstring).
 
     ``total_frames`` a positive int, ``video_fps`` a finite positive number, ``spec`` a :class:`MediaSpec`;
     a count of 0 frames (or more than the clip holds, under ``"qwen2-vl"``) is a ``ValueError``.
@@ -408,6 +488,12 @@ def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -
     check_float(video_fps, "video_fps")  # 0 divided by zero, a negative or inf rate gave a wrong count
     check_bytes(8 * total_frames, f"frame indices of a clip of total_frames={total_frames:,}")
     tp = spec.temporal_patch_size
+    if spec.frames == "glm4v":
+        return _glm4v_indices(total_frames, video_fps, spec)
+    if spec.frames == "glm4.6v":
+        return _glm46v_indices(total_frames, video_fps, spec)
+    if spec.frames == "ernie4.5-vl":
+        return _ernie_indices(total_frames, video_fps, spec)
     if spec.frames == "qwen3-vl":
         n = spec.num_frames
         if n is None and spec.fps is not None:
@@ -435,6 +521,80 @@ def sample_frame_indices(total_frames: int, video_fps: float, spec: MediaSpec) -
         # where it fails; mmpos takes the n evenly spaced frames it means, floor(i * total / n)
         indices = np.arange(n, dtype=np.int64) * total_frames // n
     return indices
+
+
+def _glm4v_indices(total: int, video_fps: float, spec: MediaSpec) -> np.ndarray:
+    """GLM-4V: ``fps`` frames per second of the clip's duration, frame ``ceil(i * video_fps / fps)``
+    (at least one); beyond ``max_duration`` seconds ``fps * max_duration`` times spread over the clip;
+    repeats dropped, the last index repeated to an even count (``Glm4vVideoProcessor.sample_frames``)."""
+    last, duration, fps = total - 1, total / video_fps, spec.fps
+    if duration <= spec.max_duration:
+        n = max(math.floor(duration * fps), 1)
+        indices = [min(last, math.ceil(i * video_fps / fps)) for i in range(n)]
+    elif (n := int(spec.max_duration * fps)) >= total:
+        indices = list(range(total))
+    else:
+        indices = [min(last, math.ceil(t * video_fps)) for t in np.linspace(0, duration, n).tolist()]
+    kept = list(dict.fromkeys(indices))  # first occurrences, in order
+    kept += kept[-1:] * (len(kept) % 2)
+    return np.array(kept, dtype=np.int64)
+
+
+#: GLM-4.6V's sampling constants: frames per second by clip duration (up to 30 s, 300 s, beyond), the
+#: longest duration read and the most frames (``Glm46VVideoProcessor.sample_frames``)
+GLM46V_FPS = ((30.0, 3.0), (300.0, 1.0), (math.inf, 0.5))
+GLM46V_MAX_DURATION, GLM46V_MAX_FRAMES = 2400.0, 640
+
+
+def _glm46v_indices(total: int, video_fps: float, spec: MediaSpec) -> np.ndarray:
+    """GLM-4.6V: ``k = min(int(d * r * T), 640)`` frames for the clip's first ``d = min(duration, 2400)``
+    seconds at rate ``r`` (3 fps up to 30 s, 1 up to 300 s, else 0.5): the first frame at or after each
+    ``1 / (T r)`` seconds up to ``int(duration)``, respread with ``linspace`` to ``k`` when that count
+    differs; repeats dropped, the last repeated to an even count. ``spec.fps`` is not read."""
+    tp, last, duration = spec.temporal_patch_size, total - 1, total / video_fps
+    effective = min(duration, GLM46V_MAX_DURATION)
+    rate = next(r for bound, r in GLM46V_FPS if effective <= bound)
+    k = min(int(effective * rate * tp), GLM46V_MAX_FRAMES)
+    if k < 1:
+        raise ValueError(f"a clip of {duration:.3g} s is too short for GLM-4.6V sampling (no frame at {rate} fps)")
+    if total < k:
+        indices = np.linspace(0, last, k, dtype=int).tolist()
+    else:
+        indices, second, step, end, per_frame = [], 0.0, 1 / (tp * rate), int(duration), 1 / video_fps
+        for i in range(total):
+            if i * per_frame >= second:  # the first frame at or after each step
+                second += step
+                indices.append(i)
+                if second >= end:
+                    break
+        if len(indices) < k:
+            indices = np.linspace(indices[0], indices[-1], k, dtype=int).tolist()
+        elif len(indices) > k:
+            indices = np.linspace(0, last, k, dtype=int).tolist()
+    kept = list(dict.fromkeys(indices))  # first occurrences, in order
+    kept += kept[-1:] * (len(kept) % 2)
+    return np.array(kept, dtype=np.int64)
+
+
+def _ernie_indices(total: int, video_fps: float, spec: MediaSpec) -> np.ndarray:
+    """ERNIE-4.5-VL: ``num_frames`` (within ``[min_frames, max_frames]``) or ``total / video_fps * fps``
+    (every frame without ``fps``) clamped to ``[min_frames, max_frames]`` and the clip, spread with
+    ``arange(0, total, total / n)`` in float32, not rounded to a multiple of ``temporal_patch_size``
+    (``Ernie4_5_VLMoeVideoProcessor.sample_frames``)."""
+    if spec.num_frames is not None:
+        n: float = spec.num_frames
+        if not spec.min_frames <= n <= spec.max_frames:
+            raise ValueError(
+                f"num_frames={n} must lie in [min_frames, max_frames] = [{spec.min_frames}, {spec.max_frames}]"
+            )
+    else:
+        n = total / video_fps * spec.fps if spec.fps is not None else total
+        n = min(max(n, spec.min_frames), spec.max_frames, total)
+    if not 0 < n <= total:
+        raise ValueError(f"cannot sample {n} frames from a clip of {total} frames; lower num_frames or fps")
+    indices = torch.arange(0, total, total / n).int().numpy().astype(np.int64)  # as the reference
+    # where the float32 step overshoots the clip the reference fails indexing it; the index past the end is dropped
+    return indices[indices < total]
 
 
 def read_video(
@@ -578,15 +738,9 @@ def video_patches(
             raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
         frames, indices, fps, total = read_video(source, spec)
         name = _name(source)
-    factor = spec.patch_size * spec.merge_size
     height, width = frames.shape[1:3]
     try:
-        if spec.frames == "qwen3-vl":
-            size = smart_resize_video(
-                len(frames), height, width, spec.temporal_patch_size, factor, spec.min_pixels, spec.max_pixels
-            )
-        else:
-            size = smart_resize(height, width, factor, spec.min_pixels, spec.max_pixels)
+        size = _target_size(len(frames), height, width, spec)
     except ValueError as err:
         raise ValueError(f"video {name}: {err}") from err
     rows, grid = _patchify(_resize_normalize(frames, size, spec), spec)
