@@ -569,3 +569,24 @@ def test_grid_scaling_and_to_dict():
         grid_scaling("yarn", (14, 14), (28,))
     with pytest.raises(ValueError, match="axes must be a sequence of distinct"):
         grid_scaling("yarn", (14, 14), (28, 28), axes=("h", "h"))
+
+
+@pytest.mark.slow  # torch.export of a whole model: 15-120 s on this shared machine
+@pytest.mark.parametrize("rule", ["yarn", "dynamic"])
+def test_a_vit_with_a_grid_rule_exports_with_a_dynamic_image_size(rule):
+    """torch.export of a whole model built with ``scaling=`` + ``target_grid=``: the exported program equals
+    eager at the training grid and beyond it (YaRN's attention factor is a constant of the graph; the dynamic
+    rule's length is computed in it)."""
+    from torch.export import Dim
+
+    from mmpos.nn import VisionTransformer
+
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        16, 4, dim=32, depth=1, num_heads=2, pos="rope-axial", num_classes=3, scaling=rule, target_grid=(8, 8)
+    ).eval()
+    dims = ({0: Dim("b", min=1, max=4), 2: 4 * Dim("h", min=2, max=16), 3: 4 * Dim("w", min=2, max=16)},)
+    program = torch.export.export(model, (torch.randn(2, 3, 16, 16),), dynamic_shapes=dims)
+    for shape in ((2, 3, 16, 16), (1, 3, 32, 28)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)
