@@ -17,6 +17,7 @@ Every fact about a scheme lives in its :class:`Scheme` entry of :data:`SCHEMES`:
   ``rows_to_axes``, how the rotary embedding reads them back;
 * ``encoder`` -- the :mod:`mmpos.encoders` rotary encoder that reads its coordinates (the one
   scheme -> encoder map: read ``SCHEMES[name].encoder``);
+  ``encoder_kwargs`` -- the arguments that encoder needs to read them (HunYuan-VL's axis names);
 * ``frames`` -- whether a video is one block per frame (Qwen3-VL, timestamps between frames);
 * ``paper`` / ``reference`` -- the paper, and the repository and file (function) of the reference
   implementation of its positions (``mmpos list schemes`` prints both);
@@ -275,6 +276,8 @@ class Scheme:
     audio: bool = False
     #: whether ``block`` reads ``BlockGeometry.start`` (Qwen3-Omni: float32 sums that include the block start)
     reads_start: bool = False
+    #: arguments ``encoder`` needs to read this scheme's coordinates (HunYuan-VL: ``{"axes": ("w", "h", "image")}``)
+    encoder_kwargs: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         a = len(self.axes)
@@ -934,6 +937,7 @@ for _scheme in (
         paper="Tencent HunYuan-VL / HunyuanOCR (XD-RoPE: width, height and image-index axes)",
         reference="huggingface/transformers src/transformers/models/hunyuan_vl/modeling_hunyuan_vl.py (HunYuanVLModel.get_rope_index)",
         model_types=("hunyuan_vl",),
+        encoder_kwargs={"axes": ("w", "h", "image")},
     ),
     Scheme(
         "flat",

@@ -138,7 +138,7 @@ class TinyVLM(nn.Module):
             depth,
             num_heads,
             pos=encoder,
-            pos_kwargs={encoder: dict(pos_kwargs or {})},
+            pos_kwargs={encoder: {**SCHEMES[scheme].encoder_kwargs, **dict(pos_kwargs or {})}},
             num_kv_heads=num_kv_heads,
             causal=True,
             conv_after=(),

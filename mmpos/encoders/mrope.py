@@ -120,12 +120,22 @@ def _check_section(section: Sequence[int], total: int, what: str, name: str = "m
     return out
 
 
+def _check_axes(axes: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(axes, str) or not isinstance(axes, Sequence):
+        raise TypeError(f"axes must be a sequence of 3 axis names, got {axes!r}")
+    axes = tuple(axes)
+    if len(axes) != 3 or not all(isinstance(a, str) and a for a in axes) or len(set(axes)) != 3:
+        raise ValueError(f"axes must be 3 distinct non-empty axis names, got {axes!r}")
+    return axes
+
+
 def mrope_plan(
     head_dim: int,
     mrope_section: Sequence[int] | None = None,
     axis_order: str = "chunked",
     theta: float = 10000.0,
     convention: str = "half",
+    axes: Sequence[str] = THW,
 ) -> FrequencyPlan:
     """M-RoPE plan: ``axis_order`` ``"chunked"`` (Qwen2/2.5-VL) or ``"cyclic"`` (Qwen3-VL's
     interleaved MRoPE, MRoPE-I); see :data:`AXIS_ORDERS`.
@@ -133,14 +143,17 @@ def mrope_plan(
     ``mrope_section`` counts rotary pairs per ``(t, h, w)`` and sums to ``head_dim / 2``.
     Cyclic sections must give every axis exactly its count under the rule of
     Qwen3-VL's ``apply_interleaved_mrope`` (roughly ``3 * section[h or w] <= head_dim / 2``).
+    ``axes`` names the three axes in section order (default ``("t", "h", "w")``; HunYuan-VL's
+    scheme reads ``("w", "h", "image")``).
     """
     p = _pairs(head_dim)
     axis_order = _check_axis_order(axis_order)
+    axes = _check_axes(axes)
     section = default_mrope_section(head_dim, axis_order) if mrope_section is None else mrope_section
     section = _check_section(section, p, "rotary pair counts")
     if axis_order == "chunked":
-        return FrequencyPlan.chunked_axes(head_dim, section, THW, theta, convention)
-    plan = FrequencyPlan.cyclic_axes(head_dim, section, THW, theta, convention)
+        return FrequencyPlan.chunked_axes(head_dim, section, axes, theta, convention)
+    plan = FrequencyPlan.cyclic_axes(head_dim, section, axes, theta, convention)
     counts = tuple(int(c) for c in (plan.weight != 0).sum(-1))  # pairs per axis (pair 0 has freq 1)
     if counts != section:
         raise ValueError(
@@ -359,6 +372,9 @@ class MRoPE(_MultimodalRotary):
         scaling: a length / resolution scaling rule per axis (:class:`~mmpos.scaling.RopeScaling` or a
             dict of its arguments); the pairs form one spectrum shared by the axes. Every encoder of this
             module takes it.
+        axes: the names of the three axes in section order (default ``("t", "h", "w")``); a scheme whose
+            coordinates name them otherwise says so in ``Scheme.encoder_kwargs`` (HunYuan-VL's
+            ``("w", "h", "image")``).
     """
 
     axis_order = "chunked"
@@ -372,9 +388,11 @@ class MRoPE(_MultimodalRotary):
         theta: float = 10000.0,
         convention: str = "half",
         scaling: RopeScaling | dict | None = None,
+        axes: Sequence[str] = THW,
     ) -> None:
         head_dim = resolve_head_dim(dim, num_heads, head_dim)
-        super().__init__(mrope_plan(head_dim, mrope_section, self.axis_order, theta, convention), scaling=scaling)
+        plan = mrope_plan(head_dim, mrope_section, self.axis_order, theta, convention, axes)
+        super().__init__(plan, scaling=scaling)
 
 
 @register_encoder(

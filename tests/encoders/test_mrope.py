@@ -10,7 +10,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbe
 
 import mmpos
 from mmpos import Coords, create
-from mmpos.encoders.mrope import default_mrope_section, grape_plan, hope_plan, mrope_plan
+from mmpos.encoders.mrope import MRoPE, default_mrope_section, grape_plan, hope_plan, mrope_plan
 from mmpos.layout import Image, Text, Video, build
 from mmpos.rotary import apply_rotary, rope_frequencies
 from mmpos.schemes import SCHEMES
@@ -456,3 +456,21 @@ def test_grape_relative_law_and_errors():
         create("grape", head_dim=64, log_freq_scale=0)
     with pytest.raises(ValueError, match="mrope_section applies to axis_order='chunked' only"):
         grape_plan(64, [8, 12, 12], "cyclic")
+
+
+def test_mrope_axes_names_the_three_sectioned_axes():
+    """``axes=`` renames the axes; the angles are those of the default plan on the same columns."""
+    torch.manual_seed(0)
+    pos = torch.randint(0, 20, (2, 5, 3)).double()
+    default = MRoPE(head_dim=16)
+    named = MRoPE(head_dim=16, axes=("w", "h", "image"))
+    a = default.angles(Coords(pos=pos, axes=("t", "h", "w")))
+    b = named.angles(Coords(pos=pos, axes=("w", "h", "image")))
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="axes"):
+        named.angles(Coords(pos=pos, axes=("t", "h", "w")))
+    for bad in (("t", "t", "w"), ("t", "h"), ("t", "h", "")):
+        with pytest.raises(ValueError, match="axes must be 3 distinct"):
+            MRoPE(head_dim=16, axes=bad)
+    with pytest.raises(TypeError, match="axes must be a sequence"):
+        MRoPE(head_dim=16, axes="thw")
