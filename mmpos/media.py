@@ -192,6 +192,10 @@ IMAGE_SPECS: dict[str, MediaSpec] = {
     "ernie4.5-vl": MediaSpec(14, 56 * 56, 28 * 28 * 6177, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1),
     # PaddleOCRVLImageProcessor: small sides scaled up, T = 1, rows in raster order (the model merges later)
     "glm4.6v": MediaSpec(14, 112 * 112, 28 * 28 * 15000, CLIP_MEAN, CLIP_STD, "pil", resize="volume"),
+    # HunYuanVLImageProcessor (and HY-V4-VL's image processor): Qwen's resize, 16-pixel patches, T = 1, raster rows
+    "hunyuan-vl": MediaSpec(
+        16, 512 * 512, 2048 * 2048, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1, rows="raster"
+    ),
     "paddleocr-vl": MediaSpec(
         14, 384 * 384, 1536 * 1536, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1, resize="paddleocr", rows="raster"
     ),

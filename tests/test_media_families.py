@@ -24,8 +24,19 @@ FAMILIES = {
     "glm46v": ("glm46v", "Glm46VImageProcessor", "Glm46VVideoProcessor"),
     "ernie4.5-vl": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeImageProcessor", "Ernie4_5_VLMoeVideoProcessor"),
     "paddleocr-vl": ("paddleocr_vl", "PaddleOCRVLImageProcessor", None),
+    "hunyuan-vl": ("hunyuan_vl", "HunYuanVLImageProcessor", None),
+    "hy-v4-vl": ("hy_v4_vl", "HYV4VLImageProcessor", None),  # its video processor: not covered
+    "cohere-compass": ("cohere_compass", "CohereCompassImageProcessor", None),  # = Qwen2-VL's image processor
 }
-PRESET = {"glm4v": "glm4v", "glm46v": "glm4.6v", "ernie4.5-vl": "ernie4.5-vl", "paddleocr-vl": "paddleocr-vl"}
+PRESET = {
+    "glm4v": "glm4v",
+    "glm46v": "glm4.6v",
+    "ernie4.5-vl": "ernie4.5-vl",
+    "paddleocr-vl": "paddleocr-vl",
+    "hunyuan-vl": "hunyuan-vl",
+    "hy-v4-vl": "hunyuan-vl",
+    "cohere-compass": "qwen2-vl",
+}
 
 
 def _module(family: str, kind: str, suffix: str = ""):
@@ -96,7 +107,7 @@ IMAGE_SIZES = [
     (20, 300, {}),
     (640, 11, {}),
     (300, 423, {}),
-    (1200, 1700, {"max_pixels": 160_000}),
+    (1200, 1700, {"min_pixels": 56 * 56, "max_pixels": 160_000}),
 ]
 
 
@@ -115,7 +126,7 @@ def test_image_parity_with_hf(family, resample, case):
     extra = {"input_data_format": "channels_last"} if not HF5 and resample == "pil" else {}
     out = proc(images=[PILImage.fromarray(pixels)], return_tensors="pt", **extra)
     assert ours.segment.grid_thw == tuple(out["image_grid_thw"][0].tolist())
-    theirs = out["pixel_values"].reshape(ours.pixel_values.shape[0], -1)  # PaddleOCR-VL's are (N, C * T, P, P)
+    theirs = out["pixel_values"].reshape(ours.pixel_values.shape[0], -1)  # PaddleOCR-VL's, Hunyuan's: (N, C*T, P, P)
     torch.testing.assert_close(ours.pixel_values, theirs, rtol=0, atol=0)
 
 
@@ -138,9 +149,9 @@ VIDEO_CASES = [
     (25, 10.0, 50, 70, {}),
     (7, 6.0, 90, 40, {}),
     (33, 24.0, 20, 30, {}),
-    (40, 4.0, 64, 64, {"max_duration": 3.0}),
+    (40, 4.0, 64, 64, {"max_duration": 3.0, "min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}),
     (19, 3.0, 300, 400, {"min_pixels": 28 * 28 * 8, "max_pixels": 28 * 28 * 2 * 40}),
-    (95, 3.0, 28, 28, {}),  # 31.7 s: GLM-4.6V at 1 fps
+    (95, 3.0, 28, 28, {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}),  # 31.7 s: GLM-4.6V at 1 fps
 ]
 
 
