@@ -42,6 +42,15 @@ pixel rows against those processors directly.
   :attr:`VideoPatches.timestamps` are Qwen3-VL's per temporal patch (mean of its first and
   last frame's time).
 
+* **Other families** (GLM-4V, GLM-4.6V, ERNIE-4.5-VL, PaddleOCR-VL, Hunyuan-VL): presets of the
+  same functions, their processors' rules as :class:`MediaSpec` fields (``resize``, ``rows``,
+  ``frame_multiple``, ``frames``, ``max_duration``); read for facts in transformers 5.24's
+  ``models/glm4v/{image_processing_pil_glm4v,video_processing_glm4v}.py``,
+  ``models/glm46v/video_processing_glm46v.py``, ``models/ernie4_5_vl_moe/*processing*.py``,
+  ``models/paddleocr_vl/image_processing_pil_paddleocr_vl.py`` and
+  ``models/hunyuan_vl/image_processing_pil_hunyuan_vl.py``; ``tests/test_media_families.py``
+  compares against those processors.
+
 Shapes: ``pixel_values`` ``(t * h * w, 3 * temporal_patch_size * patch_size ** 2)`` with
 ``(t, h, w) = segment.grid_thw`` in patches before the spatial merge.
 """
