@@ -26,7 +26,8 @@ FAMILIES = {
     "paddleocr-vl": ("paddleocr_vl", "PaddleOCRVLImageProcessor", None),
     "hunyuan-vl": ("hunyuan_vl", "HunYuanVLImageProcessor", None),
     "hy-v4-vl": ("hy_v4_vl", "HYV4VLImageProcessor", None),  # its video processor: not covered
-    "cohere-compass": ("cohere_compass", "CohereCompassImageProcessor", None),  # = Qwen2-VL's image processor
+    # = Qwen2-VL's image and Qwen3-VL's video processor
+    "cohere-compass": ("cohere_compass", "CohereCompassImageProcessor", "CohereCompassVideoProcessor"),
 }
 PRESET = {
     "glm4v": "glm4v",
@@ -37,6 +38,7 @@ PRESET = {
     "hy-v4-vl": "hunyuan-vl",
     "cohere-compass": "qwen2-vl",
 }
+VIDEO_PRESET = {**PRESET, "cohere-compass": "qwen3-vl"}
 
 
 def _module(family: str, kind: str, suffix: str = ""):
@@ -86,7 +88,7 @@ def test_presets_are_the_processor_defaults(family):
         return
     kwargs = {"draw_on_frames": False} if family == "ernie4.5-vl" else {}
     video = getattr(_module(family, "video_processing"), FAMILIES[family][2])(**kwargs)
-    spec = media.VIDEO_SPECS[PRESET[family]]
+    spec = media.VIDEO_SPECS[VIDEO_PRESET[family]]
     assert (video.size["shortest_edge"], video.size["longest_edge"]) == (spec.min_pixels, spec.max_pixels)
     assert (video.patch_size, video.merge_size) == (spec.patch_size, spec.merge_size)
     assert tuple(video.image_mean) == spec.mean and tuple(video.image_std) == spec.std
@@ -95,6 +97,9 @@ def test_presets_are_the_processor_defaults(family):
         assert (video.min_frames, video.max_frames, video.fps) == (spec.min_frames, spec.max_frames, spec.fps)
     elif family == "glm46v":  # its sampling reads no fps (a rate by duration)
         assert video.temporal_patch_size == spec.temporal_patch_size == 2 and spec.fps is None
+    elif family == "cohere-compass":
+        assert (video.temporal_patch_size, video.fps) == (spec.temporal_patch_size, spec.fps)
+        assert (video.min_frames, video.max_frames) == (spec.min_frames, spec.max_frames)
     else:
         assert (video.temporal_patch_size, video.fps, video.max_duration) == (2, spec.fps, spec.max_duration)
 
@@ -162,6 +167,8 @@ def _hf_video(family: str, spec: media.MediaSpec, frames: np.ndarray, fps: float
         kwargs.update(draw_on_frames=False, min_frames=spec.min_frames, max_frames=spec.max_frames)
     elif family == "glm4v":
         kwargs["max_duration"] = spec.max_duration
+    elif family == "cohere-compass":  # the per-frame pixel cap of 5.x, off by default (as in test_media.py)
+        kwargs["cap_pixels_per_frame"] = False
     proc = cls(**kwargs)
     total = frames.shape[0]
     meta = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=frames.shape[2])
@@ -178,7 +185,7 @@ def test_video_parity_with_hf(family, case):
     total, fps, h, w, overrides = case
     if family != "glm4v":
         overrides = {k: v for k, v in overrides.items() if k != "max_duration"}
-    spec = replace(media.VIDEO_SPECS[PRESET[family]], **overrides)
+    spec = replace(media.VIDEO_SPECS[VIDEO_PRESET[family]], **overrides)
     _module(family, "video_processing")  # skips a family the release lacks
     if not HF5 and family == "glm4v" and total / fps * spec.fps < 1:
         pytest.skip("transformers 4.57's GLM-4V samples no frame from a clip under 1 / fps seconds (5.x takes one)")
