@@ -578,10 +578,16 @@ def _pack(
     np.copyto(run, text.reshape(-1))  # 1 per text token, 0 on padding and vision tokens ...
     run[block_first] = extent  # ... but a block's first token: the block's extent
     pos = run.reshape(b, length)
-    torch.from_numpy(pos).cumsum_(1)  # (B, L) running position after each token
+    if exact and length:  # integers: each row starts at -1, so the sum gives the text positions (no pass for - 1)
+        pos[:, 0] -= 1
+    torch.from_numpy(pos).cumsum_(1)  # (B, L) running position after each token, - 1 (exact) or not yet
     block_end = pos.reshape(-1)[block_first].astype(np.float64)  # (K,)
     nxt = pos[:, -1].astype(np.float64)  # (B,) the position the token after each sample gets
-    pos -= 1  # text positions (at a vision token: its block's end - 1, overwritten below)
+    if exact:
+        block_end += 1
+        nxt += 1
+    else:  # float64 sums: - 1 after the sum, as it always was (the same rounding)
+        pos -= 1  # text positions (at a vision token: its block's end - 1, overwritten below)
     rule = options.rule
     if rule.deltas == "max-real":
         if bool((extent >= 0).all()):  # positions never go back: the last real token's is the largest

@@ -171,7 +171,7 @@ class RopeIndexOptions:
                 f"config of model_type {config.model_type!r} lacks "
                 f"{missing + ([] if vision is not None else ['vision_config'])} or vision_config.spatial_merge_size"
             )
-        return cls(
+        fields = dict(
             scheme=own if scheme is None else scheme,
             model_scheme=own,
             merge=vision.spatial_merge_size,
@@ -182,6 +182,20 @@ class RopeIndexOptions:
             video_markers=video_markers(config),
             **options,
         )
+        # every get_rope_index call asks for its options: the checked options of the same values are made once
+        # (the key holds types too, so 1 and 1.0 or True stay apart; unhashable values are checked every call)
+        key = tuple((k, type(v), v) for k, v in sorted(fields.items()))
+        try:
+            hash(key)
+        except TypeError:
+            return cls(**fields)
+        return _options_of(cls, key)
+
+
+@functools.lru_cache(maxsize=256)
+def _options_of(cls: type, key: tuple) -> RopeIndexOptions:
+    """``cls`` of the fields in ``key`` (``(name, type, value)`` triples), made and checked once per key."""
+    return cls(**{name: value for name, _, value in key})
 
 
 def _check_grid(grid: Tensor | None, name: str, merge: int) -> np.ndarray:
