@@ -24,6 +24,12 @@ def test_api_page_documents_the_package_and_its_subpackages():
         assert module in DOCUMENTED, module
 
 
+def test_api_page_lists_every_public_integration_module():
+    folder = pathlib.Path(mmpos.__file__).parent / "integrations"
+    public = {f"mmpos.integrations.{p.stem}" for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    assert public - set(DOCUMENTED) == set()
+
+
 def test_top_level_names_resolve():
     for name in mmpos.__all__:
         assert hasattr(mmpos, name), name
