@@ -253,6 +253,10 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     "qwen3_5": ("mrope-i", "half"),
     "qwen3_5_moe": ("mrope-i", "half"),
     "cosmos3_edge": ("mrope-i", "half"),  # Qwen3-VL's rotation
+    "cosmos3_omni": ("mrope-i", "half"),  # its text model is a Qwen3-VL text model
+    # Qwen4-Exp: Qwen3.5's rotation in its indexed-attention layers; the rotary module returns cos / sin of the
+    # whole sequence (the cache's position history and the new tokens: its QSA indexer scores every key)
+    "qwen4_exp": ("mrope-i", "half"),
     # ERNIE-4.5-VL: Qwen2-VL's positions (t merged); h, w alternating on the high frequencies and t on the lowest
     # (VideoRoPE's allocation; its config's mrope_section is ordered h, w, t), adjacent channels paired
     "ernie4_5_vl_moe": ("videorope", "interleaved"),
@@ -472,6 +476,17 @@ def use_rope(
         visual_stride=visual_stride,
         scheme_options=scheme_options or None,
     )
+    if scheme != "own" and get_scheme(scheme).encoder == "mhrope":
+        indexed = [
+            type(layer.self_attn).__name__
+            for layer in text.layers
+            if hasattr(getattr(layer, "self_attn", None), "indexer")
+        ]
+        if indexed:  # Qwen4-Exp: the indexer rotates its own keys by the shared cos / sin, no per-head angles
+            raise ValueError(
+                f"scheme 'mhrope' cannot reach {indexed[0]}: its token indexer rotates keys by the shared cos / sin "
+                "(a per-head rotation has none); use a scheme with one rotation for every head"
+            )
     _restore(core, text)
     if scheme == "own":
         if hasattr(core.config, CONFIG_KEY):

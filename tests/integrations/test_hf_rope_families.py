@@ -1,6 +1,7 @@
 """``use_rope`` on the families beyond Qwen-VL whose attention mmpos reaches (GLM-4V, GLM-4V-MoE,
 GLM-4.6V: partial rotary, adjacent channels paired; PaddleOCR-VL; Qwen3.5 and Qwen3.5-MoE: partial rotary,
-linear-attention layers without positions; GLM-OCR; Cosmos3-Edge; ERNIE-4.5-VL: VideoRoPE's allocation, sections ordered h, w, t): the model's own scheme through mmpos reproduces the unpatched logits
+linear-attention layers without positions; GLM-OCR; Cosmos3-Edge; Cosmos3-Omni; Qwen4-Exp: Qwen3.5's rotation, its QSA indexer scoring keys
+by the same cos / sin; ERNIE-4.5-VL: VideoRoPE's allocation, sections ordered h, w, t): the model's own scheme through mmpos reproduces the unpatched logits
 bit for bit, and every swapped scheme runs a cached ``generate`` that agrees with a full forward.
 Tiny random configs built from each family's config class; a family the installed release lacks
 is skipped with the reason."""
@@ -194,6 +195,56 @@ def _cosmos3_edge():
     return transformers.Cosmos3EdgeForConditionalGeneration(cfg)
 
 
+def _cosmos3_omni():
+    # its text and vision models are Qwen3-VL's (sub-configs read through AutoConfig)
+    text = dict(
+        TEXT,
+        model_type="qwen3_vl_text",
+        head_dim=16,
+        rope_parameters={
+            "rope_type": "default",
+            "mrope_section": [4, 2, 2],
+            "mrope_interleaved": True,
+            "rope_theta": 1e4,
+        },
+    )
+    cfg = transformers.Cosmos3OmniConfig(text_config=text, vision_config=QWEN3_VISION, **QWEN_TOKENS)
+    return transformers.Cosmos3OmniForConditionalGeneration(cfg)
+
+
+def _qwen4_exp():
+    text = dict(
+        TEXT,
+        head_dim=16,
+        layer_types=["linear_attention", "indexed_attention"],  # positions reach the indexed-attention layer only
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts_per_tok=2,
+        num_experts=4,
+        hc_count=2,
+        hc_lowrank=8,
+        # the QSA indexer keeps 4 of the keys (blocks of 2): its selection depends on the rotation too
+        indexer_n_heads=2,
+        indexer_kv_heads=1,
+        indexer_head_dim=8,
+        indexer_budget=4,
+        indexer_compress_ratio=2,
+        rope_parameters={
+            "rope_type": "default",
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 1e4,
+        },
+    )
+    cfg = transformers.Qwen4ExpConfig(text_config=text, vision_config=QWEN3_VISION, **QWEN_TOKENS)
+    return transformers.Qwen4ExpForConditionalGeneration(cfg)
+
+
 #: model_type -> (tiny model, transformers class, the family's own scheme, pixel row shape)
 FAMILIES = {
     "glm4v": (_glm4v, "Glm4vForConditionalGeneration", "qwen3-vl", (24,)),
@@ -205,7 +256,11 @@ FAMILIES = {
     "qwen3_5_moe": (lambda: _qwen3_5(moe=True), "Qwen3_5MoeForConditionalGeneration", "qwen3-vl", (24,)),
     "cosmos3_edge": (_cosmos3_edge, "Cosmos3EdgeForConditionalGeneration", "qwen3-vl", (12,)),
     "ernie4_5_vl_moe": (_ernie4_5_vl_moe, "Ernie4_5_VLMoeForConditionalGeneration", "qwen2-vl", (12,)),
+    "cosmos3_omni": (_cosmos3_omni, "Cosmos3OmniForConditionalGeneration", "qwen3-vl", (24,)),
+    "qwen4_exp": (_qwen4_exp, "Qwen4ExpForConditionalGeneration", "qwen3-vl", (24,)),
 }
+#: families whose attention has no per-head rotation to hook (Qwen4-Exp's QSA indexer rotates keys by cos / sin)
+NO_MHROPE = {"qwen4_exp"}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -282,7 +337,7 @@ SWAPS = [
 
 
 #: the tiny configs' 4 rotary pairs: GRAPE's cycle over all pairs is Qwen3.5's own cyclic [2, 1, 1] (same positions)
-SAME_AS_OWN = {("qwen3_5", "grape-i"), ("qwen3_5_moe", "grape-i")}
+SAME_AS_OWN = {("qwen3_5", "grape-i"), ("qwen3_5_moe", "grape-i"), ("qwen4_exp", "grape-i")}
 
 
 @torch.no_grad()
@@ -292,6 +347,11 @@ def test_swapped_scheme_forward_and_cached_generate(family, scheme, options):
     inputs = _batch(name)
     use_rope(model, "own")
     ref = model(**inputs).logits
+    if scheme == "mhrope" and name in NO_MHROPE:
+        with pytest.raises(ValueError, match="mhrope"):
+            use_rope(model, scheme, **options)
+        assert current_rope(model) == "own" and torch.equal(model(**inputs).logits, ref)
+        return
     use_rope(model, scheme, **options)
     logits = model(**inputs).logits
     assert torch.isfinite(logits).all()
