@@ -18,7 +18,9 @@ last item column of the whole table, so that ragged rows end in one column).
 :class:`Table` segments -- into a :class:`TableLayout`:
 
 * ``orders`` -- one 1-D position per token under each traversal of the table items
-  (:data:`ORDERS`): ``"row"`` (row-major, the serialisation order), ``"col"``
+  (:data:`ORDERS`), on the axes :func:`order_axes` names (``"row_order"``, ``"col_order"``,
+  ``"diag_order"``: never the grid's ``"row"`` / ``"col"``, so order positions and grid
+  coordinates cannot be mistaken for each other): ``"row"`` (row-major, the serialisation order), ``"col"``
   (column-major), ``"diag"`` (anti-diagonals ``r + c``, top to bottom). The tokens of an item
   stay contiguous in every order. Text before and after a table gets the same sequential
   positions under every order (the reference's ``tx`` / ``ty``); a table occupies as many
@@ -52,11 +54,27 @@ from torch import Tensor
 from .coords import Coords, Modality
 from .layout import Image, Text, Unit, Video, register_segment
 
-__all__ = ["ORDERS", "Table", "TableLayout", "build", "serialise"]
+__all__ = ["ORDERS", "ORDER_SUFFIX", "Table", "TableLayout", "build", "order_axes", "serialise"]
 
 #: the traversals a :class:`TableLayout` can hold (see the module docstring)
 ORDERS = ("row", "col", "diag")
+#: the suffix of every order axis: traversal ``"row"`` is the axis ``"row_order"`` of :attr:`TableLayout.order_coords`
+ORDER_SUFFIX = "_order"
 _CELL, _SEP = 0, 1
+
+
+def order_axes(orders: Sequence[str] = ("row", "col")) -> tuple[str, ...]:
+    """The :class:`~mmpos.coords.Coords` axis names of the traversals ``orders`` (names from :data:`ORDERS`).
+
+    ``order_axes(("row", "col")) == ("row_order", "col_order")``: the axes of
+    :attr:`TableLayout.order_coords` and the default ``orders`` of :class:`mmpos.nn.TPEAttention`.
+    """
+    if isinstance(orders, str) or not isinstance(orders, Sequence):
+        raise TypeError(f"orders must be a sequence of names from {ORDERS}, got {orders!r}")
+    orders = tuple(orders)
+    if not orders or any(o not in ORDERS for o in orders) or len(set(orders)) != len(orders):
+        raise ValueError(f"orders must be distinct names from {ORDERS}, got {orders!r}")
+    return tuple(o + ORDER_SUFFIX for o in orders)
 
 
 def _count(value: object, name: str, minimum: int) -> int:
@@ -198,16 +216,18 @@ class TableLayout:
     """Positions of a batch of samples with tables (``B`` samples padded to ``L`` tokens).
 
     Attributes:
-        order_coords: :class:`~mmpos.coords.Coords` with ``pos`` ``(B, L, K)``, axes = the
-            order names: axis ``k`` is each token's 1-D position under traversal ``k``
-            (what :class:`mmpos.nn.MultiOrderAttention` reads); ``mask`` = real tokens.
+        order_coords: :class:`~mmpos.coords.Coords` with ``pos`` ``(B, L, K)``, axes
+            :func:`order_axes` ``(orders)`` (e.g. ``("row_order", "col_order")``): axis ``k`` is
+            each token's 1-D position under traversal ``k`` (what :class:`mmpos.nn.MultiOrderAttention`
+            reads); ``mask`` = real tokens.
         grid_coords: :class:`~mmpos.coords.Coords` with axes ``("row", "col")`` (axial RoPE).
         cell: ``(B, L, 3)`` int64 ``(row, column, token-in-cell)`` of cell tokens, ``-1`` elsewhere.
         table_mask: ``(B, L)`` bool, tokens of a table (cells and separators).
         next_position: ``(B,)`` int64, the position of the token after each sample (the same
             under every order).
         next_grid: ``(B,)`` int64, the same for ``grid_coords``.
-        orders: the order names.
+        orders: the traversal names (e.g. ``("row", "col")``; the axes of ``order_coords`` are
+            :func:`order_axes` of them).
     """
 
     order_coords: Coords
@@ -287,9 +307,8 @@ def build(
         orders: the traversals to compute, names from :data:`ORDERS`, no repeats.
         padding_side: ``"right"`` or ``"left"``; padding gets position 0 and ``mask=False``.
     """
+    axes = order_axes(orders)
     orders = tuple(orders)
-    if not orders or any(o not in ORDERS for o in orders) or len(set(orders)) != len(orders):
-        raise ValueError(f"orders must be distinct names from {ORDERS}, got {orders!r}")
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
     if isinstance(samples, (Text, Table)) or not isinstance(samples, Sequence) or not samples:
@@ -307,7 +326,7 @@ def build(
     grid_pos = torch.stack([pad(p[1], 0) for p in parts]).float()
     modality = torch.full(real.shape, int(Modality.TEXT), dtype=torch.long)
     return TableLayout(
-        order_coords=Coords(order_pos, orders, mask=real, modality=modality),
+        order_coords=Coords(order_pos, axes, mask=real, modality=modality),
         grid_coords=Coords(grid_pos, ("row", "col"), mask=real, modality=modality),
         cell=torch.stack([pad(p[2], -1) for p in parts]),
         table_mask=torch.stack([pad(p[3], False) for p in parts]),

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mmpos.layout import Image, Text
-from mmpos.table import ORDERS, Table, build, serialise
+from mmpos.table import ORDERS, Table, build, order_axes, serialise
 
 
 def test_orders_of_a_rectangular_table_follow_the_reference_tx_ty():
@@ -90,6 +90,8 @@ def test_build_validation():
     t = Table.grid(2, 2)
     with pytest.raises(ValueError, match="orders"):
         build([[t]], orders=("row", "zigzag"))
+    with pytest.raises(TypeError, match="orders"):
+        order_axes("row")
     with pytest.raises(ValueError, match="padding_side"):
         build([[t]], padding_side="up")
     with pytest.raises(TypeError, match="Image"):
@@ -126,3 +128,10 @@ def test_expand_gives_one_samples_layout_to_a_batch_without_a_copy():
         three.expand(4)
     with pytest.raises(ValueError, match="expand\\(\\) needs a positive int batch, got 0"):
         one.expand(0)
+
+
+def test_order_and_grid_coordinates_have_distinct_axes():
+    layout = build([[Text(1), Table.grid(2, 2)]], orders=("col", "diag"))
+    assert layout.order_coords.axes == order_axes(("col", "diag")) == ("col_order", "diag_order")
+    assert layout.grid_coords.axes == ("row", "col") and layout.orders == ("col", "diag")
+    assert not set(layout.order_coords.axes) & set(layout.grid_coords.axes)

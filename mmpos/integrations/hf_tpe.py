@@ -1,6 +1,6 @@
 """2D-TPE attention installed on a Hugging Face Llama- or Qwen2-style text model instance.
 
-:func:`install_tpe` ``(model, orders=("row", "col"))`` gives every decoder layer's
+:func:`install_tpe` ``(model, orders=2)`` gives every decoder layer's
 ``self_attn`` a :class:`~mmpos.nn.multi_order.TPERouter` (``self_attn.tpe_router``, part of
 the state dict) and replaces that module's ``forward`` on the *instance* (nothing
 module-level is patched; :func:`uninstall_tpe` restores it). The new forward keeps the
@@ -14,8 +14,10 @@ router, as 2D-TPE does (Li et al. 2024, arXiv:2409.19700; JinaLeejnl/2D-TPE
 Call the model with two extra keyword arguments, which transformers hands down to every
 attention layer (``**kwargs``, in 4.57 and 5.x alike):
 
-* ``tpe_positions`` ``(K, B, L)`` int64: each token's position under each order
-  (:attr:`mmpos.table.TableLayout.order_coords` ``.pos.permute(2, 0, 1)``);
+* ``tpe_positions``: each token's position under each order, either the order coordinates
+  themselves (:attr:`mmpos.table.TableLayout.order_coords`, axes ``("row_order", "col_order")``;
+  a ``Coords`` whose axes are not order axes, such as ``grid_coords``, is a ``ValueError``) or
+  ``(K, B, L)`` int64 (``order_coords.pos.permute(2, 0, 1).long()``);
 * ``tpe_mask`` ``(B, T)`` bool, ``True`` on real tokens, ``T`` = cached + new tokens
   (optional; no padding when absent).
 
@@ -38,7 +40,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..coords import Coords
 from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
+from ..table import ORDER_SUFFIX
 
 __all__ = ["decoder_layers", "install_tpe", "uninstall_tpe"]
 
@@ -71,6 +75,7 @@ def _tpe_forward(
     key_mask = kwargs.get("tpe_mask")
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     b, n, _ = hidden_states.shape
+    positions = _order_positions(positions, orders, b, n)
     d = attn.head_dim
     q = attn.q_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
     k = attn.k_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
@@ -103,6 +108,27 @@ def _tpe_forward(
         )
     out = mix_orders(out, attn.tpe_router(hidden_states))
     return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1)), None
+
+
+def _order_positions(positions: Any, orders: int, batch: int, tokens: int) -> Tensor:
+    """``tpe_positions`` as ``(K, B, L)`` int64, checked by shape and, for a ``Coords``, by its axes (static)."""
+    if isinstance(positions, Coords):
+        plain = [a for a in positions.axes if not a.endswith(ORDER_SUFFIX)]
+        if plain or positions.num_axes != orders:
+            raise ValueError(
+                f"tpe_positions must hold {orders} order axes '<traversal>{ORDER_SUFFIX}' "
+                f"(mmpos.table.TableLayout.order_coords), got a Coords with axes {positions.axes}"
+                + ("; grid coordinates (TableLayout.grid_coords) are not order positions" if plain else "")
+            )
+        positions = positions.pos.permute(2, 0, 1).long()  # (B, L, K) -> (K, B, L)
+    if not isinstance(positions, Tensor) or positions.dim() != 3 or positions.shape[0] != orders:
+        shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+        raise ValueError(f"tpe_positions must be a (K={orders}, B, L) tensor or an order Coords, got {shape}")
+    if positions.shape[1] not in (1, batch) or positions.shape[2] != tokens:
+        raise ValueError(
+            f"tpe_positions {tuple(positions.shape)} must be (K, B, L) for the {batch} x {tokens} new tokens"
+        )
+    return positions
 
 
 class _TPEForward:

@@ -19,7 +19,8 @@ shapes in one batch are supported; more than two orders; the router entropy is a
 sample over its table tokens (the reference slices them with ``pos_A + 4 : pos_B``).
 
 Shapes: ``x`` ``(B, N, dim)``; order positions ``(K, B, N)`` (a :class:`~mmpos.coords.Coords`
-with ``K`` axes, one per order); router weights ``(B, N, H, K)``.
+with ``K`` axes, one per order, named ``"<traversal>_order"`` as :func:`mmpos.table.order_axes`
+names them, so grid coordinates (axes ``"row"`` / ``"col"``) are refused); router weights ``(B, N, H, K)``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 
 from ..coords import Coords
 from ..rotary import CONVENTIONS, apply_rotary, rope_frequencies
+from ..table import ORDER_SUFFIX
 
 __all__ = [
     "MultiOrderAttention",
@@ -160,28 +162,88 @@ class MultiOrderCache:
     """Keys under every order, values, positions and padding of the tokens seen so far (one per layer).
 
     ``keys`` ``(K, B, Hk, T, D)`` (rotated per order), ``values`` ``(B, Hk, T, D)``,
-    ``pos`` ``(K, B, T)``, ``mask`` ``(B, T)``. Keys cost ``K`` times a 1-D cache's keys, so the
-    cache is ``(K + 1) / 2`` times a plain KV cache (1.5x for two orders, as in the paper).
+    ``pos`` ``(K, B, T)``, ``mask`` ``(B, T)``: views of the first ``T`` = :attr:`length` slots of
+    preallocated buffers. A buffer holds ``capacity`` tokens (given up front, or the first
+    update's length) and doubles when full, so an update is a write into the buffer (``O(1)``
+    allocations, amortised ``O(new tokens)`` copying), not a copy of every cached key.
+    Keys cost ``K`` times a 1-D cache's keys, so the cache is ``(K + 1) / 2`` times a plain KV
+    cache (1.5x for two orders, as in the paper).
+
+    Args:
+        capacity: tokens to allocate room for at the first update (``None``: that update's length).
     """
 
-    def __init__(self) -> None:
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
-        self.pos: Tensor | None = None
-        self.mask: Tensor | None = None
+    def __init__(self, capacity: int | None = None) -> None:
+        if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1):
+            raise ValueError(f"capacity must be None or an int >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self.length = 0
+        self._keys: Tensor | None = None
+        self._values: Tensor | None = None
+        self._pos: Tensor | None = None
+        self._mask: Tensor | None = None
 
     @property
-    def length(self) -> int:
-        return 0 if self.values is None else self.values.shape[2]
+    def keys(self) -> Tensor | None:
+        return None if self._keys is None else self._keys[:, :, :, : self.length]
+
+    @property
+    def values(self) -> Tensor | None:
+        return None if self._values is None else self._values[:, :, : self.length]
+
+    @property
+    def pos(self) -> Tensor | None:
+        return None if self._pos is None else self._pos[:, :, : self.length]
+
+    @property
+    def mask(self) -> Tensor | None:
+        return None if self._mask is None else self._mask[:, : self.length]
+
+    def _grow(self, needed: int) -> None:
+        have = self._values.shape[2]  # 0 before the first update: room for `capacity` tokens then
+        size = max(needed, 2 * have if have else (self.capacity or 0))
+        old = self._keys, self._values, self._pos, self._mask
+        self._keys = old[0].new_empty((*old[0].shape[:3], size, old[0].shape[4]))
+        self._values = old[1].new_empty((*old[1].shape[:2], size, old[1].shape[3]))
+        self._pos = old[2].new_zeros((*old[2].shape[:2], size))
+        self._mask = old[3].new_zeros((old[3].shape[0], size))
+        t = self.length
+        if t:
+            self._keys[:, :, :, :t] = old[0][:, :, :, :t]
+            self._values[:, :, :t] = old[1][:, :, :t]
+            self._pos[:, :, :t] = old[2][:, :, :t]
+            self._mask[:, :t] = old[3][:, :t]
 
     def update(self, keys: Tensor, values: Tensor, pos: Tensor, mask: Tensor) -> None:
-        if self.values is None:
-            self.keys, self.values, self.pos, self.mask = keys, values, pos, mask
-        else:
-            self.keys = torch.cat([self.keys, keys], dim=3)
-            self.values = torch.cat([self.values, values], dim=2)
-            self.pos = torch.cat([self.pos, pos], dim=2)
-            self.mask = torch.cat([self.mask, mask], dim=1)
+        """Append ``n`` tokens: ``keys`` ``(K, B, Hk, n, D)``, ``values`` ``(B, Hk, n, D)``, ``pos`` ``(K, B, n)``, ``mask`` ``(B, n)``."""
+        n = values.shape[2]
+        if self._values is None:  # the first update fixes the shapes and dtypes of the buffers
+            self._keys, self._values, self._pos, self._mask = (
+                keys[:, :, :, :0],
+                values[:, :, :0],
+                pos[:, :, :0],
+                mask[:, :0],
+            )
+            self._grow(n)
+        elif keys.shape[:3] != self._keys.shape[:3] or values.shape[:2] != self._values.shape[:2]:
+            raise ValueError(
+                f"keys {tuple(keys.shape)} / values {tuple(values.shape)} do not match the cache's "
+                f"(K, B, Hk) = {tuple(self._keys.shape[:3])}"
+            )
+        elif self.length + n > self._values.shape[2]:
+            self._grow(self.length + n)
+        t = self.length
+        self._keys[:, :, :, t : t + n] = keys
+        self._values[:, :, t : t + n] = values
+        self._pos[:, :, t : t + n] = pos
+        self._mask[:, t : t + n] = mask
+        self.length = t + n
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` tokens (as transformers' ``DynamicCache.crop``; the buffers stay allocated)."""
+        if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= self.length:
+            raise ValueError(f"length must be an int in [0, {self.length}], got {length!r}")
+        self.length = length
 
 
 class MultiOrderAttention(nn.Module):
@@ -192,10 +254,13 @@ class MultiOrderAttention(nn.Module):
     Args:
         dim: model width; ``head_dim = dim // num_heads``.
         num_heads: query heads.
-        orders: names of the orders, i.e. of the axes read from ``coords`` (e.g. ``("row", "col")``).
+        orders: the order axes read from ``coords``, each named ``"<traversal>_order"``
+            (default ``("row_order", "col_order")``, the axes of :attr:`mmpos.table.TableLayout.order_coords`
+            built with ``orders=("row", "col")``; see :func:`mmpos.table.order_axes`). The suffix keeps
+            order positions apart from grid coordinates (axes ``("row", "col")``), which are refused.
         num_kv_heads: key/value heads (GQA); defaults to ``num_heads``.
         causal: causal attention in every order's traversal.
-        sequential_orders: orders whose positions follow the token sequence (default ``("row",)``,
+        sequential_orders: orders whose positions follow the token sequence (default ``("row_order",)``,
             the serialisation order of :mod:`mmpos.table`): attended without a permutation.
         theta: RoPE base; ``convention``: ``"half"`` (Llama) or ``"interleaved"``.
         qkv_bias, proj_bias: biases of the projections.
@@ -203,7 +268,8 @@ class MultiOrderAttention(nn.Module):
 
     ``forward(x (B, N, dim), coords, attn_mask=None, rotations=(), cache=None) -> (B, N, dim)``
     (the signature of :class:`mmpos.nn.Attention`, so :class:`mmpos.nn.Block` takes it); ``coords``
-    has the order names among its axes (:attr:`mmpos.table.TableLayout.order_coords`), and its
+    has the order axes among its axes (:attr:`mmpos.table.TableLayout.order_coords`; a ``ValueError``
+    naming ``coords`` and the expected axes otherwise, e.g. for ``grid_coords``), and its
     ``mask`` marks padding. With a :class:`MultiOrderCache` the new tokens are appended to it;
     a token may attend to every cached or new token whose position is not larger than its own,
     in each order (when the cache is empty the causal permuted path runs and fills it).
@@ -215,10 +281,10 @@ class MultiOrderAttention(nn.Module):
         self,
         dim: int,
         num_heads: int,
-        orders: Sequence[str] = ("row", "col"),
+        orders: Sequence[str] = ("row_order", "col_order"),
         num_kv_heads: int | None = None,
         causal: bool = True,
-        sequential_orders: Sequence[str] = ("row",),
+        sequential_orders: Sequence[str] = ("row_order",),
         theta: float = 10000.0,
         convention: str = "half",
         qkv_bias: bool = False,
@@ -239,6 +305,12 @@ class MultiOrderAttention(nn.Module):
         orders = tuple(orders)
         if not orders or len(set(orders)) != len(orders) or not all(isinstance(o, str) for o in orders):
             raise ValueError(f"orders must be distinct axis names, at least one, got {orders!r}")
+        plain = [o for o in orders if not o.endswith(ORDER_SUFFIX) or o == ORDER_SUFFIX]
+        if plain:
+            raise ValueError(
+                f"orders must name order axes '<traversal>{ORDER_SUFFIX}' (mmpos.table.order_axes, e.g. "
+                f"('row{ORDER_SUFFIX}', 'col{ORDER_SUFFIX}')), got {orders!r}: {plain} would read grid or other coordinates"
+            )
         unknown = set(sequential_orders) - set(orders)
         if unknown:
             raise ValueError(f"sequential_orders {sorted(unknown)} are not among orders={orders}")
@@ -299,6 +371,14 @@ class MultiOrderAttention(nn.Module):
         coords.check_tokens(b, n)
         if cache is not None and not self.causal:
             raise ValueError("a MultiOrderCache needs causal=True")
+        missing = [o for o in self.orders if o not in coords.axes]
+        if missing:  # axes are static metadata: no data-dependent check
+            grid = all(o[: -len(ORDER_SUFFIX)] in coords.axes for o in self.orders)
+            raise ValueError(
+                f"coords must hold the order axes {self.orders} (mmpos.table.TableLayout.order_coords), got axes "
+                f"{coords.axes}"
+                + ("; these look like grid coordinates (TableLayout.grid_coords), not order positions" if grid else "")
+            )
         c = coords if coords.axes == self.orders else coords.select(*self.orders)
         pos = c.pos.expand(b, -1, -1).permute(2, 0, 1)  # (K, B, N)
         key_mask = None if c.mask is None else c.mask.expand(b, -1)
@@ -394,7 +474,9 @@ class TPEAttention(MultiOrderAttention):
     Same arguments as :class:`MultiOrderAttention`, plus ``router_hidden`` (default ``4 * head_dim``).
     """
 
-    def __init__(self, dim: int, num_heads: int, orders: Sequence[str] = ("row", "col"), router_hidden=None, **kwargs):
+    def __init__(
+        self, dim: int, num_heads: int, orders: Sequence[str] = ("row_order", "col_order"), router_hidden=None, **kwargs
+    ):
         super().__init__(dim, num_heads, orders, **kwargs)
         self.router = TPERouter(self.head_dim, self.num_orders, router_hidden)
 

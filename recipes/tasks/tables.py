@@ -34,7 +34,7 @@ from mmpos.coords import Coords
 from mmpos.layout import Text
 from mmpos.nn import Attention, TPEAttention, router_entropy_loss
 from mmpos.runner.tasks import Task, register_task
-from mmpos.table import Table, TableLayout, build
+from mmpos.table import Table, TableLayout, build, order_axes
 
 from ..data.tables import TASKS, table_batch, vocab
 
@@ -106,7 +106,9 @@ class TableLM(nn.Module):
 
         def attn() -> nn.Module:
             if encoder == "2d-tpe":
-                return TPEAttention(dim, num_heads, ("row", "col"), qkv_bias=True, proj_bias=True, theta=theta)
+                return TPEAttention(
+                    dim, num_heads, order_axes(("row", "col")), qkv_bias=True, proj_bias=True, theta=theta
+                )
             if encoder == "rope":
                 rot = create("rope", dim=dim, num_heads=num_heads, theta=theta)
             else:
@@ -124,7 +126,7 @@ class TableLM(nn.Module):
             return layout.order_coords
         if self.encoder == "rope-axial":
             return layout.grid_coords
-        return layout.order_coords.select("row")  # the serialisation order, read as 1-D positions
+        return layout.order_coords.select(*order_axes(("row",)))  # the serialisation order, read as 1-D positions
 
     def features(self, tokens: Tensor, layout: TableLayout) -> Tensor:
         """``(B, L, dim)``: every token after the blocks (before the final norm)."""

@@ -66,6 +66,13 @@ def test_table_orders_cached_decoding_and_router_gradients():
             out = model(new, tpe_positions=full_pos[..., n + i : n + i + 1], use_cache=True, **{name: cache})
             steps.append(out.logits)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+    with torch.no_grad():  # the order coordinates themselves; grid coordinates are refused
+        direct = model(ids[:, :n], tpe_positions=layout.order_coords).logits
+        torch.testing.assert_close(direct, steps[0], rtol=0, atol=0)
+        with pytest.raises(ValueError, match="tpe_positions.*grid coordinates"):
+            model(ids[:, :n], tpe_positions=layout.grid_coords)
+        with pytest.raises(ValueError, match="tpe_positions"):
+            model(ids[:, :n], tpe_positions=pos[:1])
     model.train()
     model(ids, tpe_positions=full_pos).logits.square().mean().backward()
     router = model.model.layers[0].self_attn.tpe_router

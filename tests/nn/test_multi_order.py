@@ -1,5 +1,6 @@
 """Multi-order attention and 2D-TPE: single order = causal RoPE, exact un-permutation, cache, router."""
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -9,9 +10,10 @@ from mmpos import Coords, create
 from mmpos.layout import Text
 from mmpos.nn import Attention, MultiOrderCache, TPEAttention
 from mmpos.nn.multi_order import order_permutation, router_entropy, router_entropy_loss
-from mmpos.table import Table, build
+from mmpos.table import Table, build, order_axes
 
 ORDERS = ("row", "col", "diag")
+AXES = order_axes(ORDERS)  # ("row_order", "col_order", "diag_order")
 
 
 def _rope(x, pos, theta=10000.0):
@@ -52,17 +54,17 @@ def _ragged_batch(padding_side="right"):
     return build(samples, orders=ORDERS, padding_side=padding_side)
 
 
-@pytest.mark.parametrize("sequential", [("seq",), ()])
+@pytest.mark.parametrize("sequential", [("seq_order",), ()])
 def test_single_order_equals_causal_rope_attention(sequential):
     torch.manual_seed(0)
-    m = TPEAttention(32, 4, orders=("seq",), num_kv_heads=2, sequential_orders=sequential)
+    m = TPEAttention(32, 4, orders=("seq_order",), num_kv_heads=2, sequential_orders=sequential)
     ref = Attention(32, 4, 2, [create("rope", dim=32, num_heads=4)], causal=True, qkv_bias=False, proj_bias=False)
     ref.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("router")})
     x = torch.randn(2, 11, 32)
     mask = torch.ones(2, 11, dtype=torch.bool)
     mask[1, 8:] = False
     coords = replace(Coords.sequence(11, batch=2), mask=mask)
-    out = m(x, coords)
+    out = m(x, Coords(coords.pos, ("seq_order",), mask=mask))
     assert torch.allclose(out, ref(x, coords), atol=1e-5)
     assert torch.equal(m.router_weights, torch.ones(2, 11, 4, 1))
 
@@ -72,7 +74,7 @@ def test_permuted_attention_matches_dense_reference_on_ragged_tables(padding_sid
     torch.manual_seed(1)
     layout = _ragged_batch(padding_side)
     c = layout.order_coords
-    m = TPEAttention(32, 4, orders=ORDERS, num_kv_heads=2).eval()
+    m = TPEAttention(32, 4, orders=AXES, num_kv_heads=2).eval()
     x = torch.randn(c.batch_size, c.num_tokens, 32)
     out = m(x, c)
     ref = _reference(m, x, c.pos, c.mask)
@@ -96,7 +98,7 @@ def test_inverse_permutation_is_exact_for_ragged_tables():
 def test_batched_tables_of_different_shapes_equal_single_runs():
     torch.manual_seed(2)
     samples = [[Text(2), Table.grid(3, 2), Text(2)], [Text(1), Table(((2, 1), (1,), (1, 1, 1))), Text(3)]]
-    m = TPEAttention(16, 2, orders=ORDERS).eval()
+    m = TPEAttention(16, 2, orders=AXES).eval()
     xs = [torch.randn(1, build([s]).order_coords.num_tokens, 16) for s in samples]
     batch = build(samples, orders=ORDERS, padding_side="left")
     n = batch.order_coords.num_tokens
@@ -107,25 +109,38 @@ def test_batched_tables_of_different_shapes_equal_single_runs():
         assert torch.allclose(out[b, n - t.shape[1] :], alone[0], atol=1e-5)
 
 
-def test_cached_decoding_equals_full_forward():
+@pytest.mark.parametrize("capacity", [None, 4, 64])
+def test_cached_decoding_equals_full_forward(capacity):
     torch.manual_seed(3)
     layout = build(
         [[Text(2), Table(((1, 2), (2,), (1, 1, 1))), Text(5)], [Text(1), Table.grid(2, 2), Text(4)]], ORDERS, "left"
     )
     c = layout.order_coords
-    m = TPEAttention(32, 4, orders=ORDERS, num_kv_heads=1).eval()
+    m = TPEAttention(32, 4, orders=AXES, num_kv_heads=1).eval()
     x = torch.randn(2, c.num_tokens, 32)
     full = m(x, c)
-    cache, split = MultiOrderCache(), c.num_tokens - 3
+    cache, split = MultiOrderCache(capacity), c.num_tokens - 3
 
     def part(a, b):
         return Coords(c.pos[:, a:b], c.axes, mask=c.mask[:, a:b])
 
     outs = [m(x[:, :split], part(0, split), cache=cache)]
+    buffers = [cache._values.data_ptr()]
     for i in range(split, c.num_tokens):
         outs.append(m(x[:, i : i + 1], part(i, i + 1), cache=cache))
+        buffers.append(cache._values.data_ptr())
     assert cache.keys.shape == (3, 2, 1, c.num_tokens, 8) and cache.values.shape == (2, 1, c.num_tokens, 8)
+    assert torch.equal(cache.pos, c.pos.permute(2, 0, 1)) and torch.equal(cache.mask, c.mask)
     assert torch.allclose(torch.cat(outs, 1)[c.mask], full[c.mask], atol=1e-5)
+    # the buffers are reallocated only when full (doubling), not at every step
+    grown = sum(a != b for a, b in itertools.pairwise(buffers))
+    assert (
+        grown == {None: 1, 4: 1, 64: 0}[capacity]
+        and cache._values.shape[2] == {None: 2 * split, 4: 2 * split, 64: 64}[capacity]
+    )
+    cache.crop(split)  # decoding again from the prefix gives the same outputs
+    again = [m(x[:, i : i + 1], part(i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+    torch.testing.assert_close(torch.cat(again, 1), torch.cat(outs[1:], 1), rtol=0, atol=0)
     nxt = layout.decode(2)  # positions of generated tokens: same under every order
     assert torch.equal(nxt[:, 0, 0], c.pos[:, -1, 0] + 1) and torch.equal(nxt[..., 0], nxt[..., 2])
 
@@ -134,7 +149,7 @@ def test_gradients_reach_the_router_and_entropy_loss():
     torch.manual_seed(4)
     layout = _ragged_batch()
     c = layout.order_coords
-    m = TPEAttention(32, 4, orders=ORDERS)
+    m = TPEAttention(32, 4, orders=AXES)
     x = torch.randn(c.batch_size, c.num_tokens, 32, requires_grad=True)
     out = m(x, c)
     (out.square().mean() + router_entropy_loss(m, layout.table_mask)).backward()
@@ -153,7 +168,7 @@ def test_non_causal_attends_to_every_real_key_in_every_order():
     torch.manual_seed(5)
     layout = _ragged_batch()
     c = layout.order_coords
-    m = TPEAttention(16, 2, orders=ORDERS, causal=False).eval()
+    m = TPEAttention(16, 2, orders=AXES, causal=False).eval()
     x = torch.randn(c.batch_size, c.num_tokens, 16)
     ref = _reference(m, x, c.pos, c.mask, causal=False)
     assert torch.allclose(m(x, c)[c.mask], ref[c.mask], atol=1e-5)
@@ -172,15 +187,31 @@ def test_invalid_arguments():
     with pytest.raises(ValueError, match="divisible"):
         TPEAttention(30, 4)
     with pytest.raises(ValueError, match="orders"):
-        TPEAttention(32, 4, orders=("row", "row"))
+        TPEAttention(32, 4, orders=("row_order", "row_order"))
     with pytest.raises(ValueError, match="sequential_orders"):
-        TPEAttention(32, 4, orders=("col",))
+        TPEAttention(32, 4, orders=("col_order",))
     m = TPEAttention(32, 4)
     c = build([[Text(2), Table.grid(2, 2)]]).order_coords
     with pytest.raises(ValueError, match="masks"):
         m(torch.randn(1, c.num_tokens, 32), c, attn_mask=torch.ones(1, 1, dtype=torch.bool))
-    with pytest.raises(ValueError, match="axis"):
+    with pytest.raises(ValueError, match="capacity"):
+        MultiOrderCache(0)
+    with pytest.raises(ValueError, match="length"):
+        MultiOrderCache().crop(1)
+    with pytest.raises(ValueError, match=r"coords must hold the order axes \('row_order', 'col_order'\)"):
         m(torch.randn(1, 4, 32), Coords.sequence(4))
+
+
+def test_grid_coordinates_are_refused_as_order_positions():
+    lay = build([[Text(2), Table.grid(2, 3), Text(1)]])
+    assert lay.order_coords.axes == ("row_order", "col_order") and lay.grid_coords.axes == ("row", "col")
+    m = TPEAttention(32, 4)
+    x = torch.randn(1, lay.grid_coords.num_tokens, 32)
+    with pytest.raises(ValueError, match=r"order axes \('row_order', 'col_order'\).*grid coordinates"):
+        m(x, lay.grid_coords)
+    with pytest.raises(ValueError, match="orders must name order axes"):  # a layer that would read the grid axes
+        TPEAttention(32, 4, orders=("row", "col"), sequential_orders=())
+    assert m(x, lay.order_coords).shape == x.shape
 
 
 def test_transformer_blocks_take_the_multi_order_attention():
@@ -189,7 +220,7 @@ def test_transformer_blocks_take_the_multi_order_attention():
     torch.manual_seed(6)
     layout = _ragged_batch()
     c = layout.order_coords
-    model = Transformer(32, 2, 4, causal=True, attn_layer=lambda i: TPEAttention(32, 4, orders=ORDERS))
+    model = Transformer(32, 2, 4, causal=True, attn_layer=lambda i: TPEAttention(32, 4, orders=AXES))
     x = torch.randn(c.batch_size, c.num_tokens, 32)
     out = model(x, c)
     assert out.shape == x.shape and isinstance(model.blocks[1].attn, TPEAttention)

@@ -49,7 +49,7 @@ def test_model_reads_the_coordinates_of_its_encoder(encoder):
     model = TableLM(50, 10, encoder, dim=16, depth=1, num_heads=2)
     lay = table_layout(2, 3, 4, 1, 0)
     coords = model.coords(lay)
-    expected = {"rope": ("row",), "rope-axial": ("row", "col"), "2d-tpe": ("row", "col")}[encoder]
+    expected = {"rope": ("row_order",), "rope-axial": ("row", "col"), "2d-tpe": ("row_order", "col_order")}[encoder]
     assert coords.axes == expected
     if encoder == "rope-axial":
         assert torch.equal(coords.pos, lay.grid_coords.pos)
