@@ -13,7 +13,7 @@ def _layout():
 @pytest.mark.parametrize("causal", [True, False])
 def test_2d_tpe_by_name_equals_the_tpe_layer_used_directly(causal):
     lay = _layout()
-    kw = {"orders": ("row", "col"), "theta": 500.0}
+    kw = {"orders": ("row_order", "col_order"), "theta": 500.0}
     torch.manual_seed(0)
     direct = Transformer(
         32,
