@@ -14,54 +14,98 @@ from typing import Any
 __all__: list[str] = []
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """``True`` for an integral number that is not a ``bool`` (``int``, numpy ints; not ``2.0``)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_real(value: Any) -> bool:
+def is_real(value: Any) -> bool:
+    """``True`` for a real number that is not a ``bool`` (``int``, ``float``, numpy scalars; NaN included)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_int(value: Any, name: str, low: int = 1, high: int | None = None, even: bool = False) -> int:
-    """An int ``>= low`` (default: positive), ``<= high`` when given, even when ``even``."""
-    if not _is_int(value) or value < low or (high is not None and value > high) or (even and value % 2):
+def check_int(
+    value: Any, name: str, low: int = 1, high: int | None = None, even: bool = False, none_ok: bool = False
+) -> int | None:
+    """An int ``>= low`` (default: positive), ``<= high`` when given, even when ``even``; ``None`` when ``none_ok``."""
+    if none_ok and value is None:
+        return None
+    if not is_int(value) or value < low or (high is not None and value > high) or (even and value % 2):
         parity = " even" if even else ""
         if high is not None:
             want = f"an{parity} int in [{low}, {high}]"
         else:
             want = f"a positive{parity} int" if low == 1 else f"an{parity} int >= {low}"
-        raise ValueError(f"{name} must be {want}, got {value!r}")
+        raise ValueError(f"{name} must be {'None or ' if none_ok else ''}{want}, got {value!r}")
     return int(value)
 
 
 def check_finite(value: Any, name: str) -> float:
     """A finite real number (``True``, ``"1"``, NaN and inf are not)."""
-    if not _is_real(value) or not math.isfinite(value):
+    if not is_real(value) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
 
-def check_float(value: Any, name: str, low: float = 0.0, strict: bool = True, high: float = math.inf) -> float:
-    """A finite real number ``> low`` (``>= low`` when not ``strict``) and ``<= high``."""
-    ok = _is_real(value) and math.isfinite(value) and (value > low if strict else value >= low) and value <= high
+def check_float(
+    value: Any,
+    name: str,
+    low: float = 0.0,
+    strict: bool = True,
+    high: float = math.inf,
+    strict_high: bool = False,
+) -> float:
+    """A finite real number ``> low`` (``>= low`` when not ``strict``) and ``<= high`` (``< high`` when
+    ``strict_high``)."""
+    ok = (
+        is_real(value)
+        and math.isfinite(value)
+        and (value > low if strict else value >= low)
+        and (value < high if strict_high else value <= high)
+    )
     if not ok:
         bound = f"> {low:g}" if strict else f">= {low:g}"
-        bound += f" and <= {high:g}" if math.isfinite(high) else ""
+        bound += f" and {'<' if strict_high else '<='} {high:g}" if math.isfinite(high) else ""
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
     return float(value)
 
 
-def check_ints(value: Any, name: str, low: int = 1, length: int | tuple[int, int] | None = None) -> tuple[int, ...]:
-    """A list/tuple of ints ``>= low``; ``length`` an exact count or an inclusive ``(min, max)``."""
+def check_ints(
+    value: Any,
+    name: str,
+    low: int = 1,
+    length: int | tuple[int, int] | None = None,
+    high: int | None = None,
+    what: str = "ints",
+) -> tuple[int, ...]:
+    """A list/tuple of ints ``>= low`` (and ``<= high`` when given); ``length`` an exact count or an inclusive
+    ``(min, max)`` (default: at least one). ``what`` names the items in the message (``"block indices"``)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise ValueError(f"{name} must be a sequence of ints, got {value!r}")
+        raise ValueError(f"{name} must be a sequence of {what}, got {value!r}")
     items = tuple(value)
     lo, hi = (length, length) if isinstance(length, int) else (length or (1, math.inf))
-    if not lo <= len(items) <= hi or not all(_is_int(v) and v >= low for v in items):
-        count = "" if length is None else (f"{lo} " if lo == hi else f"{lo} to {hi} ")
-        kind = "positive ints" if low == 1 else f"ints >= {low}"
+    in_range = all(is_int(v) and v >= low and (high is None or v <= high) for v in items)
+    if not lo <= len(items) <= hi or not in_range:
+        if length is None or (lo == 0 and hi == math.inf):
+            count = ""
+        else:
+            count = f"{lo} " if lo == hi else f"at least {lo} " if hi == math.inf else f"{lo} to {hi} "
+        if high is not None:
+            kind = f"{what} in [{low}, {high}]"
+        else:
+            kind = f"positive {what}" if low == 1 else f"{what} >= {low}"
         raise ValueError(f"{name} must hold {count}{kind}, got {value!r}")
     return tuple(int(v) for v in items)
+
+
+def check_finites(value: Any, name: str) -> tuple[float, ...]:
+    """One finite number or a non-empty sequence of them, as a tuple of floats."""
+    items = (value,) if is_real(value) else None
+    if items is None and not isinstance(value, (str, bytes)) and hasattr(value, "__iter__"):
+        items = tuple(value)
+    if not items or not all(is_real(v) and math.isfinite(v) for v in items):
+        raise ValueError(f"{name} must be a finite number or a non-empty sequence of them, got {value!r}")
+    return tuple(float(v) for v in items)
 
 
 def check_axes(value: Any, name: str = "axes", min_len: int = 1) -> tuple[str, ...]:
@@ -124,10 +168,14 @@ def check_bytes(nbytes: float, what: str) -> None:
         )
 
 
-def check_bool(value: Any, name: str) -> bool:
-    """A real ``bool`` (``0`` / ``1`` / ``"yes"`` are not); raises ``TypeError`` naming ``name``."""
+def check_bool(value: Any, name: str, none_ok: bool = False) -> bool | None:
+    """A real ``bool`` (``0`` / ``1`` / ``"yes"`` are not; ``None`` too when ``none_ok``); raises ``TypeError``
+    naming ``name``."""
+    if none_ok and value is None:
+        return None
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+        want = "True, False or None" if none_ok else "a bool (True or False)"
+        raise TypeError(f"{name} must be {want}, got {value!r}")
     return value
 
 

@@ -70,7 +70,7 @@ import torch
 from torch import Tensor
 
 from ._extras import requires
-from ._validate import check_bytes, check_float, check_int
+from ._validate import check_bytes, check_float, check_int, is_real
 from .layout import Image, Text, Video
 
 with requires("media"):  # one line naming the package and the extra when it is missing
@@ -161,11 +161,11 @@ class MediaSpec:
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"MediaSpec.min_pixels={self.min_pixels} must be <= max_pixels={self.max_pixels}")
         for name in ("mean", "std"):
-            value = tuple(getattr(self, name))
-            real = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-            if len(value) != 3 or not real:
-                raise ValueError(f"MediaSpec.{name} must hold 3 finite numbers (R, G, B), got {getattr(self, name)!r}")
-            object.__setattr__(self, name, value)
+            value = getattr(self, name)
+            items = () if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") else tuple(value)
+            if len(items) != 3 or not all(is_real(v) and math.isfinite(v) for v in items):
+                raise ValueError(f"MediaSpec.{name} must hold 3 finite numbers (R, G, B), got {value!r}")
+            object.__setattr__(self, name, items)
         if not all(s > 0 for s in self.std):
             raise ValueError(f"MediaSpec.std must be positive, got {self.std!r}")
         if self.resample not in RESAMPLES:

@@ -62,7 +62,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_choice, check_float
+from ._validate import check_bool, check_choice, check_float
 from .coords import Coords
 from .rotary import FrequencyPlan
 
@@ -199,8 +199,7 @@ class RopeScaling:
             raise ValueError(
                 f"ramp applies to rules ntk-by-parts / yarn only, got ramp={self.ramp!r} with rule {rule!r}"
             )
-        if not isinstance(self.truncate, bool):
-            raise TypeError(f"truncate must be a bool, got {self.truncate!r}")
+        check_bool(self.truncate, "truncate")
         low, high = (
             check_float(self.low_freq_factor, "low_freq_factor"),
             check_float(self.high_freq_factor, "high_freq_factor"),

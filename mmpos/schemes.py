@@ -65,6 +65,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._validate import check_bool, check_int, is_real
+
 __all__ = [
     "ADVANCES",
     "CIRCLE_METHODS",
@@ -331,10 +333,6 @@ def get_scheme(name: str) -> Scheme:
     return SCHEMES[name]
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def resolve_options(
     scheme: str | Scheme,
     *,
@@ -352,9 +350,8 @@ def resolve_options(
     ``delta`` / ``temporal_scale`` / ``visual_stride``, e.g. CircleRoPE's ``radius``); they
     reach the block rule as ``SchemeOptions.extra``."""
     sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
-    if not isinstance(training, bool):
-        raise TypeError(f"training must be a bool, got {training!r}")
-    if not _is_number(tokens_per_second) or not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
+    check_bool(training, "training")
+    if not is_real(tokens_per_second) or not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
         raise ValueError(f"tokens_per_second must be a finite number > 0, got {tokens_per_second!r}")
     given = {"delta": delta, "temporal_scale": temporal_scale, "visual_stride": visual_stride}
     for name, value in scheme_options.items():
@@ -392,10 +389,10 @@ def _check_v2pe(name: str, o: dict) -> dict:
                 f"visual_stride (scheme='{name}', block-span form) excludes delta and training=True, "
                 f"got delta={d!r}, training={o['training']!r}"
             )
-        if not (_is_number(stride) and math.isfinite(stride) and stride > 0):
+        if not (is_real(stride) and math.isfinite(stride) and stride > 0):
             raise ValueError(f"visual_stride must be a finite number > 0 for scheme='{name}', got {stride!r}")
         return dict(o, visual_stride=float(stride))
-    if not o["training"] and not (_is_number(d) and math.isfinite(d) and 0 < d <= 1):
+    if not o["training"] and not (is_real(d) and math.isfinite(d) and 0 < d <= 1):
         raise ValueError(
             f"delta must be a number in (0, 1] for scheme='{name}' at evaluation (or give visual_stride), got {d!r}"
         )
@@ -404,7 +401,7 @@ def _check_v2pe(name: str, o: dict) -> dict:
 
 def _check_hope(name: str, o: dict) -> dict:
     s = o["temporal_scale"]
-    if not o["training"] and not (_is_number(s) and math.isfinite(s) and s > 0):
+    if not o["training"] and not (is_real(s) and math.isfinite(s) and s > 0):
         raise ValueError(
             f"temporal_scale must be a finite positive number for scheme='{name}' at evaluation "
             f"(the reference makes the user choose it), got {s!r}"
@@ -414,16 +411,14 @@ def _check_hope(name: str, o: dict) -> dict:
 
 def _check_spacing(name: str, o: dict) -> dict:
     s = 2.0 if o["temporal_scale"] is None else o["temporal_scale"]  # VideoRoPE's default temporal spacing
-    if not (_is_number(s) and math.isfinite(s) and s > 0):
+    if not (is_real(s) and math.isfinite(s) and s > 0):
         raise ValueError(f"temporal_scale (the {name} temporal spacing) must be a finite number > 0, got {s!r}")
     return dict(o, temporal_scale=float(s))
 
 
 def _check_stride(name: str, o: dict) -> dict:
     s = 1 if o["temporal_scale"] is None else o["temporal_scale"]
-    if not isinstance(s, int) or isinstance(s, bool) or s < 1:
-        raise ValueError(f"temporal_scale (the {name} temporal stride) must be an int >= 1, got {s!r}")
-    return dict(o, temporal_scale=s)
+    return dict(o, temporal_scale=check_int(s, f"temporal_scale (the {name} temporal stride)"))
 
 
 #: CircleRoPE's ``method``: ``"circle"`` maps a block's grid onto a ring, ``"no_circle"`` keeps the grid
@@ -432,7 +427,7 @@ CIRCLE_METHODS = ("circle", "no_circle")
 
 
 def _unit_number(value: object, low_open: bool = False) -> bool:
-    return _is_number(value) and math.isfinite(value) and (value > 0 if low_open else value >= 0) and value <= 1
+    return is_real(value) and math.isfinite(value) and (value > 0 if low_open else value >= 0) and value <= 1
 
 
 def _check_circle(name: str, o: dict) -> dict:
@@ -440,7 +435,7 @@ def _check_circle(name: str, o: dict) -> dict:
     (``radius=10``, ``alpha=0.5``, ``move_to_origin=True``; ``move_to_positive`` and ``dff_rate`` off)."""
     out = dict(o)
     s = 1.0 if o["temporal_scale"] is None else o["temporal_scale"]
-    if not (_is_number(s) and math.isfinite(s) and s > 0):
+    if not (is_real(s) and math.isfinite(s) and s > 0):
         raise ValueError(f"temporal_scale (the {name} spacing of a video's rings) must be a finite number > 0, got {s!r}")
     out["temporal_scale"] = float(s)
     r = 10.0 if o["radius"] is None else o["radius"]
@@ -452,7 +447,7 @@ def _check_circle(name: str, o: dict) -> dict:
         if not (math.isfinite(scale) and scale > 0):
             raise ValueError(f"radius='auto-K' (scheme='{name}') needs a finite K > 0, got {r!r}")
         out["radius"], out["radius_scale"] = None, scale
-    elif _is_number(r) and math.isfinite(r) and r > 0:
+    elif is_real(r) and math.isfinite(r) and r > 0:
         out["radius"], out["radius_scale"] = float(r), None
     else:
         raise ValueError(f"radius must be a finite number > 0, 'auto' or 'auto-K' for scheme='{name}', got {r!r}")
@@ -465,13 +460,12 @@ def _check_circle(name: str, o: dict) -> dict:
         raise ValueError(f"dff_rate must be a number in [0, 1] (or False) for scheme='{name}', got {d!r}")
     out["dff_rate"] = float(d)
     origin = True if o["move_to_origin"] is None else o["move_to_origin"]
-    if not isinstance(origin, bool):
-        raise TypeError(f"move_to_origin must be a bool for scheme='{name}', got {origin!r}")
+    check_bool(origin, f"move_to_origin (scheme='{name}')")
     out["move_to_origin"] = origin
     positive = False if o["move_to_positive"] is None else o["move_to_positive"]
     if positive is False or positive == "auto":
         pass
-    elif _is_number(positive) and math.isfinite(positive):
+    elif is_real(positive) and math.isfinite(positive):
         positive = float(positive) if positive else False  # the reference: 0 (falsy) is off
     else:
         raise ValueError(
@@ -963,7 +957,7 @@ for _rule in (Rule("qwen2.5-omni", "max", "exact", 1, "max-real"), Rule("qwen3-o
 
 def _check_omni(name: str, o: dict) -> dict:
     s = 2 if o["seconds_per_chunk"] is None else o["seconds_per_chunk"]  # Qwen2.5-Omni's config default
-    if not (_is_number(s) and math.isfinite(s) and s > 0):
+    if not (is_real(s) and math.isfinite(s) and s > 0):
         raise ValueError(f"seconds_per_chunk must be a finite number > 0 for scheme='{name}', got {s!r}")
     return dict(o, seconds_per_chunk=s)
 

@@ -592,6 +592,57 @@ CASES = [
         ValueError,
         r"dim=20 must be divisible by 2 \* num_axes = 6",
     ),
+    # constructors and builders validating through mmpos._validate (issue 22 item 4)
+    row(
+        "maglap-attention-int",
+        lambda: mmpos.create("maglap", dim=8, k=4, attention=1),
+        TypeError,
+        r"attention must be a bool \(True or False\), got 1",
+    ),
+    row(
+        "maglap-dropout-one",
+        lambda: mmpos.create("maglap", dim=8, k=4, dropout=1),
+        ValueError,
+        r"dropout must be a finite number >= 0 and < 1, got 1",
+    ),
+    row(
+        "block-mlp-ratio-zero",
+        lambda: __import__("mmpos.nn").nn.Block(8, 2, mlp_ratio=0),
+        ValueError,
+        r"mlp_ratio must be a finite number > 0, got 0",
+    ),
+    row(
+        "transformer-conv-after-past-depth",
+        lambda: __import__("mmpos.nn").nn.Transformer(8, 2, 2, pos="peg", grid_size=(2, 2), conv_after=(2,)),
+        ValueError,
+        r"conv_after must hold block indices in \[0, 1\], got \(2,\)",
+    ),
+    row(
+        "transformer-keep-abs-pos-string",
+        lambda: __import__("mmpos.nn").nn.placement.Placement(
+            "rope", None, {"dim": 8, "num_heads": 2, "head_dim": 4, "depth": 1}, keep_abs_pos="no"
+        ),
+        TypeError,
+        r"keep_abs_pos must be True, False or None, got 'no'",
+    ),
+    row(
+        "scaling-truncate-int",
+        lambda: mmpos.scaling.RopeScaling("yarn", 2.0, 16, truncate=1),
+        TypeError,
+        r"truncate must be a bool \(True or False\), got 1",
+    ),
+    row(
+        "media-spec-mean-scalar",
+        lambda: _video_spec(mean=0.5),
+        ValueError,
+        r"MediaSpec.mean must hold 3 finite numbers \(R, G, B\), got 0.5",
+    ),
+    row(
+        "graph-q-string",
+        lambda: __import__("mmpos.graph").graph.laplacian.check_q("0.25"),
+        ValueError,
+        r"q must be a finite number or a non-empty sequence of them, got '0.25'",
+    ),
 ]
 
 

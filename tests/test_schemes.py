@@ -602,7 +602,7 @@ def test_circlerope_options_are_checked_on_every_path():
             build(sample, "circlerope", **bad)
         with pytest.raises(ValueError, match=match):
             resolve_options("circlerope", **bad)
-    with pytest.raises(TypeError, match="move_to_origin must be a bool"):
+    with pytest.raises(TypeError, match=r"move_to_origin \(scheme=.circlerope.\) must be a bool"):
         build(sample, "circlerope", move_to_origin=1)
     with pytest.raises(ValueError, match=r"radius applies only to schemes \['circlerope'\]"):
         build(sample, "qwen2-vl", radius=4.0)

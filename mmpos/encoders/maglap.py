@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._validate import check_bool, check_float, check_int
 from ..coords import Coords
 from .base import AdditiveEncoder
 from .registry import register_encoder
@@ -80,12 +81,6 @@ PRESETS: dict[str, dict] = {  # the two reference presets differ only in dropout
     "geisler2023-sorting": {**_GEISLER2023, "dropout": 0.15},
     "geisler2023-playground": {**_GEISLER2023, "dropout": 0.1},
 }
-
-
-def _positive(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _mlp(in_dim: int, width: int, layers: int, final_activation: bool) -> nn.Sequential:
@@ -197,14 +192,21 @@ class MagLapEncoder(AdditiveEncoder):
                 cfg["norm_replaces"],
                 cfg["dropout"],
             )
-        self.dim, self.k, self.num_q = _positive(dim, "dim"), _positive(k, "k"), _positive(num_q, "num_q")
-        _positive(elem_dim, "elem_dim")
-        _positive(phi_layers, "phi_layers")
-        _positive(rho_layers, "rho_layers")
+        self.dim, self.k, self.num_q = check_int(dim, "dim"), check_int(k, "k"), check_int(num_q, "num_q")
+        elem_dim, phi_layers = check_int(elem_dim, "elem_dim"), check_int(phi_layers, "phi_layers")
+        rho_layers = check_int(rho_layers, "rho_layers")
         if eigval not in EIGVAL_MODES:
             raise ValueError(f"eigval must be one of {EIGVAL_MODES}, got {eigval!r}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        dropout = check_float(dropout, "dropout", strict=False, high=1.0, strict_high=True)
+        for name, flag in (
+            ("attention", attention),
+            ("sign_invariant", sign_invariant),
+            ("zero_first_negative", zero_first_negative),
+            ("final_activation", final_activation),
+            ("qkv_bias", qkv_bias),
+            ("norm_replaces", norm_replaces),
+        ):
+            check_bool(flag, name)
         self.preset = preset
         self.sign_invariant, self.eigval, self.zero_first_negative = sign_invariant, eigval, zero_first_negative
         self.norm_replaces = norm_replaces
@@ -212,7 +214,7 @@ class MagLapEncoder(AdditiveEncoder):
         self.phi = _mlp(2 + (eigval == "phi"), elem_dim, phi_layers, final_activation)
         self.norm = self.attn = None
         if attention:
-            _positive(num_heads, "num_heads")
+            check_int(num_heads, "num_heads")
             if key_dim is None:
                 if preset is None and width % num_heads:
                     raise ValueError(
@@ -221,7 +223,7 @@ class MagLapEncoder(AdditiveEncoder):
                     )
                 key_dim = max(width // num_heads, 1)
             self.norm = nn.LayerNorm(width, eps=1e-5)
-            self.attn = _EigenAttention(width, num_heads, _positive(key_dim, "key_dim"), qkv_bias, float(dropout))
+            self.attn = _EigenAttention(width, num_heads, check_int(key_dim, "key_dim"), qkv_bias, float(dropout))
         self.drop = nn.Dropout(dropout)
         self.rho = _mlp(num_q * k * width, dim, rho_layers, final_activation)
 

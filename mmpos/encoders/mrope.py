@@ -40,14 +40,13 @@ positions are float64 (``v2pe`` at long contexts).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
 from torch import Tensor
 
-from .._validate import check_int, check_ints
+from .._validate import check_float, check_int, check_ints
 from ..coords import Coords
 from ..rotary import FrequencyPlan, rope_frequencies
 from ..scaling import RopeScaling
@@ -272,9 +271,7 @@ def grape_plan(
     """
     p = _pairs(head_dim)
     axis_order = _check_axis_order(axis_order)
-    s = log_freq_scale
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s > 0):
-        raise ValueError(f"log_freq_scale must be a finite number > 0, got {s!r}")
+    s = check_float(log_freq_scale, "log_freq_scale")
     if axis_order == "chunked":
         section = default_mrope_section(head_dim) if mrope_section is None else mrope_section
         section = _check_section(section, p, "rotary pair counts")

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
-from .._validate import check_finite, check_int
+from .._validate import check_finite, check_finites, check_int
 
 with requires("graph"):  # one line naming the package and the extra when it is missing
     import scipy.sparse as sp
@@ -86,12 +86,7 @@ def relative_q(q: float, num_one_way: int, num_nodes: int) -> float:
 
 def check_q(q: float | Sequence[float]) -> tuple[float, ...]:
     """One potential or a non-empty sequence of them, as a tuple of floats (``ValueError`` otherwise)."""
-    if isinstance(q, (str, bytes)) or not (isinstance(q, (int, float)) or hasattr(q, "__iter__")):
-        raise ValueError(f"q must be a finite float or a non-empty sequence of floats, got {q!r}")
-    qs = (q,) if isinstance(q, (int, float)) and not isinstance(q, bool) else tuple(q)
-    if not qs or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) for x in qs):
-        raise ValueError(f"q must be a finite float or a non-empty sequence of floats, got {q!r}")
-    return tuple(float(x) for x in qs)
+    return check_finites(q, "q")
 
 
 def scipy_magnetic_laplacian(a: sp.csr_matrix, q: float, normalization: str | None) -> sp.csr_matrix:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_int
 from ..encoders.maglap import MagLapEncoder
 from ..graph.transforms import AddDirectionalRandomWalkPE, AddMagneticLaplacianPE
 
@@ -56,8 +57,7 @@ class MagLapNodePE(nn.Module):
         super().__init__()
         if not isinstance(attr_name, str) or not attr_name:
             raise ValueError(f"attr_name must be a non-empty str (the transform's), got {attr_name!r}")
-        if in_dim is not None and (isinstance(in_dim, bool) or not isinstance(in_dim, int) or in_dim < 1):
-            raise ValueError(f"in_dim must be None or a positive int, got {in_dim!r}")
+        check_int(in_dim, "in_dim", none_ok=True)
         self.attr_name = attr_name
         self.encoder = MagLapEncoder(dim, k, num_q, **encoder_kwargs)
         self.input = None if in_dim is None else nn.Linear(in_dim, dim)

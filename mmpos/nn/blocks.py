@@ -48,6 +48,8 @@ class Block(nn.Module):
         attn: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        check_float(mlp_ratio, "mlp_ratio")
+        check_float(drop_path, "drop_path", strict=False, high=1.0)
         self.norm1 = nn.LayerNorm(dim)
         if attn is not None and encoders:
             raise ValueError("attn replaces the block's attention: give its encoders to that module, not to Block")

@@ -32,12 +32,14 @@ learnable rotary frequencies (rope-vit's ``no_weight_decay`` returns ``freqs``: 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_bool, check_ints
 from ..coords import Coords
 from ..encoders.base import PositionEncoder
 from ..encoders.registry import (
@@ -172,15 +174,14 @@ class Placement:
         unknown = set(self.pos_kwargs) - set(names)
         if unknown:
             raise ValueError(f"pos_kwargs names encoders {sorted(unknown)} that are not in pos={names}")
-        if keep_abs_pos is not None and not isinstance(keep_abs_pos, bool):
-            raise ValueError(f"keep_abs_pos must be True, False or None, got {keep_abs_pos!r}")
+        check_bool(keep_abs_pos, "keep_abs_pos", none_ok=True)
         if keep_abs_pos is None:
             keep_abs_pos = bool(self.names) and all(self.kinds[n] == "bias" for n in self.names)
         self.keep_abs_pos = keep_abs_pos
         depth = context["depth"]
-        conv_after = tuple(conv_after)
-        if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < depth for i in conv_after):
-            raise ValueError(f"conv_after must hold block indices in [0, {depth}), got {list(conv_after)}")
+        conv_after = check_ints(
+            conv_after, "conv_after", low=0, high=depth - 1, length=(0, math.inf), what="block indices"
+        )
         self.conv_after = conv_after
         self.context = dict(context)
         self._shared: nn.ModuleDict | None = None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._extras import requires
+from .._validate import is_int, is_real
 from . import packages
 
 with requires("recipes"):  # one line naming the package and the extra when it is missing
@@ -332,7 +333,7 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
         fail("task", "the name of a registered task")
     for key in ("encoders", "seeds"):
         value = cfg[key]
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):  # a scalar where a list is wanted
+        if isinstance(value, str) or is_real(value):  # a scalar where a list is wanted
             raise ConfigError(
                 f"config key {key!r} must be a list, got the single value {value!r}; write {key}=[{value}] "
                 f"(in YAML: {key}: [{value}])"
@@ -343,7 +344,7 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
         fail("encoders", "a list of encoder names")
     for e in cfg["encoders"]:
         check_folder_name(e, f"encoder name {e!r} (config key 'encoders')")
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in cfg["seeds"]):
+    if not all(is_int(s) for s in cfg["seeds"]):
         fail("seeds", "a list of integers")
     for key in ("encoders", "seeds"):
         if len(set(cfg[key])) != len(cfg[key]):
@@ -356,20 +357,16 @@ def _check_runner_values(cfg: Mapping[str, Any]) -> None:
     if cfg["logger"] not in LOGGERS:
         fail("logger", " or ".join(map(repr, LOGGERS)))
     for key, low in (("steps", 1), ("batch_size", 1), ("eval_every", 0), ("log_every", 0), ("threads", 0)):
-        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < low:
+        if not is_int(cfg[key]) or cfg[key] < low:
             fail(key, f"an integer >= {low}")
     o = cfg["optim"]
     for key in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
-        if not isinstance(o[key], (int, float)) or isinstance(o[key], bool) or not 0 <= o[key] < math.inf:
+        if not is_real(o[key]) or not 0 <= o[key] < math.inf:
             fail(f"optim.{key}", "a finite number >= 0")
-    if not isinstance(o["warmup_steps"], int) or isinstance(o["warmup_steps"], bool) or o["warmup_steps"] < 0:
+    if not is_int(o["warmup_steps"]) or o["warmup_steps"] < 0:
         fail("optim.warmup_steps", "an integer >= 0")
     betas = o["betas"]
-    if not (
-        isinstance(betas, list)
-        and len(betas) == 2
-        and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
-    ):
+    if not (isinstance(betas, list) and len(betas) == 2 and all(is_real(b) and 0 <= b < 1 for b in betas)):
         fail("optim.betas", "a list of two numbers in [0, 1)")
     if not isinstance(cfg["device"], str):
         fail("device", "'auto', 'cpu', 'cuda' or 'cuda:N'")

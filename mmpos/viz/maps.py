@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from .._validate import check_int
+from .._validate import check_int, is_int
 from ..coords import Coords, Modality
 from ..encoders.base import AdditiveEncoder, BiasEncoder, ConvEncoder, PositionEncoder, RotaryEncoder
 from ..rotary import FrequencyPlan
@@ -78,10 +78,10 @@ class SimilarityMap:
         """The grid tokens' values, ``grid_shape`` (or ``(N - num_prefix_tokens,)``): one head or the mean."""
         if head == "mean":
             row = self.values.mean(0)
-        elif isinstance(head, int) and not isinstance(head, bool) and 0 <= head < self.values.shape[0]:
+        elif is_int(head) and 0 <= head < self.values.shape[0]:
             row = self.values[head]
         else:
-            raise ValueError(f"head must be 'mean' or an int in [0, {self.values.shape[0]}), got {head!r}")
+            raise ValueError(f"head must be 'mean' or an int in [0, {self.values.shape[0] - 1}], got {head!r}")
         row = row[self.num_prefix_tokens :]
         return row if self.grid_shape is None else row.reshape(self.grid_shape)
 

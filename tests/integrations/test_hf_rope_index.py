@@ -393,9 +393,9 @@ def test_grids_straddling_two_samples_are_refused():
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"scheme": "mrope-i", "temporal_scale": 0.5}, "temporal stride.* must be an int >= 1"),
-        ({"scheme": "mrope-i", "temporal_scale": 2.7}, "temporal stride.* must be an int >= 1"),
-        ({"scheme": "mrope-i", "temporal_scale": 0}, "temporal stride.* must be an int >= 1"),
+        ({"scheme": "mrope-i", "temporal_scale": 0.5}, "temporal stride.* must be a positive int"),
+        ({"scheme": "mrope-i", "temporal_scale": 2.7}, "temporal stride.* must be a positive int"),
+        ({"scheme": "mrope-i", "temporal_scale": 0}, "temporal stride.* must be a positive int"),
         ({"scheme": "hope", "temporal_scale": math.inf}, "temporal_scale must be a finite positive"),
         ({"scheme": "hope", "temporal_scale": math.nan}, "temporal_scale must be a finite positive"),
         ({"scheme": "v2pe", "delta": True}, r"delta must be a number in \(0, 1\]"),

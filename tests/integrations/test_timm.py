@@ -286,7 +286,7 @@ def test_bad_input():
         mt.convert(_vit(), pos="rope", pos_kwargs={"sincos": {}})
     with pytest.raises(ValueError, match="conv_after"):
         mt.convert(_vit(), pos="rope", conv_after=(2,))
-    with pytest.raises(ValueError, match="keep_abs_pos"):
+    with pytest.raises(TypeError, match="keep_abs_pos must be True, False or None"):
         mt.convert(_vit(), pos="rope", keep_abs_pos="yes")
     with pytest.raises(ValueError, match="model must be a timm VisionTransformer"):
         mt.convert(torch.nn.Linear(2, 2), pos="rope")

@@ -130,9 +130,11 @@ def test_placement_errors():
         Placement(["rope", "rope"], None, context)
     with pytest.raises(ValueError, match="pos_kwargs"):
         Placement("rope", {"irpe": {}}, context)
-    with pytest.raises(ValueError, match="conv_after"):
+    with pytest.raises(ValueError, match=r"conv_after must hold block indices in \[0, 1\], got \(2,\)"):
         Placement("peg", None, context, conv_after=(2,))
-    with pytest.raises(ValueError, match="keep_abs_pos"):
+    with pytest.raises(ValueError, match="conv_after must hold block indices"):
+        Placement("peg", None, context, conv_after=(0.0,))
+    with pytest.raises(TypeError, match="keep_abs_pos must be True, False or None, got 'yes'"):
         Placement("rope", None, context, keep_abs_pos="yes")
     with pytest.raises(ValueError, match="unknown encoder"):
         Transformer(32, 2, 4, pos="nope")
