@@ -13,15 +13,24 @@ Variants, on the same ``q``, ``k``, ``v`` ``(1, 8, L, 64)`` and hidden states ``
   on the coordinates ``table.build`` returns (its all-real mask attached; the layer then takes the
   ``is_causal`` path); ``tpe-layer`` is reported against ``causal-layer`` (train step only).
 
-Measured: forward + backward of a training step; one decoding step (one new query against a
-KV cache of ``L`` tokens; 2D-TPE keeps ``K`` rotated keys per token, plain RoPE one); the peak
-memory of a training step and the KV-cache bytes. Targets from the issue: 2D-TPE at most 2.3x
-the time of the SDPA call with two orders, its KV cache at most 1.5x.
+Measured: forward + backward of a training step (every variant); decoding (the two layers): the
+layers as users decode with them -- ``TPEAttention(h, coords, cache=MultiOrderCache())`` after a
+prefill of the ``L`` tokens of ``table.build``'s coordinates (mask attached), one new token per
+step at ``layout.decode`` positions, against the plain causal RoPE layer with a preallocated KV
+cache (``causal-layer``: one new key / value written per step, one SDPA call over the cache);
+``tpe-layer-cat`` is the same public layer with the cache that concatenated all keys each step
+(the library's cache before it was preallocated), for the before / after figure. A decode
+round is ``--steps`` steps from ``L`` cached tokens (the caches are cropped back to ``L`` before
+each round). Also the peak memory of a training step and of a decode step, and the KV-cache
+bytes. Targets from the issue: the public layer at most 2.3x the plain causal layer (train step,
+L = 4096), decoding at most 2x; the KV cache at most 1.5x.
 
-Time: median of ``--repeats`` steps, the variants interleaved step by step so that a shared
+Time: median of ``--repeats`` rounds, the variants interleaved round by round so that a shared
 machine's load hits them alike; process CPU time on CPU (``--threads``, default 1), wall time on
-CUDA. Peak memory: on CUDA ``max_memory_allocated`` above the inputs; on CPU the rise of the
-resident-set high-water mark during one step (``VmHWM``, reset through ``/proc/self/clear_refs``).
+CUDA; glibc's default allocator (peak memory is measured after all timings). Peak memory: on
+CUDA ``max_memory_allocated`` above the inputs; on CPU the rise of the resident-set high-water
+mark during one step (``VmHWM``, reset through ``/proc/self/clear_refs``; large blocks mapped
+for that measurement only, ``_memory.map_large_blocks``).
 
     python benchmarks/tables.py [--device cpu|cuda] [--repeats 5] [--threads 1] [--json out.json]
 """
@@ -29,36 +38,87 @@ resident-set high-water mark during one step (``VmHWM``, reset through ``/proc/s
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
-from _memory import peak_mib
+from _env import header, load
+from _memory import map_large_blocks, peak_mib
 
+from mmpos.coords import Coords
 from mmpos.layout import Text
-from mmpos.nn import TPEAttention
+from mmpos.nn import MultiOrderCache, TPEAttention
 from mmpos.nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
 from mmpos.rotary import apply_rotary, rope_frequencies
-from mmpos.table import Table, build
+from mmpos.table import Table, TableLayout, build
 
 HEADS, HEAD_DIM = 8, 64
 DIM = HEADS * HEAD_DIM
 TABLES = {1024: (31, 32), 4096: (63, 64)}  # L -> (table side, text tokens): side * (side + 1) + text = L
 VARIANTS = ("sdpa", "rope", "2d-tpe", "causal-layer", "tpe-layer")
-LAYERS = ("causal-layer", "tpe-layer")  # whole attention layers (projections included), train step only
+LAYERS = ("causal-layer", "tpe-layer")  # whole attention layers (projections included)
+DECODERS = ("causal-layer", "tpe-layer", "tpe-layer-cat")  # cached decoding, one token a step
 
 
-def layout_coords(length: int, device: str):
-    """The order coordinates of text + a square table + text, as ``table.build`` returns them (mask attached)."""
+def table_layout(length: int) -> TableLayout:
+    """Text + a square table + text, as ``table.build`` returns it (mask attached)."""
     side, text = TABLES[length]
     table = Table.grid(side, side, col_sep=0, rule_rows=False)
     layout = build([[Text(text // 2), table, Text(text - text // 2)]], ("row", "col"))
     assert layout.order_coords.num_tokens == length
-    return layout.order_coords.to(device)
+    return layout
+
+
+def layout_coords(length: int, device: str) -> Coords:
+    """The order coordinates of :func:`table_layout` on ``device``."""
+    return table_layout(length).order_coords.to(device)
+
+
+class CatCache(MultiOrderCache):
+    """The library's cache before preallocation: every update concatenates all cached keys (``O(T)`` a step)."""
+
+    def update(self, keys, values, pos, mask) -> None:
+        if self.length == 0:
+            self._keys, self._values, self._pos, self._mask = keys, values, pos, mask
+        else:
+            t = self.length
+            self._keys = torch.cat([self._keys[:, :, :, :t], keys], dim=3)
+            self._values = torch.cat([self._values[:, :, :t], values], dim=2)
+            self._pos = torch.cat([self._pos[:, :, :t], pos], dim=2)
+            self._mask = torch.cat([self._mask[:, :t], mask], dim=1)
+        self.length = self._values.shape[2]
+
+
+class CausalLayer(torch.nn.Module):
+    """A plain causal RoPE attention layer (q/k/v and output projections) with a preallocated KV cache."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(DIM, 3 * DIM, bias=False)
+        self.out = torch.nn.Linear(DIM, DIM, bias=False)
+        self.register_buffer("inv_freq", rope_frequencies(HEAD_DIM // 2), persistent=False)
+        self.register_buffer("k_cache", torch.zeros(1, HEADS, capacity, HEAD_DIM), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(1, HEADS, capacity, HEAD_DIM), persistent=False)
+        self.length = 0
+
+    def forward(self, h: torch.Tensor, pos: torch.Tensor, cache: bool = False) -> torch.Tensor:
+        """``h`` ``(1, n, DIM)``, ``pos`` ``(1, n)``; with ``cache`` the new keys are appended to the cache."""
+        n = h.shape[1]
+        q, k, v = self.qkv(h).view(1, n, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+        q, k = _rot(q, pos, self.inv_freq), _rot(k, pos, self.inv_freq)
+        if cache:
+            t = self.length
+            self.k_cache[:, :, t : t + n] = k
+            self.v_cache[:, :, t : t + n] = v
+            self.length = t + n
+            if t:  # decoding: the new tokens see the cache and, causally, each other (one token: everything)
+                k, v = self.k_cache[:, :, : t + n], self.v_cache[:, :, : t + n]
+                o = F.scaled_dot_product_attention(q, k, v)
+                return self.out(o.transpose(1, 2).reshape(1, n, DIM))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(1, n, DIM))
 
 
 def positions(length: int, device: str) -> torch.Tensor:
@@ -72,7 +132,7 @@ def _rot(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Te
 
 
 class Bench:
-    def __init__(self, length: int, device: str) -> None:
+    def __init__(self, length: int, device: str, steps: int = 20) -> None:
         torch.manual_seed(0)
         self.device = device
         self.pos = positions(length, device)
@@ -81,17 +141,25 @@ class Bench:
         shape = (1, HEADS, length, HEAD_DIM)
         self.q, self.k, self.v = (torch.randn(shape, device=device, requires_grad=True) for _ in range(3))
         self.h = torch.randn(1, length, DIM, device=device, requires_grad=True)
-        # decoding: one new token against a cache of L tokens
-        self.q1 = torch.randn(1, HEADS, 1, HEAD_DIM, device=device)
-        self.h1 = torch.randn(1, 1, DIM, device=device)
-        self.cache_k = torch.randn(2, 1, HEADS, length, HEAD_DIM, device=device)  # one key per order
-        self.cache_v = torch.randn(1, HEADS, length, HEAD_DIM, device=device)
         # whole layers: the public TPEAttention called as users call it (coords from table.build, mask
         # attached), against a plain causal RoPE layer with the same projections
-        self.coords = layout_coords(length, device)
+        self.length, self.steps = length, steps
+        layout = table_layout(length)
+        self.coords = layout.order_coords.to(device)
         self.tpe = TPEAttention(DIM, HEADS).to(device)
-        self.qkv = torch.nn.Linear(DIM, 3 * DIM, bias=False).to(device)
-        self.out = torch.nn.Linear(DIM, DIM, bias=False).to(device)
+        self.causal = CausalLayer(length + steps).to(device)
+        self.qkv, self.out = self.causal.qkv, self.causal.out
+        # decoding: a prefill of the L tokens, then `steps` new tokens at layout.decode's positions
+        self.new_h = torch.randn(steps, 1, 1, DIM, device=device)
+        new_pos = layout.decode(steps).to(device)  # (1, steps, 2): equal under both orders
+        self.new_coords = [Coords(new_pos[:, i : i + 1], self.coords.axes) for i in range(steps)]
+        self.new_pos = new_pos[..., 0]  # (1, steps): the plain layer's positions
+        self.caches = {"tpe-layer": MultiOrderCache(), "tpe-layer-cat": CatCache()}
+        with torch.no_grad():
+            h = torch.randn(1, length, DIM, device=device)
+            self.causal(h, self.pos[0], cache=True)
+            for cache in self.caches.values():
+                self.tpe(h, self.coords, cache=cache)
 
     def forward(self, variant: str) -> torch.Tensor:
         if variant == "tpe-layer":
@@ -117,23 +185,33 @@ class Bench:
     def train_step(self, variant: str) -> None:
         self.forward(variant).square().mean().backward()
 
+    def crop(self) -> None:
+        """Back to the ``L`` prefilled tokens (before a decode round)."""
+        self.causal.length = self.length
+        for cache in self.caches.values():
+            cache.crop(self.length)
+
     @torch.no_grad()
-    def decode_step(self, variant: str) -> torch.Tensor:
-        if variant == "2d-tpe":
-            outs = torch.stack(
-                [F.scaled_dot_product_attention(self.q1, self.cache_k[i], self.cache_v) for i in range(2)]
-            )
-            return mix_orders(outs, self.router(self.h1))
-        return F.scaled_dot_product_attention(self.q1, self.cache_k[0], self.cache_v)
+    def decode_step(self, variant: str, i: int) -> torch.Tensor:
+        """Decode step ``i`` of a round (after :meth:`crop`): one new token through the layer."""
+        if variant == "causal-layer":
+            return self.causal(self.new_h[i], self.new_pos[:, i : i + 1], cache=True)
+        return self.tpe(self.new_h[i], self.new_coords[i], cache=self.caches[variant])
+
+    def decode_round(self, variant: str) -> None:
+        for i in range(self.steps):
+            self.decode_step(variant, i)
 
     def cache_bytes(self, variant: str) -> int:
-        keys = self.cache_k if variant == "2d-tpe" else self.cache_k[0]
-        return keys.nbytes + self.cache_v.nbytes
+        if variant == "causal-layer":
+            return 2 * self.causal.k_cache[:, :, : self.length].nbytes
+        cache = self.caches[variant]
+        return sum(t.nbytes for t in (cache.keys[:, :, :, : self.length], cache.values[:, :, : self.length]))
 
     def zero(self) -> None:
         for t in (self.q, self.k, self.v, self.h):
             t.grad = None
-        for m in (self.router, self.tpe, self.qkv, self.out):
+        for m in (self.router, self.tpe, self.causal):
             m.zero_grad(set_to_none=True)
 
 
@@ -155,15 +233,24 @@ def peak_memory(bench: Bench, variant: str) -> float:
     return peak
 
 
-def measure(length: int, device: str, repeats: int) -> dict[str, dict[str, float]]:
-    bench = Bench(length, device)
+def decode_peak(bench: Bench, variant: str) -> float:
+    """Extra peak memory (MiB) of one decode step from ``L`` cached tokens, after a warm-up step."""
+    bench.crop()
+    bench.decode_step(variant, 0)
+    bench.crop()
+    return peak_mib(lambda: bench.decode_step(variant, 0), bench.device)
+
+
+def measure(length: int, device: str, repeats: int, steps: int) -> dict[str, dict[str, float]]:
+    bench = Bench(length, device, steps)
     train = {v: [] for v in VARIANTS}
-    decode = {v: [] for v in VARIANTS}
+    decode = {v: [] for v in DECODERS}
     for v in VARIANTS:  # warm-up
         bench.train_step(v)
-        if v not in LAYERS:
-            bench.decode_step(v)
         bench.zero()
+    for v in DECODERS:
+        bench.crop()
+        bench.decode_round(v)
     for _ in range(repeats):
         for v in VARIANTS:
             sync(device)
@@ -172,41 +259,52 @@ def measure(length: int, device: str, repeats: int) -> dict[str, dict[str, float
             sync(device)
             train[v].append(clock(device) - t0)
             bench.zero()
-            if v in LAYERS:
-                continue
-            t0 = clock(device)
-            for _ in range(20):
-                bench.decode_step(v)
+        for v in DECODERS:
+            bench.crop()
             sync(device)
-            decode[v].append((clock(device) - t0) / 20)
+            t0 = clock(device)
+            bench.decode_round(v)
+            sync(device)
+            decode[v].append((clock(device) - t0) / steps)
+    if device == "cpu":
+        map_large_blocks()  # after the timings: the resident set then follows live memory
     out = {}
-    for v in VARIANTS:
+    for v in (*VARIANTS, "tpe-layer-cat"):
         out[v] = {
-            "train_ms": 1e3 * statistics.median(train[v]),
-            "decode_ms": 1e3 * statistics.median(decode[v]) if decode[v] else None,
-            "peak_mib": peak_memory(bench, v),
-            "cache_mib": bench.cache_bytes(v) / 2**20 if v not in LAYERS else None,
+            "train_ms": 1e3 * statistics.median(train[v]) if v in train else None,
+            "peak_mib": peak_memory(bench, v) if v in train else None,
+            "decode_ms": 1e3 * statistics.median(decode[v]) if v in decode else None,
+            "decode_peak_mib": decode_peak(bench, v) if v in decode else None,
+            "cache_mib": bench.cache_bytes(v) / 2**20 if v in decode else None,
         }
     return out
 
 
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "-" if value is None or base is None else f"{value / max(base, 1e-9):.2f}"
+
+
 def table(results: dict[int, dict[str, dict[str, float]]]) -> str:
-    head = "| L | variant | fwd+bwd ms | x sdpa | decode ms | x sdpa | peak MiB | x sdpa | KV cache MiB | x sdpa |"
-    lines = [head, "|" + "---|" * 10]
+    """Kernel rows against ``sdpa``; layer rows against ``causal-layer``."""
+    head = (
+        "| L | variant | fwd+bwd ms | x base | train peak MiB | x base | decode ms/token | x causal-layer "
+        "| decode peak MiB | KV cache MiB | x causal-layer |"
+    )
+    lines = [head, "|" + "---|" * 11]
     for length, res in results.items():
         for v, r in res.items():
-            base = res["causal-layer" if v in LAYERS else "sdpa"]  # layers against the plain causal layer
-            if v in LAYERS:
-                lines.append(
-                    f"| {length} | {v} | {r['train_ms']:.1f} | {r['train_ms'] / base['train_ms']:.2f} (x causal-layer) "
-                    f"| - | - | {r['peak_mib']:.0f} | {r['peak_mib'] / max(base['peak_mib'], 1e-9):.2f} | - | - |"
-                )
-                continue
+            base = res["sdpa" if v in ("sdpa", "rope", "2d-tpe") else "causal-layer"]
+            dec = res["causal-layer"]
             lines.append(
-                f"| {length} | {v} | {r['train_ms']:.1f} | {r['train_ms'] / base['train_ms']:.2f} | "
-                f"{r['decode_ms']:.3f} | {r['decode_ms'] / base['decode_ms']:.2f} | {r['peak_mib']:.0f} | "
-                f"{r['peak_mib'] / max(base['peak_mib'], 1e-9):.2f} | {r['cache_mib']:.1f} | "
-                f"{r['cache_mib'] / base['cache_mib']:.2f} |"
+                f"| {length} | {v} | {_cell(r['train_ms'], '.1f')} | {_ratio(r['train_ms'], base['train_ms'])} "
+                f"| {_cell(r['peak_mib'], '.0f')} | {_ratio(r['peak_mib'], base['peak_mib'])} "
+                f"| {_cell(r['decode_ms'], '.3f')} | {_ratio(r['decode_ms'], dec['decode_ms'])} "
+                f"| {_cell(r['decode_peak_mib'], '.2f')} | {_cell(r['cache_mib'], '.1f')} "
+                f"| {_ratio(r['cache_mib'], dec['cache_mib'])} |"
             )
     return "\n".join(lines)
 
@@ -217,19 +315,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lengths", type=int, nargs="+", default=list(TABLES), choices=list(TABLES))
+    parser.add_argument("--steps", type=int, default=20, help="decode steps per round (from L cached tokens)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
+    if args.repeats < 1 or args.steps < 1:
+        parser.error("--repeats and --steps must be >= 1")
     torch.set_num_threads(args.threads)
-    results = {n: measure(n, args.device, args.repeats) for n in args.lengths}
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"{stamp}, torch {torch.__version__}, {platform.processor() or platform.machine()}, device {args.device}, "
-          f"threads {args.threads}, repeats {args.repeats}")  # fmt: skip
+    before = header(args.device, note=f"median of {args.repeats} rounds, {args.steps} decode steps a round")
+    results = {n: measure(n, args.device, args.repeats, args.steps) for n in args.lengths}
+    print(before)
+    print(f"<!-- after: {load()} -->")
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"date": stamp, "device": args.device, "threads": args.threads, "results": results}, f, indent=1)
+            json.dump(
+                {"header": before, "device": args.device, "threads": args.threads, "results": results}, f, indent=1
+            )
 
 
 if __name__ == "__main__":

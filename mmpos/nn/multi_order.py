@@ -397,7 +397,7 @@ class MultiOrderAttention(nn.Module):
             if drop == 0.0:  # decoding: mix the attention weights, then one product with the values
                 w = self.mix_weights(x)
                 self.router_weights = w
-                out = self._cached_mixed(qs, cache, pos, real, w)
+                out = self._cached_mixed(qs, cache, pos, key_mask, w)
                 return self.proj(out.transpose(1, 2).reshape(b, n, -1))
             out = self._cached(qs, cache, pos, real, drop)
         w = self.mix_weights(x)
@@ -405,22 +405,26 @@ class MultiOrderAttention(nn.Module):
         out = mix_orders(out, w)
         return self.proj(out.transpose(1, 2).reshape(b, n, -1))
 
-    def _cached_mixed(self, qs: list[Tensor], cache: MultiOrderCache, pos: Tensor, real: Tensor, w: Tensor) -> Tensor:
+    def _cached_mixed(
+        self, qs: list[Tensor], cache: MultiOrderCache, pos: Tensor, key_mask: Tensor | None, w: Tensor
+    ) -> Tensor:
         """``sum_k w_k softmax(q_k K_k^T / sqrt(D) + mask_k) V`` as ``(sum_k w_k P_k) V``: the values read once.
 
-        ``qs`` ``K x (B, H, n, D)``, ``w`` ``(B, n, H, K)`` -> ``(B, H, n, D)``; equal to
-        :meth:`_cached` followed by :func:`mix_orders` (the mix is linear).
+        ``qs`` ``K x (B, H, n, D)``, ``key_mask`` ``(B, n)`` of the new tokens (``None``: all real),
+        ``w`` ``(B, n, H, K)`` -> ``(B, H, n, D)``; equal to :meth:`_cached` followed by
+        :func:`mix_orders` (the mix is linear).
         """
         b, h, n, d = qs[0].shape
         hk, t = self.num_kv_heads, cache.length
         g, k = h // hk, len(qs)
-        mask = (cache.pos[:, :, None, :] <= pos[:, :, :, None]) & cache.mask[:, None, :]  # (K, B, n, T)
-        own = torch.zeros(n, t, dtype=torch.bool, device=pos.device)  # padding queries see themselves
-        own[:, t - n :] = torch.eye(n, dtype=torch.bool, device=pos.device)
-        mask = mask | (own & ~real[:, :, None])
-        q = torch.stack(qs).reshape(k, b, hk, g * n, d)
-        scores = (q @ cache.keys.transpose(-1, -2)).view(k, b, h, n, t) * (d**-0.5)  # (K, B, H, n, T)
-        probs = scores.masked_fill_(~mask[:, :, None], float("-inf")).softmax(-1)
+        blocked = (cache.pos[:, :, None, :] > pos[:, :, :, None]) | ~cache.mask[:, None, :]  # (K, B, n, T)
+        if key_mask is not None:  # padding queries see themselves (no empty row)
+            own = torch.zeros(n, t, dtype=torch.bool, device=pos.device)
+            own[:, t - n :] = torch.eye(n, dtype=torch.bool, device=pos.device)
+            blocked = blocked & ~(own & ~key_mask[:, :, None])
+        q = torch.stack(qs).reshape(k, b, hk, g * n, d) * (d**-0.5)
+        scores = (q @ cache.keys.transpose(-1, -2)).view(k, b, h, n, t)  # (K, B, H, n, T)
+        probs = scores.masked_fill_(blocked[:, :, None], float("-inf")).softmax(-1)
         mixed = (probs * w.permute(3, 0, 2, 1).unsqueeze(-1).to(probs.dtype)).sum(0)  # (B, H, n, T)
         return (mixed.view(b, hk, g * n, t) @ cache.values).view(b, h, n, d)
 

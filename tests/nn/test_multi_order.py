@@ -141,6 +141,10 @@ def test_cached_decoding_equals_full_forward(capacity):
     cache.crop(split)  # decoding again from the prefix gives the same outputs
     again = [m(x[:, i : i + 1], part(i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
     torch.testing.assert_close(torch.cat(again, 1), torch.cat(outs[1:], 1), rtol=0, atol=0)
+    assert c.mask[:, split:].all()  # the decoded tokens are real: coords without a mask give the same outputs
+    cache.crop(split)
+    bare = [m(x[:, i : i + 1], Coords(c.pos[:, i : i + 1], c.axes), cache=cache) for i in range(split, c.num_tokens)]
+    torch.testing.assert_close(torch.cat(bare, 1), torch.cat(outs[1:], 1))
     nxt = layout.decode(2)  # positions of generated tokens: same under every order
     assert torch.equal(nxt[:, 0, 0], c.pos[:, -1, 0] + 1) and torch.equal(nxt[..., 0], nxt[..., 2])
 
