@@ -54,9 +54,12 @@ def check_float(
     strict: bool = True,
     high: float = math.inf,
     strict_high: bool = False,
-) -> float:
+    none_ok: bool = False,
+) -> float | None:
     """A finite real number ``> low`` (``>= low`` when not ``strict``) and ``<= high`` (``< high`` when
-    ``strict_high``)."""
+    ``strict_high``); ``None`` when ``none_ok``."""
+    if none_ok and value is None:
+        return None
     ok = (
         is_real(value)
         and math.isfinite(value)
@@ -66,7 +69,7 @@ def check_float(
     if not ok:
         bound = f"> {low:g}" if strict else f">= {low:g}"
         bound += f" and {'<' if strict_high else '<='} {high:g}" if math.isfinite(high) else ""
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise ValueError(f"{name} must be {'None or ' if none_ok else ''}a finite number {bound}, got {value!r}")
     return float(value)
 
 

@@ -638,6 +638,18 @@ CASES = [
         r"MediaSpec.mean must hold 3 finite numbers \(R, G, B\), got 0.5",
     ),
     row(
+        "mhrope-num-kv-heads-bool",
+        lambda: mmpos.create("mhrope", head_dim=16, num_heads=4, num_kv_heads=True),
+        ValueError,
+        r"num_kv_heads must be a positive divisor of num_heads=4, got True",
+    ),
+    row(
+        "graph-ppr-alpha-bool",
+        lambda: __import__("mmpos.graph").graph.random_walk.check_walk(3, True),
+        ValueError,
+        r"ppr_alpha must be None or a finite number > 0 and <= 1, got True",
+    ),
+    row(
         "graph-q-string",
         lambda: __import__("mmpos.graph").graph.laplacian.check_q("0.25"),
         ValueError,

@@ -46,7 +46,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from .._validate import check_float, check_int, check_ints
+from .._validate import check_float, check_int, check_ints, is_int
 from ..coords import Coords
 from ..rotary import FrequencyPlan, rope_frequencies
 from ..scaling import RopeScaling
@@ -452,7 +452,9 @@ class MHRoPE(_MultimodalRotary):
         kv = num_kv_heads if num_kv_heads is not None else num_heads
         if kv is None:
             raise ValueError("pass num_kv_heads (or num_heads) to mhrope")
-        if num_heads is not None and (not isinstance(kv, int) or kv <= 0 or num_heads % kv):
+        if num_heads is None:
+            kv = check_int(kv, "num_kv_heads")
+        elif not is_int(kv) or kv <= 0 or num_heads % kv:
             raise ValueError(f"num_kv_heads must be a positive divisor of num_heads={num_heads}, got {kv!r}")
         super().__init__(mhrope_plan(head_dim, kv, head_sections, theta, convention), scaling=scaling)
         self.num_kv_heads = kv

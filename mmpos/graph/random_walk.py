@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
-from .._validate import check_int
+from .._validate import check_float, check_int
 from .laplacian import binary_adjacency, edge_array
 
 with requires("graph"):  # one line naming the package and the extra when it is missing
@@ -38,8 +38,7 @@ __all__ = ["directional_random_walk_node_pe", "directional_random_walks", "trans
 
 def check_walk(walk_length: int, ppr_alpha: float | None) -> None:
     check_int(walk_length, "walk_length")
-    if ppr_alpha is not None and not (isinstance(ppr_alpha, (int, float)) and 0 < ppr_alpha <= 1):
-        raise ValueError(f"ppr_alpha must be None or a float in (0, 1], got {ppr_alpha!r}")
+    check_float(ppr_alpha, "ppr_alpha", high=1.0, none_ok=True)
 
 
 def _transition(a: sp.csr_matrix) -> sp.csr_matrix:

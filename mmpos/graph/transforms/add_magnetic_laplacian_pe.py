@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from ..._extras import requires
-from ..._validate import check_int
+from ..._validate import check_int, is_real
 from ..eigen import PHASE_RULES, SOLVERS, MagLapEigen, check_k, maglap_eigenpairs, maglap_eigenpairs_many
 from ..laplacian import check_q
 
@@ -91,8 +91,8 @@ class AddMagneticLaplacianPE(BaseTransform):
         dtype: torch.dtype = torch.float64,
     ) -> None:
         self.k = check_k(k)
-        check_q(q)
-        self.q = q if isinstance(q, (int, float)) else tuple(q)
+        qs = check_q(q)
+        self.q = qs[0] if is_real(q) else qs  # one potential: a float; several: a tuple of floats
         if attr_name is not None and (not isinstance(attr_name, str) or not attr_name):
             raise ValueError(f"attr_name must be a non-empty str or None (concatenate onto data.x), got {attr_name!r}")
         if solver not in SOLVERS:
@@ -132,7 +132,7 @@ class AddMagneticLaplacianPE(BaseTransform):
                 x = data.x.view(-1, 1) if data.x.dim() == 1 else data.x
                 data.x = torch.cat([x, feat.to(x.device, x.dtype)], dim=-1)
             return data
-        if isinstance(self.q, (int, float)):
+        if isinstance(self.q, float):
             vec, val = vec[:, 0], val[0]
         data[self.attr_name] = vec
         data[f"{self.attr_name}_eigval"] = val.unsqueeze(0)
