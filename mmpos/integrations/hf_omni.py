@@ -144,11 +144,17 @@ def omni_layout(
     use_audio_in_video: bool = False,
     audio_seqlens: Tensor | None = None,
     second_per_grids: Tensor | None = None,
+    *,
+    scheme: str | None = None,
+    **scheme_options: Any,
 ) -> Layout:
     """The :class:`~mmpos.layout.Layout` of a tokenised Omni batch (arguments as :func:`get_rope_index`).
 
-    Audio tokens get :attr:`~mmpos.coords.Modality.AUDIO` in ``Layout.modality``."""
-    thinker, scheme = _thinker(config)
+    Audio tokens get :attr:`~mmpos.coords.Modality.AUDIO` in ``Layout.modality``. ``scheme`` (default: the
+    model's own) places the same blocks by another :mod:`mmpos.schemes` rule, with its ``scheme_options``
+    (``use_rope`` on an Omni thinker); the padding and ``rope_deltas`` conventions stay the model's."""
+    thinker, own = _thinker(config)
+    scheme = own if scheme is None else scheme
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
     if not isinstance(use_audio_in_video, bool):
@@ -234,7 +240,7 @@ def omni_layout(
     if (first_audio != audio_start[alone] + 1).any():
         raise ValueError("every audio's tokens must follow its audio start token")
 
-    markers = 1 if scheme == "qwen2.5-omni" else 0  # Qwen2.5-Omni: the audio start / end tokens join the block
+    markers = 1 if own == "qwen2.5-omni" else 0  # Qwen2.5-Omni: the audio start / end tokens join the block
     block_audio = np.where(audio > 0, audio + 2 * markers, 0)
     block_first = np.concatenate([first_images, first_videos - markers * (audio > 0)])
     blocks = VisionBlocks(
@@ -253,8 +259,9 @@ def omni_layout(
     options = resolve_options(
         scheme,
         tokens_per_second=thinker.position_id_per_seconds,
-        rule=RULES[scheme],
-        **({"seconds_per_chunk": thinker.seconds_per_chunk} if markers else {}),
+        rule=RULES[own],
+        **({"seconds_per_chunk": thinker.seconds_per_chunk} if markers and scheme == own else {}),
+        **scheme_options,
     )
     return pack(real.reshape(b, length), blocks, scheme, options, modality=modality, device=input_ids.device)
 

@@ -60,7 +60,8 @@ from ..encoders.mrope import default_mrope_section
 from ..encoders.registry import create, encoder_info
 from ..rotary import apply_rotary, plan_angles
 from ..scaling import RopeScaling, as_scaling
-from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types
+from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types, resolve_options, scheme_for_model_type
+from . import hf_omni
 from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
 
 __all__ = [
@@ -229,12 +230,37 @@ class _SchemeIndex:
         )
 
 
+class _OmniIndex:
+    """Bound to an Omni thinker (and its inner model) as ``get_rope_index``: the model's own arguments
+    (``use_audio_in_video``, ``audio_seqlens``, ``second_per_grids``) to :func:`mmpos.integrations.hf_omni.get_rope_index`
+    (the model's own scheme) or to :func:`~mmpos.integrations.hf_omni.omni_layout` under another scheme."""
+
+    def __init__(self, original: Any, config: Any, scheme: str | None, scheme_options: dict[str, Any]) -> None:
+        self.signature = inspect.signature(original)
+        self.config, self.scheme, self.scheme_options = config, scheme, scheme_options
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        names = ("image_grid_thw", "video_grid_thw", "attention_mask", "use_audio_in_video", "audio_seqlens")
+        call = [arguments.get("input_ids"), *(arguments.get(n) for n in names), arguments.get("second_per_grids")]
+        call[4] = bool(call[4])
+        if self.scheme is None or (call[1] is None and call[2] is None):  # the own scheme; text: 1-D for all
+            return hf_omni.get_rope_index(self.config, *call)
+        lay = hf_omni.omni_layout(self.config, *call, scheme=self.scheme, **self.scheme_options)
+        ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L): VRoPE's c0, c1, c2 (Scheme.hf_rows)
+        if not ids.dtype.is_floating_point:
+            ids, deltas = ids.to(call[0].dtype), deltas.to(call[0].dtype)
+        return ids, deltas
+
+
 # ------------------------------------------------------------------------- use_rope
 @dataclass
 class _Installed:
     scheme: str
     rotary_emb: nn.Module
     hooks: list[Any] = field(default_factory=list)
+    patched: list[nn.Module] = field(default_factory=list)  # the modules given a get_rope_index
 
 
 #: families whose own rotary embedding is not their position scheme's ``Scheme.encoder``: model_type ->
@@ -257,6 +283,10 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     # Qwen4-Exp: Qwen3.5's rotation in its indexed-attention layers; the rotary module returns cos / sin of the
     # whole sequence (the cache's position history and the new tokens: its QSA indexer scores every key)
     "qwen4_exp": ("mrope-i", "half"),
+    # the Omni thinkers (TMRoPE positions, :mod:`mmpos.integrations.hf_omni`): Qwen2.5-Omni rotates as Qwen2-VL,
+    # Qwen3-Omni as Qwen3-VL
+    "qwen2_5_omni_thinker": ("mrope", "half"),
+    "qwen3_omni_moe_thinker": ("mrope-i", "half"),
     # ERNIE-4.5-VL: Qwen2-VL's positions (t merged); h, w alternating on the high frequencies and t on the lowest
     # (VideoRoPE's allocation; its config's mrope_section is ordered h, w, t), adjacent channels paired
     "ernie4_5_vl_moe": ("videorope", "interleaved"),
@@ -281,6 +311,8 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
             f"{tuple(swappable)}), got {type(model).__name__} with model_type {model_type!r}"
         )
     text = getattr(core, "language_model", None)
+    if text is None and hasattr(getattr(core, "model", None), "rotary_emb"):  # 4.57's Omni thinkers: .model is text
+        text = core.model
     missing = [
         name
         for name, ok in (
@@ -316,7 +348,8 @@ def _restore(core: nn.Module, text: nn.Module) -> None:
         return
     device = text.embed_tokens.weight.device  # the model may have moved while swapped
     text.rotary_emb = installed.rotary_emb.to(device)
-    del core.get_rope_index  # the class method shows again
+    for module in installed.patched:
+        del module.get_rope_index  # the class method shows again
     for handle in installed.hooks:
         handle.remove()
     core.rope_deltas = None
@@ -458,24 +491,36 @@ def use_rope(
         raise ValueError(f"scheme must be 'own' or one of {tuple(SCHEMES)}, got {scheme!r}")
     if advance is not None and advance not in ADVANCES:
         raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
-    base = RULES[installed_rule(core)]
-    if advance is None:  # the model's own scheme follows the release; the others their reference ("max")
-        advance = base.advance if scheme in ("own", *model_types().values()) else "max"
-    rule = (
-        base
-        if advance == base.advance
-        else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
-    )
-    options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
-        core.config,
-        None if scheme == "own" else scheme,
-        delta=delta,
-        temporal_scale=temporal_scale,
-        training=training,
-        rule=rule,
-        visual_stride=visual_stride,
-        scheme_options=scheme_options or None,
-    )
+    own_scheme = scheme_for_model_type(core.config.model_type)
+    if own_scheme.audio:  # an Omni thinker: TMRoPE positions (hf_omni), the audio blocks' conventions
+        if advance is not None:
+            raise ValueError(f"advance applies to the Qwen-VL families, not model_type {core.config.model_type!r}")
+        names = ("delta", "temporal_scale", "training", "visual_stride")
+        omni_options = {k: given[k] for k in names if given[k] is not None}
+        if scheme not in ("own", own_scheme.name):  # checks the options now (the index resolves them per call)
+            resolve_options(scheme, rule=RULES[own_scheme.name], **omni_options, **scheme_options)
+        omni_options.update(scheme_options)
+        model_scheme = own_scheme.name
+    else:
+        base = RULES[installed_rule(core)]
+        if advance is None:  # the model's own scheme follows the release; the others their reference ("max")
+            advance = base.advance if scheme in ("own", *model_types().values()) else "max"
+        rule = (
+            base
+            if advance == base.advance
+            else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
+        )
+        options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
+            core.config,
+            None if scheme == "own" else scheme,
+            delta=delta,
+            temporal_scale=temporal_scale,
+            training=training,
+            rule=rule,
+            visual_stride=visual_stride,
+            scheme_options=scheme_options or None,
+        )
+        model_scheme = options.model_scheme
     if scheme != "own" and get_scheme(scheme).encoder == "mhrope":
         indexed = [
             type(layer.self_attn).__name__
@@ -505,8 +550,8 @@ def use_rope(
     device = text.embed_tokens.weight.device
     rotary_dim, convention = _rotary_channels(text.rotary_emb, device)  # partial rotary: the plan spans rotary_dim
     family_encoder, pairing = FAMILY_ROTARY.get(core.config.model_type, (None, "half"))
-    own_encoder = family_encoder or get_scheme(options.model_scheme).encoder
-    encoder_name = own_encoder if family_encoder and scheme == options.model_scheme else sch.encoder
+    own_encoder = family_encoder or get_scheme(model_scheme).encoder
+    encoder_name = own_encoder if family_encoder and scheme == model_scheme else sch.encoder
     kwargs: dict[str, Any] = {"head_dim": rotary_dim, "theta": theta}
     if encoder_info(encoder_name).mrope_section:  # the record says it takes mrope_section
         own_order = _axis_order(own_encoder)
@@ -529,7 +574,16 @@ def use_rope(
     rotary_cls = _InterleavedRotaryEmbedding if convention == "interleaved" else HFRotaryEmbedding
     rotary = rotary_cls(encoder, cos_sin_shape, sch.rows_to_axes, sch.axes, per_head).to(device)
     installed = _Installed(scheme, text.rotary_emb)
-    core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
+    if own_scheme.audio:  # the thinker's generate calls its own get_rope_index, its forward the inner model's
+        thinker = getattr(core.config, "thinker_config", core.config)
+        index_scheme = None if scheme == model_scheme else scheme
+        for module in dict.fromkeys(m for m in (model, core) if hasattr(type(m), "get_rope_index")):
+            original = type(module).get_rope_index.__get__(module)
+            module.get_rope_index = _OmniIndex(original, thinker, index_scheme, omni_options)
+            installed.patched.append(module)
+    else:
+        core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
+        installed.patched.append(core)
     text.rotary_emb = rotary
     for q_module, k_module in targets:
         for module in (q_module, k_module):

@@ -8,6 +8,8 @@ is skipped with the reason."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -301,7 +303,7 @@ def _generate(model, inputs, steps=3):
         output_logits=True,
         return_dict_in_generate=True,
         pad_token_id=PAD,
-        suppress_tokens=[IMG, VID, ISTART, IEND, VSTART, VEND],
+        suppress_tokens=[IMG, VID, ISTART, IEND, VSTART, VEND, 110, 111, 112],  # 110-112: the Omni audio tokens
     )
     return out.sequences, torch.stack(out.logits, 1)
 
@@ -379,3 +381,138 @@ def test_text_only_prompts_keep_the_model_logits(family):
         use_rope(model, scheme)
         assert torch.equal(model(**inputs).logits, ref), scheme
     use_rope(model, "own")
+
+
+# ------------------------------------------------------------------------- the Omni thinkers (TMRoPE positions)
+OMNI_TOKENS = {
+    "audio_token_id": 110,
+    "image_token_id": IMG,
+    "video_token_id": VID,
+    "vision_start_token_id": ISTART,
+    "vision_end_token_id": IEND,
+    "audio_start_token_id": 111,
+    "audio_end_token_id": 112,
+}
+
+
+def _omni_text(section, **extra):
+    """An Omni thinker's text config: ``rope_parameters`` (transformers >= 5.3) or ``rope_theta`` + ``rope_scaling``."""
+    if NEW:
+        rope = {"rope_type": "default", "mrope_section": section, "rope_theta": 1e4, **extra}
+        return dict(TEXT, head_dim=16, rope_parameters=rope)
+    rope = {"rope_type": "default", "type": "default", "mrope_section": section, **extra}
+    return dict(TEXT, head_dim=16, rope_theta=1e4, rope_scaling=rope)
+
+
+OMNI_AUDIO = {
+    "num_mel_bins": 16,
+    "encoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "d_model": 32,
+    "output_dim": 64,
+    "max_source_positions": 64,
+}
+
+
+def _omni_tokens(cfg_cls):
+    """The token ids under the names the installed release's thinker config takes (``*_token_index`` in 4.57)."""
+    names = inspect.signature(cfg_cls).parameters
+    out = {}
+    for name, value in OMNI_TOKENS.items():
+        index = name.replace("_token_id", "_token_index")
+        out[index if index in names and name not in names else name] = value
+    return out
+
+
+def _qwen2_5_omni():
+    vision = dict(VISION, fullatt_block_indexes=[0], window_size=8)
+    audio = dict(OMNI_AUDIO, n_window=4)
+    cls = transformers.Qwen2_5OmniThinkerConfig
+    cfg = cls(text_config=_omni_text([2, 3, 3]), vision_config=vision, audio_config=audio, **_omni_tokens(cls))
+    return transformers.Qwen2_5OmniThinkerForConditionalGeneration(cfg)
+
+
+def _qwen3_omni_moe():
+    text = dict(
+        _omni_text([4, 2, 2], mrope_interleaved=True),
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+    )
+    vision = dict(QWEN3_VISION, deepstack_visual_indexes=[0])
+    audio = dict(OMNI_AUDIO, n_window=4, downsample_hidden_size=8, conv_chunksize=8)
+    cls = transformers.Qwen3OmniMoeThinkerConfig
+    cfg = cls(text_config=text, vision_config=vision, audio_config=audio, **_omni_tokens(cls))
+    return transformers.Qwen3OmniMoeThinkerForConditionalGeneration(cfg)
+
+
+#: model_type -> (tiny thinker, transformers class, the family's own scheme)
+OMNI = {
+    "qwen2_5_omni": (_qwen2_5_omni, "Qwen2_5OmniThinkerForConditionalGeneration", "qwen2.5-omni"),
+    "qwen3_omni_moe": (_qwen3_omni_moe, "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3-omni"),
+}
+
+
+@pytest.fixture(scope="module", params=list(OMNI))
+def omni(request):
+    name = request.param
+    build, cls, _ = OMNI[name]
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    torch.manual_seed(0)
+    return name, build().eval()
+
+
+def _omni_batch():
+    """Two left-padded prompts with an image each (as :func:`_batch`), Omni's processor layout (no token types)."""
+    batch = _batch("glm4v")  # pixel rows of 2 x 2 x 2 x 3 values, as both thinkers take
+    batch.pop("mm_token_type_ids", None)
+    return batch
+
+
+@torch.no_grad()
+def test_omni_own_scheme_through_mmpos_gives_the_model_logits(omni):
+    name, model = omni
+    inputs = _omni_batch()
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    ref_seq, ref_steps = _generate(model, inputs)
+    use_rope(model, OMNI[name][2])
+    assert current_rope(model) == OMNI[name][2]
+    assert torch.equal(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
+    use_rope(model, "own")
+    assert torch.equal(model(**inputs).logits, ref)
+
+
+OMNI_SWAPS = [
+    ("mrope-i", {}),
+    ("vrope", {}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),
+    ("v2pe", {"delta": 0.25}),
+    ("hope", {"temporal_scale": 0.75}),
+]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("scheme, options", OMNI_SWAPS, ids=[s for s, _ in OMNI_SWAPS])
+def test_omni_swapped_scheme_cached_generate(omni, scheme, options):
+    _, model = omni
+    inputs = _omni_batch()
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    use_rope(model, scheme, **options)
+    assert not torch.allclose(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
+    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    use_rope(model, "own")
+    assert torch.equal(model(**inputs).logits, ref)
+
+
+def test_omni_refuses_advance(omni):
+    _, model = omni
+    with pytest.raises(ValueError, match="advance applies to the Qwen-VL families"):
+        use_rope(model, "mrope-i", advance="max")
