@@ -441,7 +441,7 @@ def _qwen3_omni_moe():
         num_experts_per_tok=2,
     )
     vision = dict(QWEN3_VISION, deepstack_visual_indexes=[0])
-    audio = dict(OMNI_AUDIO, n_window=4, downsample_hidden_size=8, conv_chunksize=8)
+    audio = dict(OMNI_AUDIO, downsample_hidden_size=8, conv_chunksize=8)  # its default window, 100 features
     cls = transformers.Qwen3OmniMoeThinkerConfig
     cfg = cls(text_config=text, vision_config=vision, audio_config=audio, **_omni_tokens(cls))
     return transformers.Qwen3OmniMoeThinkerForConditionalGeneration(cfg)
@@ -516,3 +516,48 @@ def test_omni_refuses_advance(omni):
     _, model = omni
     with pytest.raises(ValueError, match="advance applies to the Qwen-VL families"):
         use_rope(model, "mrope-i", advance="max")
+
+
+def _omni_audio_batch(model):
+    """:func:`_omni_batch` with an audio clip (100 mel frames) after the first prompt's image and before the second's:
+    audio tokens sit on consecutive positions after the vision block (TMRoPE, 25 positions per second)."""
+    from mmpos.integrations.hf_omni import audio_token_counts
+
+    seqlens = torch.tensor([100, 100])
+    n = int(audio_token_counts(model.config, seqlens)[0])
+    audio = [111] + [110] * n + [112]
+    first = [5, 6, ISTART] + [IMG] * 6 + [IEND, 7, *audio, 30, 9, 10]
+    second = [11, *audio, ISTART] + [IMG] * 4 + [IEND, 12, 13]
+    length = len(first)
+    ids = torch.tensor([first, [PAD] * (length - len(second)) + second])
+    mask = (torch.arange(length) >= torch.tensor([[0], [length - len(second)]])).long()
+    g = torch.Generator().manual_seed(2)
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "pixel_values": torch.randn(40, 24, generator=g),
+        "image_grid_thw": torch.tensor([[1, 4, 6], [1, 4, 4]]),
+        "input_features": torch.randn(2, 16, 100, generator=g),
+        "feature_attention_mask": torch.ones(2, 100, dtype=torch.long),
+    }
+
+
+@torch.no_grad()
+def test_omni_audio_prompts(omni):
+    """With audio in the prompts: the own scheme is exact (forward and generate), a swapped scheme's cached
+    ``generate`` equals a full forward."""
+    name, model = omni
+    inputs = _omni_audio_batch(model)
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    ref_seq, ref_steps = _generate(model, inputs)
+    use_rope(model, OMNI[name][2])
+    assert torch.equal(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
+    use_rope(model, "vrope")
+    assert not torch.allclose(model(**inputs).logits, ref)
+    seq, steps = _generate(model, inputs)
+    full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
+    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    use_rope(model, "own")
