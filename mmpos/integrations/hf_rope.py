@@ -37,7 +37,15 @@ the first ``partial_rotary_factor`` of each head with chunked M-RoPE sections, p
 channels: the rotated width and ``cos`` layout are read by calling their rotary module once, every
 scheme's plan spans that width, and their own scheme name ``"qwen3-vl"`` installs chunked ``mrope``.
 PaddleOCR-VL (Qwen2-VL's rotation), Qwen3.5 / Qwen3.5-MoE (partial rotary, full-attention layers only)
-and ERNIE-4.5-VL (VideoRoPE's allocation, adjacent pairs, ``mrope_section`` ordered h, w, t) are in the same table.
+and ERNIE-4.5-VL (VideoRoPE's allocation, adjacent pairs, ``mrope_section`` ordered h, w, t) are in the same table,
+with Cosmos3-Omni (a Qwen3-VL text model) and Qwen4-Exp (Qwen3.5's rotation; its QSA indexer scores keys with the
+same ``cos`` / ``sin``, so MHRoPE, which has no shared rotation, is refused there).
+
+The Omni thinkers (Qwen2.5-Omni, Qwen3-Omni-MoE; ``*ThinkerForConditionalGeneration``) take their TMRoPE positions
+from :mod:`mmpos.integrations.hf_omni` with the model's own arguments (audio included): the thinker and its inner
+model both get the index (``generate`` calls the thinker's, ``forward`` the inner model's). Another scheme places
+the same blocks (:func:`~mmpos.integrations.hf_omni.omni_layout` ``scheme=``; audio tokens advance as text), with
+the Omni padding and ``rope_deltas`` conventions.
 
 ``use_rope(model, "own")`` restores the model's own modules. The scheme names of the
 models themselves (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) install mmpos's
@@ -438,10 +446,13 @@ def use_rope(
     scaling: RopeScaling | Mapping[str, Any] | str | None = "own",
     **scheme_options: Any,
 ) -> nn.Module:
-    """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V model use ``scheme`` (in place; returns it).
+    """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V (or :data:`FAMILY_ROTARY`) model use ``scheme``
+    (in place; returns it).
 
     Args:
-        model: ``Qwen2VLForConditionalGeneration`` / ``Qwen2VLModel`` (and the 2.5 / 3 / 3-MoE classes).
+        model: ``Qwen2VLForConditionalGeneration`` / ``Qwen2VLModel`` (and the 2.5 / 3 / 3-MoE classes), a
+            :data:`FAMILY_ROTARY` family's model, or an Omni thinker (``Qwen2_5OmniThinkerForConditionalGeneration``,
+            ``Qwen3OmniMoeThinkerForConditionalGeneration``; ``advance`` does not apply there).
         scheme: ``"own"`` (restore the model's modules), one of :data:`SCHEMES`: ``"mrope-i"``,
             ``"mhrope"``, ``"vrope"``, ``"hope"``, ``"v2pe"``, ``"flat"``, or a model's own scheme
             name (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) implemented by mmpos.
