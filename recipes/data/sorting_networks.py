@@ -41,6 +41,7 @@ __all__ = [
     "is_sorting_network",
     "network_graph",
     "sample_network",
+    "sorted_prefix",
 ]
 
 TRAIN_CHANNELS = (7, 8, 9, 10, 11)
@@ -100,6 +101,25 @@ def is_sorting_network(comparators: Sequence[tuple[int, int]], num_channels: int
         if cases.size == n + 1:  # only the n + 1 sorted 0-1 vectors are left
             return True
     return cases.size == n + 1
+
+
+def sorted_prefix(comparators: Sequence[tuple[int, int]], num_channels: int) -> np.ndarray:
+    """``(c,)`` bool: whether the first ``t + 1`` comparators already sort every input.
+
+    The label of a network is ``sorted_prefix(...).any()`` (and, for the networks of
+    :func:`build_dataset`, only the last entry can be true): the recipes' positive control
+    reads this oracle feature.
+    """
+    n = _check_channels(num_channels)
+    cases = _all_cases(n)
+    out = np.zeros(len(comparators), dtype=bool)
+    done = False
+    for t, (i, j) in enumerate(_check_comparators(comparators, n)):
+        if not done:
+            cases = _distinct(_apply(cases, i, j), n)
+            done = cases.size == n + 1
+        out[t] = done
+    return out
 
 
 def sample_network(

@@ -14,7 +14,15 @@ encoder:
 * ``none``: no PE (the model sees a set of comparators and their channels);
 * ``lap``: :class:`~mmpos.encoders.maglap.MagLapEncoder` on Laplacian eigenvectors (``q = 0``);
 * ``maglap``: the same on magnetic-Laplacian eigenvectors (relative ``q = data.q``);
-* ``drw``: directional random walks and PageRank, relative (attention bias) and absolute (node features).
+* ``drw``: directional random walks and PageRank, relative (attention bias) and absolute (node features);
+* ``oracle``: the positive control, no PE but one more node feature, whether the comparators up to
+  this one already sort (:func:`~recipes.data.sorting_networks.sorted_prefix`): the label is whether
+  any node carries it, so a model that can find one node among hundreds must solve the task.
+
+``data.order_index: true`` adds the comparator's index in the sequence to the node features (the
+reference's base config, ``exclude_canonical=False``; its sorting-network preset and the default
+here leave it out). ``model.readout``: ``mean`` (the reference's pooling) or ``max`` (per-node
+logits, then the largest over each graph's nodes).
 
 Networks are generated once per process and data config (same data for every encoder
 and seed), and their PEs once per encoder.
@@ -42,12 +50,22 @@ from mmpos.nn.graph_transformer import GraphTransformer
 from mmpos.runner.tasks import Task, register_task
 
 from ..data.digraphs import directed_distances, random_digraph
-from ..data.sorting_networks import TEST_CHANNELS, TRAIN_CHANNELS, build_dataset, network_graph
+from ..data.sorting_networks import TEST_CHANNELS, TRAIN_CHANNELS, build_dataset, network_graph, sorted_prefix
 
 ENCODERS = ("none", "lap", "maglap", "drw")
+SORTING_ENCODERS = (*ENCODERS, "oracle")
+READOUTS = ("mean", "max")
 
 DEFAULTS: dict[str, Any] = {
-    "model": {"dim": 64, "depth": 3, "num_heads": 4, "mlp_ratio": 2.0, "elem_dim": 16, "eig_attention": False},
+    "model": {
+        "dim": 64,
+        "depth": 3,
+        "num_heads": 4,
+        "mlp_ratio": 2.0,
+        "elem_dim": 16,
+        "eig_attention": False,
+        "readout": "mean",
+    },
     "data": {
         "train_channels": list(TRAIN_CHANNELS),
         "test_channels": list(TEST_CHANNELS),
@@ -62,19 +80,24 @@ DEFAULTS: dict[str, Any] = {
         "walk_length": 3,
         "ppr_alpha": 0.1,
         "eval_batch": 32,
+        "order_index": False,
     },
 }
 
 
 @lru_cache(maxsize=4)
-def _networks(channels: tuple[int, ...], num: int, seed: int, reverse: bool, feat_dim: int) -> tuple:
+def _networks(channels: tuple[int, ...], num: int, seed: int, reverse: bool, feat_dim: int, order_index: bool) -> tuple:
     from torch_geometric.data import Data
 
     out = []
     for net in build_dataset(channels, num, seed, reverse=reverse):
-        edge_index, chans = network_graph(net.comparators, net.num_channels)
-        x = sincos_embed(chans.float().unsqueeze(0), feat_dim)[0]  # (c, feat_dim)
-        out.append(Data(x=x, edge_index=edge_index, y=torch.tensor([int(net.label)]), num_nodes=len(chans)))
+        edge_index, chans = network_graph(net.comparators, net.num_channels, order_index=order_index)
+        x = sincos_embed(chans[:, -2:].float().unsqueeze(0), feat_dim)[0]  # (c, feat_dim): channels i, j
+        if order_index:  # (c, 2 * feat_dim): then the comparator's index
+            x = torch.cat([x, sincos_embed(chans[:, :1].float().unsqueeze(0), feat_dim)[0]], 1)
+        oracle = torch.from_numpy(sorted_prefix(net.comparators, net.num_channels)).float().unsqueeze(1)  # (c, 1)
+        y = torch.tensor([int(net.label)])
+        out.append(Data(x=x, edge_index=edge_index, y=y, num_nodes=len(chans), oracle_pe=oracle))
     return tuple(out)
 
 
@@ -98,7 +121,7 @@ def _split(d: dict[str, Any], which: str) -> tuple:
     channels = tuple(d["test_channels"] if which == "test" else d["train_channels"])
     num = d[f"{which}_networks"]
     seed = d["data_seed"] + {"train": 0, "test": 1, "id": 2}[which]
-    return channels, num, seed, which == "test", d["feat_dim"]
+    return channels, num, seed, which == "test", d["feat_dim"], bool(d["order_index"])
 
 
 def _model(encoder: str, m: dict[str, Any], d: dict[str, Any], in_dim: int | None, out_dim: int, **kw: Any):
@@ -107,6 +130,7 @@ def _model(encoder: str, m: dict[str, Any], d: dict[str, Any], in_dim: int | Non
 
     drw_channels = AddDirectionalRandomWalkPE(d["walk_length"], d["ppr_alpha"]).num_channels
     eig = {"k": d["k"], "elem_dim": m["elem_dim"], "attention": m["eig_attention"]}
+    node_pe_dim = kw.pop("node_pe_dim", drw_channels if encoder == "drw" else None)
     return GraphTransformer(
         in_dim,
         m["dim"],
@@ -114,20 +138,22 @@ def _model(encoder: str, m: dict[str, Any], d: dict[str, Any], in_dim: int | Non
         m["num_heads"],
         out_dim,
         maglap=eig if encoder in ("lap", "maglap") else None,
-        node_pe_dim=drw_channels if encoder == "drw" else None,
+        node_pe_dim=node_pe_dim,
         pair_dim=drw_channels if encoder == "drw" else None,
         mlp_ratio=m["mlp_ratio"],
         **kw,
     )
 
 
-@register_task("sorting_networks", defaults=DEFAULTS)
+@register_task("sorting_networks", defaults={**DEFAULTS, "validation": {}})
 def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) -> Task:
     from torch_geometric.data import Batch
 
-    if encoder not in ENCODERS:
-        raise ValueError(f"sorting_networks: encoder must be one of {ENCODERS}, got {encoder!r}")
+    if encoder not in SORTING_ENCODERS:
+        raise ValueError(f"sorting_networks: encoder must be one of {SORTING_ENCODERS}, got {encoder!r}")
     m, d = cfg["model"], cfg["data"]
+    if m["readout"] not in READOUTS:
+        raise ValueError(f"sorting_networks: model.readout must be one of {READOUTS}, got {m['readout']!r}")
 
     def graphs(which: str) -> tuple:
         key = _split(d, which)
@@ -138,7 +164,19 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
         return _networks(*key)
 
     train, evals = graphs("train"), {"test_acc": graphs("test"), "id_acc": graphs("id")}
-    model = _model(encoder, m, d, d["feat_dim"], 2)
+    readout = "none" if m["readout"] == "max" else "mean"
+    oracle = {"node_pe_dim": 1, "node_pe_attr": "oracle_pe"} if encoder == "oracle" else {}
+    in_dim = d["feat_dim"] * (2 if d["order_index"] else 1)
+    model = _model(encoder, m, d, in_dim, 2, readout=readout, **oracle)
+
+    def forward(model: nn.Module, batch) -> torch.Tensor:
+        """``(B, 2)`` logits: the model's mean readout, or the largest per-node logits of each graph."""
+        out = model(batch)
+        if readout == "none":  # (num_nodes, 2) -> (B, 2)
+            out = torch.full((batch.num_graphs, 2), float("-inf"), device=out.device, dtype=out.dtype).scatter_reduce(
+                0, batch.batch.unsqueeze(1).expand_as(out), out, "amax"
+            )
+        return out
 
     def collate(items) -> Any:
         return Batch.from_data_list(list(items))
@@ -152,7 +190,7 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
 
     def loss(model: nn.Module, batch):
         batch = batch.to(device)
-        logits = model(batch)
+        logits = forward(model, batch)
         y = batch.y.view(-1)
         return F.cross_entropy(logits, y), {"train_acc": (logits.argmax(-1) == y).float().mean().item()}
 
@@ -162,11 +200,15 @@ def build(cfg: dict[str, Any], encoder: str, seed: int, device: torch.device) ->
             correct = 0
             for i in range(0, len(items), d["eval_batch"]):
                 batch = collate(items[i : i + d["eval_batch"]]).to(device)
-                correct += (model(batch).argmax(-1) == batch.y.view(-1)).sum().item()
+                correct += (forward(model, batch).argmax(-1) == batch.y.view(-1)).sum().item()
             out[name] = correct / len(items)
         return out
 
-    return Task(model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric="test_acc")
+    # chance of test_acc: the better constant answer on the test split (a positive, its negative and the
+    # reversed network per network; reversals rarely sort); the training split and id_acc are balanced.
+    positives = sum(int(g.y) for g in evals["test_acc"]) / len(evals["test_acc"])
+    chance = max(positives, 1.0 - positives)
+    return Task(model=model, train_batch=train_batch, loss=loss, evaluate=evaluate, metric="test_acc", chance=chance)
 
 
 PLAYGROUND_DEFAULTS: dict[str, Any] = {
