@@ -63,7 +63,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validate import FLOAT32_EXACT, check_bytes, warn_once
+from ._validate import FLOAT32_EXACT, check_bytes, check_float, check_int, warn_once
 from .coords import Coords, Modality
 from .schemes import SCHEMES, BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
 
@@ -82,9 +82,7 @@ __all__ = [
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+    return check_int(value, name, minimum)
 
 
 def _check_grid(grid_thw: Sequence[int], name: str) -> tuple[int, int, int]:
@@ -128,9 +126,7 @@ class Video:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid_thw", _check_grid(self.grid_thw, "Video.grid_thw"))
-        s = self.second_per_grid
-        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s < 0):
-            raise ValueError(f"Video.second_per_grid must be a finite number >= 0 or None, got {s!r}")
+        check_float(self.second_per_grid, "Video.second_per_grid", strict=False, none_ok=True)
 
 
 Segment = Text | Image | Video

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options
 
@@ -121,9 +122,7 @@ def _check_rule(rule: Any, model_type: str) -> None:
 
 def _merge(config: Any) -> int:
     m = getattr(getattr(config, "vision_config", None), "spatial_merge_size", None)
-    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-        raise ValueError(f"config.vision_config.spatial_merge_size must be an int >= 1, got {m!r}")
-    return m
+    return check_int(m, "config.vision_config.spatial_merge_size")
 
 
 def _row_grid(grid: np.ndarray, m: int, name: str) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
@@ -58,8 +59,8 @@ def _thinker(config: Any) -> tuple[Any, str]:
 
 def _token(thinker: Any, name: str) -> int:
     value = getattr(thinker, name, None)
-    if not isinstance(value, int) or isinstance(value, bool):  # missing from the config: a value error
-        raise ValueError(  # noqa: TRY004
+    if not is_int(value):  # missing from the config: a value error
+        raise ValueError(
             f"the Omni (thinker) config lacks {name} (the checkpoints' config.json sets it), got {value!r}"
         )
     return value
@@ -157,8 +158,7 @@ def omni_layout(
     scheme = own if scheme is None else scheme
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
-    if not isinstance(use_audio_in_video, bool):
-        raise TypeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
+    check_bool(use_audio_in_video, "use_audio_in_video")
     if attention_mask is not None and (
         not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(input_ids.shape)
     ):

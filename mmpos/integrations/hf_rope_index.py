@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
 from .hf_families import FAMILY_ROPE_INDEX, inside_markers, video_markers
@@ -132,13 +132,11 @@ class RopeIndexOptions:
             raise ValueError(f"model_scheme must be one of {sorted(set(own.values()))}, got {self.model_scheme!r}")
         for name in ("merge", "image_token_id", "video_token_id", "temporal_merge"):
             value, low = getattr(self, name), 0 if name.endswith("token_id") else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            check_int(value, name, low)
         if not isinstance(self.rule, Rule) and self.rule != "installed" and self.rule not in RULES:
             raise ValueError(f"rule must be 'installed' or one of {tuple(RULES)}, got {self.rule!r}")
         tps = self.tokens_per_second
-        if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not (math.isfinite(tps) and tps > 0):
-            raise ValueError(f"tokens_per_second must be a finite number > 0 (config.vision_config), got {tps!r}")
+        check_float(tps, "tokens_per_second (config.vision_config)")
         object.__setattr__(self, "resolved", self._resolve())
 
     def _resolve(self) -> SchemeOptions:
