@@ -69,17 +69,15 @@ class LearnableFourierFeatures(AdditiveEncoder):
             check_int(groups, "groups"),
             check_int(hidden_dim, "hidden_dim"),
         )
-        fourier_dim = dim if fourier_dim is None else fourier_dim
-        if not isinstance(groups, int) or groups <= 0 or not self.axes or len(self.axes) % groups:
+        fourier_dim = dim if fourier_dim is None else check_int(fourier_dim, "fourier_dim", even=True)
+        if not self.axes or len(self.axes) % groups:
             raise ValueError(
                 f"groups must be a positive int dividing the {len(self.axes)} axes {self.axes}, got {groups!r}"
             )
-        if not isinstance(dim, int) or dim <= 0 or dim % groups:
+        if dim % groups:
             raise ValueError(f"dim must be a positive int divisible by groups={groups}, got {dim!r}")
-        if not isinstance(fourier_dim, int) or fourier_dim <= 0 or fourier_dim % 2:
+        if fourier_dim % 2:
             raise ValueError(f"fourier_dim must be a positive even int, got {fourier_dim!r}")
-        if not isinstance(hidden_dim, int) or hidden_dim <= 0:
-            raise ValueError(f"hidden_dim must be a positive int, got {hidden_dim!r}")
         if not gamma > 0:
             raise ValueError(f"gamma must be positive, got {gamma!r}")
         self.dim, self.groups, self.gamma = dim, groups, float(gamma)
