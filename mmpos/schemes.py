@@ -436,7 +436,9 @@ def _check_circle(name: str, o: dict) -> dict:
     out = dict(o)
     s = 1.0 if o["temporal_scale"] is None else o["temporal_scale"]
     if not (is_real(s) and math.isfinite(s) and s > 0):
-        raise ValueError(f"temporal_scale (the {name} spacing of a video's rings) must be a finite number > 0, got {s!r}")
+        raise ValueError(
+            f"temporal_scale (the {name} spacing of a video's rings) must be a finite number > 0, got {s!r}"
+        )
     out["temporal_scale"] = float(s)
     r = 10.0 if o["radius"] is None else o["radius"]
     if isinstance(r, str) and (r == "auto" or r.startswith("auto-")):
