@@ -45,6 +45,7 @@ from torch import Tensor
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options
+from ._token_blocks import check_grid, host
 
 __all__ = [
     "FAMILY_ROPE_INDEX",
@@ -80,10 +81,6 @@ def inside_markers(input_ids: np.ndarray, start: int, end: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- shared checks
-def _host(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
-
-
 def _check_ids(input_ids: Any) -> None:
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
@@ -96,20 +93,6 @@ def _check_like(t: Any, name: str, input_ids: Tensor) -> None:
         raise ValueError(
             f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(getattr(t, 'shape', ()))}"
         )
-
-
-def _check_grid(grid: Any, name: str) -> np.ndarray:
-    """``(num, 3)`` int64 host copy of a grid argument (positive integers)."""
-    if grid is None:
-        return np.zeros((0, 3), dtype=np.int64)
-    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
-    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
-    out = _host(grid).astype(np.int64)
-    if (out <= 0).any():
-        raise ValueError(f"{name} must hold positive sizes")
-    return out
 
 
 def _check_rule(rule: Any, model_type: str) -> None:
@@ -146,7 +129,7 @@ def _runs(marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
     if attention_mask is None:
         return np.ones(input_ids.shape, dtype=bool)
-    return _host(attention_mask) == 1
+    return host(attention_mask) == 1
 
 
 def _returned(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -176,14 +159,14 @@ def hy_v4_vl_rope_index(
     m = _merge(config)
     real = _real(attention_mask, input_ids)
     if mm_token_type_ids is None:
-        ids = _host(input_ids)
+        ids = host(input_ids)
         marks = {1: ids == config.image_token_id, 2: ids == config.video_token_id}
     else:
-        types = _host(mm_token_type_ids)
+        types = host(mm_token_type_ids)
         marks = {1: types == 1, 2: types == 2}
     grids, firsts, is_image = [], [], []
     for kind, grid, name in ((1, image_grid_thw, "image_grid_thw"), (2, video_grid_thw, "video_grid_thw")):
-        tokens_grid = _row_grid(_check_grid(grid, name), m, name)
+        tokens_grid = _row_grid(check_grid(grid, name), m, name)
         first, length = _runs(marks[kind] & real)
         if first.shape[0] != tokens_grid.shape[0]:
             raise ValueError(
@@ -246,9 +229,9 @@ def hunyuan_vl_rope_index(
         grid, first = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
     else:
         marks = (
-            (_host(input_ids) == config.image_token_id) if mm_token_type_ids is None else _host(mm_token_type_ids) == 1
+            (host(input_ids) == config.image_token_id) if mm_token_type_ids is None else host(mm_token_type_ids) == 1
         )
-        grid = _row_grid(_check_grid(image_grid_thw, "image_grid_thw"), m, "image_grid_thw")
+        grid = _row_grid(check_grid(image_grid_thw, "image_grid_thw"), m, "image_grid_thw")
         grid[:, 0] = 1  # the reference reads h and w only
         start, length = _runs(marks & real)
         if start.shape[0] != grid.shape[0]:
@@ -282,7 +265,7 @@ def hunyuan_vl_rope_index(
 def _glm_image_grids(image_grid_thw: Tensor | None, images_per_sample: Tensor | None, batch: int):
     """Per sample: its grids ``(n_b, 3)`` as one array and the offset of each sample's first grid
     (transformers' fallback without ``images_per_sample``: every sample reads all grids)."""
-    grids = _check_grid(image_grid_thw, "image_grid_thw")
+    grids = check_grid(image_grid_thw, "image_grid_thw")
     if image_grid_thw is None:
         return grids, np.zeros(batch, dtype=np.int64), np.zeros(batch, dtype=np.int64)
     if images_per_sample is None:
@@ -292,7 +275,7 @@ def _glm_image_grids(image_grid_thw: Tensor | None, images_per_sample: Tensor | 
         raise ValueError(
             f"images_per_sample must be an integer tensor (B,) = ({batch},), got {per.dtype} {tuple(per.shape)}"
         )
-    per = _host(per).astype(np.int64)
+    per = host(per).astype(np.int64)
     if (per < 0).any() or per.sum() != grids.shape[0]:
         raise ValueError(f"images_per_sample must be >= 0 and sum to the {grids.shape[0]} grids, got {per.tolist()}")
     return grids, np.cumsum(per) - per, per
@@ -312,9 +295,9 @@ def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, atte
         )
     # the reference ignores a mask of another length (assisted decoding)
     use_mask = attention_mask is not None and tuple(attention_mask.shape) == (b, length)
-    real = _host(attention_mask) == 1 if use_mask else np.ones((b, length), dtype=bool)
+    real = host(attention_mask) == 1 if use_mask else np.ones((b, length), dtype=bool)
     grids, offset, count = _glm_image_grids(image_grid_thw, images_per_sample, b)
-    ids = _host(input_ids)
+    ids = host(input_ids)
     starts = np.flatnonzero((ids == config.image_start_token_id) & real)  # image start tokens, reading order
     ends = np.flatnonzero((ids == config.image_end_token_id) & real)
     n_start, n_end = np.bincount(starts // length, minlength=b), np.bincount(ends // length, minlength=b)
@@ -578,12 +561,12 @@ def minicpmv4_7_rope_index(
             raise ValueError(
                 f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
             )
-        grids[kind] = [(_host(sizes).astype(np.int64) // merge).tolist(), 0]  # (h, w) in tokens per crop
-    ids = _host(input_ids)
+        grids[kind] = [(host(sizes).astype(np.int64) // merge).tolist(), 0]  # (h, w) in tokens per crop
+    ids = host(input_ids)
     if mm_token_type_ids is None:
         types = np.where(ids == config.image_token_id, 1, np.where(ids == config.video_token_id, 2, 0))
     else:
-        types = _host(mm_token_type_ids)
+        types = host(mm_token_type_ids)
     real = _real(attention_mask, input_ids)
     b, length = ids.shape
     out = np.zeros((3, b, length), dtype=np.int64)  # 0 on padding

@@ -38,12 +38,9 @@ from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
+from ._token_blocks import block_first, check_grid, host
 
 __all__ = ["audio_token_counts", "get_rope_index", "omni_layout", "packed_rope_index"]
-
-
-def _host(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
 
 
 def _thinker(config: Any) -> tuple[Any, str]:
@@ -94,7 +91,7 @@ def audio_token_counts(config: Any, audio_seqlens: Tensor) -> Tensor:
         )
     if audio_seqlens.is_floating_point() or audio_seqlens.is_complex() or audio_seqlens.dtype == torch.bool:
         raise ValueError(f"audio_seqlens must hold integers, got dtype {audio_seqlens.dtype}")
-    n = _host(audio_seqlens).astype(np.int64)
+    n = host(audio_seqlens).astype(np.int64)
     if (n < 1).any():
         raise ValueError(f"audio_seqlens must hold lengths >= 1, got {n.tolist()}")
     if scheme == "qwen2.5-omni":
@@ -104,36 +101,6 @@ def audio_token_counts(config: Any, audio_seqlens: Tensor) -> Tensor:
         rest = (n % window - 1) // 2 + 1
         out = ((rest - 1) // 2 + 1 - 1) // 2 + 1 + (n // window) * 13
     return torch.from_numpy(out)
-
-
-def _grid(grid: Tensor | None, name: str, merge: int) -> np.ndarray:
-    if grid is None:
-        return np.zeros((0, 3), dtype=np.int64)
-    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
-    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
-    out = _host(grid).astype(np.int64)
-    if (out <= 0).any() or (out[:, 1:] % merge).any():
-        raise ValueError(f"{name} must hold positive sizes, h and w divisible by the spatial merge size {merge}")
-    return out
-
-
-def _runs(is_token: np.ndarray, tokens: np.ndarray, name: str, length: int) -> np.ndarray:
-    """``(K,)`` flat index of each block's first token: the marked tokens, in reading order, fill the
-    blocks one after the other; each block must be consecutive tokens of one sample."""
-    index = np.flatnonzero(is_token)
-    if index.shape[0] != int(tokens.sum()):
-        raise ValueError(f"{name} describes {int(tokens.sum())} tokens, but input_ids holds {index.shape[0]}")
-    if not tokens.size:
-        return np.zeros(0, dtype=np.int64)
-    first, last = index[np.cumsum(tokens) - tokens], index[np.cumsum(tokens) - 1]
-    bad = (last - first != tokens - 1) | (first // length != last // length)
-    if bad.any():
-        raise ValueError(
-            f"{name}: block {int(np.flatnonzero(bad)[0])} is not one run of consecutive placeholder tokens"
-        )
-    return first
 
 
 def omni_layout(
@@ -164,19 +131,19 @@ def omni_layout(
     ):
         raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}")
     merge = thinker.vision_config.spatial_merge_size
-    images = _grid(image_grid_thw, "image_grid_thw", merge)
-    videos = _grid(video_grid_thw, "video_grid_thw", merge)
+    images = check_grid(image_grid_thw, "image_grid_thw", merge)
+    videos = check_grid(video_grid_thw, "video_grid_thw", merge)
     if second_per_grids is None:
         seconds = np.ones(videos.shape[0], dtype=np.float32)
     else:
-        seconds = _host(torch.as_tensor(second_per_grids)).reshape(-1).astype(np.float32)
+        seconds = host(torch.as_tensor(second_per_grids)).reshape(-1).astype(np.float32)
         if seconds.shape[0] != videos.shape[0] or not (np.isfinite(seconds) & (seconds >= 0)).all():
             raise ValueError(
                 f"second_per_grids must hold one finite value >= 0 per video ({videos.shape[0]}), got {seconds.tolist()}"
             )
     b, length = input_ids.shape
-    ids = _host(input_ids).reshape(-1)
-    real = np.ones(ids.shape, dtype=bool) if attention_mask is None else _host(attention_mask).reshape(-1) == 1
+    ids = host(input_ids).reshape(-1)
+    real = np.ones(ids.shape, dtype=bool) if attention_mask is None else host(attention_mask).reshape(-1) == 1
     is_image = (ids == _token(thinker, "image_token_id")) & real
     is_video = (ids == _token(thinker, "video_token_id")) & real
     is_audio = (ids == _token(thinker, "audio_token_id")) & real
@@ -199,7 +166,7 @@ def omni_layout(
     if audio_start.size or audio_seqlens is not None:
         if audio_seqlens is None:
             raise ValueError(f"input_ids hold {audio_start.size} audio start tokens: audio_seqlens is required")
-        counts = _host(audio_token_counts(config, audio_seqlens))
+        counts = host(audio_token_counts(config, audio_seqlens))
         if counts.shape[0] != audio_start.shape[0]:
             raise ValueError(
                 f"audio_seqlens holds {counts.shape[0]} audios, but input_ids holds {audio_start.shape[0]} audio start tokens"
@@ -207,7 +174,7 @@ def omni_layout(
     grid_images = images // np.array([1, merge, merge])
     grid_videos = videos // np.array([1, merge, merge])
     k_img = images.shape[0]
-    first_images = _runs(is_image, grid_images.prod(-1), "image_grid_thw", length)
+    first_images = block_first(is_image.reshape(-1, length), grid_images.prod(-1), "image_grid_thw")
     in_video = np.isin(audio_start, av_start)  # (num_audios,) the audios that belong to a video
     v_tokens = grid_videos.prod(-1)
     audio = np.zeros(videos.shape[0], dtype=np.int64)
@@ -230,22 +197,22 @@ def omni_layout(
                 f"{v_tokens.tolist()} video tokens and its audio's {audio.tolist()} audio tokens, interleaved"
             )
     else:
-        first_videos = _runs(is_video, v_tokens, "video_grid_thw", length)
+        first_videos = block_first(is_video.reshape(-1, length), v_tokens, "video_grid_thw")
     alone = ~in_video
     covered = np.zeros(ids.shape[0] + 1, dtype=np.int64)  # audio tokens inside audio-visual blocks
     np.add.at(covered, first_videos[audio > 0], 1)
     np.add.at(covered, (first_videos + v_tokens + audio)[audio > 0], -1)
     lone_audio = is_audio & ~np.cumsum(covered[:-1]).astype(bool)
-    first_audio = _runs(lone_audio, counts[alone], "audio_seqlens (audio tokens per audio)", length)
+    first_audio = block_first(lone_audio.reshape(-1, length), counts[alone], "audio_seqlens (audio tokens per audio)")
     if (first_audio != audio_start[alone] + 1).any():
         raise ValueError("every audio's tokens must follow its audio start token")
 
     markers = 1 if own == "qwen2.5-omni" else 0  # Qwen2.5-Omni: the audio start / end tokens join the block
     block_audio = np.where(audio > 0, audio + 2 * markers, 0)
-    block_first = np.concatenate([first_images, first_videos - markers * (audio > 0)])
+    firsts = np.concatenate([first_images, first_videos - markers * (audio > 0)])
     blocks = VisionBlocks(
         np.concatenate([grid_images, grid_videos]),
-        block_first,
+        firsts,
         np.concatenate([np.zeros(k_img, dtype=np.float32), seconds]),
         np.arange(k_img + videos.shape[0]) < k_img,
         np.concatenate([np.zeros(k_img, dtype=np.int64), block_audio]),
@@ -345,7 +312,7 @@ def packed_rope_index(
         raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
     if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
         raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
-    cu = _host(cu_seqlens).astype(np.int64)
+    cu = host(cu_seqlens).astype(np.int64)
     if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
         raise ValueError(f"cu_seqlens must rise strictly from 0 to the packed length {total}, got {cu.tolist()}")
     lengths = np.diff(cu)

@@ -51,6 +51,7 @@ from torch import Tensor
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
+from ._token_blocks import block_first, check_grid, host
 from .hf_families import FAMILY_ROPE_INDEX, inside_markers, video_markers
 
 __all__ = [
@@ -62,10 +63,6 @@ __all__ = [
     "scheme_rope_index",
     "token_layout",
 ]
-
-
-def _host(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
 
 
 def scheme_for_config(config: Any) -> str:
@@ -196,45 +193,6 @@ def _options_of(cls: type, key: tuple) -> RopeIndexOptions:
     return cls(**{name: value for name, _, value in key})
 
 
-def _check_grid(grid: Tensor | None, name: str, merge: int) -> np.ndarray:
-    """``(num, 3)`` int64 host copy of a grid argument (validated)."""
-    if grid is None:
-        return np.zeros((0, 3), dtype=np.int64)
-    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
-    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
-    out = grid.detach().cpu().numpy().astype(np.int64)
-    if (out <= 0).any():
-        raise ValueError(f"{name} must hold positive sizes")
-    if (out[:, 1:] % merge).any():
-        raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {merge}")
-    return out
-
-
-def _block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
-    """``(K,)`` flat index of each block's first token: the marked tokens of a ``(B, L)`` batch,
-    in reading order, fill the blocks one after the other (as the reference consumes its grids).
-    Every block's tokens must be consecutive tokens of one sample."""
-    index = np.flatnonzero(is_token)  # row-major: sample by sample, in order
-    total = int(block_tokens.sum())
-    if index.shape[0] != total:
-        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
-    first = index[np.cumsum(block_tokens) - block_tokens]
-    if total:
-        length = is_token.shape[1]
-        last = index[np.cumsum(block_tokens) - 1]
-        bad = ((last - first) != block_tokens - 1) | (first // length != last // length)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{name}: block {k} ({int(block_tokens[k])} tokens) does not fit consecutive tokens of one sample "
-                f"(its tokens run from sample {int(first[k] // length)} to sample {int(last[k] // length)}); "
-                "each grid must match one run of placeholder tokens"
-            )
-    return first
-
-
 def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
     """transformers 4.57's branch without vision grids (padding gets position 1)."""
     b, length = input_ids.shape
@@ -282,11 +240,11 @@ def token_layout(
                 f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got "
                 f"{tuple(getattr(t, 'shape', ()))}"
             )
-    types = None if mm_token_type_ids is None else _host(mm_token_type_ids)
+    types = None if mm_token_type_ids is None else host(mm_token_type_ids)
     if types is not None and types.size and not ((types >= 0) & (types <= 2)).all():
         raise ValueError("mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video)")
-    images = _check_grid(image_grid_thw, "image_grid_thw", options.merge)
-    videos = _check_grid(video_grid_thw, "video_grid_thw", options.merge)
+    images = check_grid(image_grid_thw, "image_grid_thw", options.merge)
+    videos = check_grid(video_grid_thw, "video_grid_thw", options.merge)
     if options.temporal_merge > 1:  # ERNIE-4.5-VL: frames merged in time before the LLM
         if (videos[:, 0] % options.temporal_merge).any():
             raise ValueError(f"video_grid_thw: t must be divisible by the temporal merge size {options.temporal_merge}")
@@ -299,23 +257,23 @@ def token_layout(
     grid = np.concatenate([images, videos]) // np.array([1, options.merge, options.merge])  # (K, 3)
     tokens = grid.prod(-1)
 
-    real = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else _host(attention_mask) == 1
-    marks = _host(input_ids) if types is None else types
+    real = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else host(attention_mask) == 1
+    marks = host(input_ids) if types is None else types
     image_mark, video_mark = (options.image_token_id, options.video_token_id) if types is None else (1, 2)
     is_image, is_video = (marks == image_mark) & real, (marks == video_mark) & real
     if options.video_markers is not None:  # GLM-4V: image tokens between video start / end tokens are frames
-        inside = inside_markers(_host(input_ids), *options.video_markers)  # (transformers 4.57 types them 1)
+        inside = inside_markers(host(input_ids), *options.video_markers)  # (transformers 4.57 types them 1)
         is_video = (is_video & (types is not None)) | (is_image & inside)
         is_image &= ~inside
     k_img = images.shape[0]
-    block_first = np.concatenate(
+    firsts = np.concatenate(
         [
-            _block_first(is_image, tokens[:k_img], "image_grid_thw"),
-            _block_first(is_video, tokens[k_img:], "video_grid_thw"),
+            block_first(is_image, tokens[:k_img], "image_grid_thw"),
+            block_first(is_video, tokens[k_img:], "video_grid_thw"),
         ]
     )  # (K,)
     seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])  # images: no time scaling
-    blocks = VisionBlocks(grid, block_first, seconds, np.arange(grid.shape[0]) < k_img)  # pack sorts them
+    blocks = VisionBlocks(grid, firsts, seconds, np.arange(grid.shape[0]) < k_img)  # pack sorts them
     return pack(real, blocks, options.scheme, options.resolved, generator=generator, device=input_ids.device)
 
 
@@ -383,7 +341,7 @@ def _check_cu_seqlens(cu_seqlens: Any, total: int) -> np.ndarray:
         raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
     if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
         raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
-    cu = _host(cu_seqlens).astype(np.int64)
+    cu = host(cu_seqlens).astype(np.int64)
     if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
         raise ValueError(
             f"cu_seqlens must rise strictly from 0 to the packed length {total} (no empty sample), got {cu.tolist()}"

@@ -1,0 +1,55 @@
+"""Host-side checks shared by the token-id front ends (:mod:`.hf_rope_index`, :mod:`.hf_families`,
+:mod:`.hf_omni`): grid arguments and the placement of a batch's vision blocks on its placeholder tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def host(t: Tensor) -> np.ndarray:
+    """A NumPy view of ``t`` on the host (one device-to-host copy for an accelerator tensor)."""
+    return t.detach().cpu().numpy()
+
+
+def check_grid(grid: Any, name: str, merge: int | None = None) -> np.ndarray:
+    """``(num, 3)`` int64 host copy of a grid argument: positive integers and, with ``merge``,
+    ``h`` and ``w`` divisible by the spatial merge size."""
+    if grid is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    if not isinstance(grid, Tensor) or grid.dim() != 2 or grid.shape[1] != 3:
+        raise ValueError(f"{name} must be a tensor of shape (num, 3), got {getattr(grid, 'shape', grid)}")
+    if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
+    out = host(grid).astype(np.int64)
+    if (out <= 0).any():
+        raise ValueError(f"{name} must hold positive sizes")
+    if merge is not None and (out[:, 1:] % merge).any():
+        raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {merge}")
+    return out
+
+
+def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
+    """``(K,)`` flat index of each block's first token: the marked tokens of a ``(B, L)`` batch,
+    in reading order, fill the blocks one after the other (as the reference consumes its grids).
+    Every block's tokens must be consecutive tokens of one sample."""
+    index = np.flatnonzero(is_token)  # row-major: sample by sample, in order
+    total = int(block_tokens.sum())
+    if index.shape[0] != total:
+        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
+    first = index[np.cumsum(block_tokens) - block_tokens]
+    if total:
+        length = is_token.shape[1]
+        last = index[np.cumsum(block_tokens) - 1]
+        bad = ((last - first) != block_tokens - 1) | (first // length != last // length)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"{name}: block {k} ({int(block_tokens[k])} tokens) does not fit consecutive tokens of one sample "
+                f"(its tokens run from sample {int(first[k] // length)} to sample {int(last[k] // length)}); "
+                "each grid must match one run of placeholder tokens"
+            )
+    return first
