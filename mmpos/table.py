@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ._validate import check_bool, check_int
 from .coords import Coords, Modality
 from .layout import Image, Text, Unit, Video, register_segment
 
@@ -75,12 +76,6 @@ def order_axes(orders: Sequence[str] = ("row", "col")) -> tuple[str, ...]:
     if not orders or any(o not in ORDERS for o in orders) or len(set(orders)) != len(orders):
         raise ValueError(f"orders must be distinct names from {ORDERS}, got {orders!r}")
     return tuple(o + ORDER_SUFFIX for o in orders)
-
-
-def _count(value: object, name: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -111,18 +106,21 @@ class Table:
         for i, row in enumerate(self.cells):
             if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or len(row) == 0:
                 raise ValueError(f"Table.cells[{i}] must be a non-empty sequence of cell token counts, got {row!r}")
-            rows.append(tuple(_count(n, f"Table.cells[{i}][{j}]", 1) for j, n in enumerate(row)))
+            rows.append(tuple(check_int(n, f"Table.cells[{i}][{j}]") for j, n in enumerate(row)))
         object.__setattr__(self, "cells", tuple(rows))
-        _count(self.col_sep, "Table.col_sep", 0)
-        _count(self.row_end, "Table.row_end", 0)
+        for name in ("col_sep", "row_end"):
+            object.__setattr__(self, name, check_int(getattr(self, name), f"Table.{name}", 0))
         for name in ("header", "rule_rows"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"Table.{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), f"Table.{name}")
 
     @classmethod
     def grid(cls, rows: int, cols: int, cell_tokens: int = 1, **kwargs) -> Table:
         """A rectangular ``rows x cols`` table whose cells all hold ``cell_tokens`` tokens."""
-        _count(rows, "rows", 1), _count(cols, "cols", 1), _count(cell_tokens, "cell_tokens", 1)
+        rows, cols, cell_tokens = (
+            check_int(rows, "rows"),
+            check_int(cols, "cols"),
+            check_int(cell_tokens, "cell_tokens"),
+        )
         return cls(tuple((cell_tokens,) * cols for _ in range(rows)), **kwargs)
 
     @property
@@ -259,7 +257,7 @@ class TableLayout:
     def decode(self, num_new: int = 1) -> Tensor:
         """Positions ``(B, num_new, K)`` of ``num_new`` text tokens generated after each sample
         (the same under every order, as in the reference's ``tx[-1] + 1``, ``ty[-1] + 1``)."""
-        _count(num_new, "num_new", 1)
+        num_new = check_int(num_new, "num_new")
         steps = torch.arange(num_new, device=self.next_position.device)
         pos = (self.next_position[:, None] + steps).to(self.order_coords.pos.dtype)
         return pos.unsqueeze(-1).expand(-1, -1, len(self.orders))

@@ -79,11 +79,36 @@ def test_batch_padding_and_decode_positions():
         ({"cells": ((1, 0),)}, ValueError, r"cells\[0\]\[1\]"),
         ({"cells": ((1,),), "col_sep": -1}, ValueError, "col_sep"),
         ({"cells": ((1,),), "rule_rows": 1}, TypeError, "rule_rows"),
+        ({"cells": ((True,),)}, ValueError, r"Table.cells\[0\]\[0\] must be a positive int, got True"),
+        ({"cells": ((2.0,),)}, ValueError, r"Table.cells\[0\]\[0\] must be a positive int, got 2.0"),
+        ({"cells": ((1,),), "row_end": 1.0}, ValueError, r"Table.row_end must be an int >= 0, got 1.0"),
+        ({"cells": ((1,),), "header": "yes"}, TypeError, r"Table.header must be a bool \(True or False\)"),
     ],
 )
 def test_table_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
         Table(**kwargs)
+
+
+def test_table_counts_accept_numpy_ints_as_plain_ints():
+    np = pytest.importorskip("numpy")
+    t = Table(((np.int64(2), 1),), col_sep=np.int32(0))
+    assert t == Table(((2, 1),), col_sep=0) and type(t.cells[0][0]) is int and type(t.col_sep) is int
+    assert build([[t]]).order_coords.num_tokens == build([[Table(((2, 1),), col_sep=0)]]).order_coords.num_tokens
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: Table.grid(0, 2), "rows must be a positive int, got 0"),
+        (lambda: Table.grid(2, True), "cols must be a positive int, got True"),
+        (lambda: Table.grid(2, 2, cell_tokens=1.5), "cell_tokens must be a positive int, got 1.5"),
+        (lambda: build([[Table.grid(2, 2)]]).decode(0), "num_new must be a positive int, got 0"),
+    ],
+)
+def test_grid_and_decode_counts(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_build_validation():

@@ -33,6 +33,7 @@ Feature detection, not version strings: the cache argument is read as ``cache`` 
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_int, check_ints
 from ..coords import Coords
 from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
 from ..table import ORDER_SUFFIX
@@ -169,10 +171,10 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
     ``hidden_act`` as the gate activation.
     """
     base, layers = decoder_layers(model)
-    if not isinstance(orders, int) or isinstance(orders, bool) or orders < 1:
-        raise ValueError(f"orders must be an int >= 1, got {orders!r}")
-    if any(not isinstance(i, int) or not 0 <= i < orders for i in sequential_orders):
-        raise ValueError(f"sequential_orders must hold order indices in [0, {orders}), got {sequential_orders!r}")
+    orders = check_int(orders, "orders")
+    sequential_orders = check_ints(
+        sequential_orders, "sequential_orders", 0, (0, math.inf), orders - 1, "order indices"
+    )
     sequential = tuple(i in sequential_orders for i in range(orders))
     config = getattr(model, "config", getattr(base, "config", None))
     std = float(getattr(config, "initializer_range", 0.02))

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._validate import check_bool, check_float, check_int
 from ..coords import Coords
 from ..rotary import CONVENTIONS, apply_rotary, rope_frequencies
 from ..table import ORDER_SUFFIX
@@ -174,9 +175,7 @@ class MultiOrderCache:
     """
 
     def __init__(self, capacity: int | None = None) -> None:
-        if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1):
-            raise ValueError(f"capacity must be None or an int >= 1, got {capacity!r}")
-        self.capacity = capacity
+        self.capacity = check_int(capacity, "capacity", none_ok=True)
         self.length = 0
         self._keys: Tensor | None = None
         self._values: Tensor | None = None
@@ -241,9 +240,7 @@ class MultiOrderCache:
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` tokens (as transformers' ``DynamicCache.crop``; the buffers stay allocated)."""
-        if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= self.length:
-            raise ValueError(f"length must be an int in [0, {self.length}], got {length!r}")
-        self.length = length
+        self.length = check_int(length, "length", 0, self.length)
 
 
 class MultiOrderAttention(nn.Module):
@@ -297,11 +294,17 @@ class MultiOrderAttention(nn.Module):
                 f"{type(self).__name__} does not define mix_weights(x) -> (B, N, H, K): MultiOrderAttention is a "
                 "base class; use TPEAttention or subclass it with a mix_weights method"
             )
-        if not isinstance(num_heads, int) or num_heads <= 0 or dim % num_heads:
+        dim, num_heads = check_int(dim, "dim"), check_int(num_heads, "num_heads")
+        if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        num_kv_heads = num_heads if num_kv_heads is None else check_int(num_kv_heads, "num_kv_heads")
+        if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+        causal, qkv_bias, proj_bias = (
+            check_bool(v, n) for v, n in ((causal, "causal"), (qkv_bias, "qkv_bias"), (proj_bias, "proj_bias"))
+        )
+        theta = check_float(theta, "theta")
+        attn_drop = check_float(attn_drop, "attn_drop", 0.0, strict=False, high=1.0)
         orders = tuple(orders)
         if not orders or len(set(orders)) != len(orders) or not all(isinstance(o, str) for o in orders):
             raise ValueError(f"orders must be distinct axis names, at least one, got {orders!r}")
@@ -457,9 +460,8 @@ class TPERouter(nn.Module):
         self, head_dim: int, num_orders: int = 2, hidden: int | None = None, act: nn.Module | None = None
     ) -> None:
         super().__init__()
-        if num_orders < 1:
-            raise ValueError(f"num_orders must be >= 1, got {num_orders}")
-        hidden = 4 * head_dim if hidden is None else hidden
+        head_dim, num_orders = check_int(head_dim, "head_dim"), check_int(num_orders, "num_orders")
+        hidden = 4 * head_dim if hidden is None else check_int(hidden, "hidden")
         self.head_dim = head_dim
         self.act = nn.SiLU() if act is None else act
         self.gate_1 = nn.Linear(head_dim, hidden)

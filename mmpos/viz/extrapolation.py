@@ -27,7 +27,7 @@ from torch import Tensor
 from .._validate import check_int
 from ..coords import Coords
 from ..encoders.base import RotaryEncoder
-from .maps import SimilarityMap, similarity_map
+from .maps import SEED_MAX, SimilarityMap, similarity_map
 
 __all__ = ["RULE_CHOICES", "RuleMap", "plot_scaling_extrapolation", "rule_arguments", "scaling_maps"]
 
@@ -83,6 +83,7 @@ def scaling_maps(
     every call so that learned initialisations agree.
     """
     check_int(factor, "factor", 2)
+    seed = check_int(seed, "seed", 0, SEED_MAX)
     grid = tuple(grid)
     rules = tuple(rules)
     if not rules:

@@ -53,6 +53,8 @@ __all__ = [
 
 #: content vectors :func:`similarity_map` can put at every token (rotary and contextual bias)
 CONTENTS = ("constant", "random")
+#: the largest ``seed`` the maps take (``torch.Generator.manual_seed`` reads a 64-bit unsigned int)
+SEED_MAX = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -193,8 +195,9 @@ def similarity_map(
         query: the query's coordinates, e.g. ``(7, 7)`` on a ``(h, w)`` grid.
         content: ``"constant"``, ``"random"`` (seeded) or a ``(D,)`` / ``(H, D)`` tensor:
             the content vector at every token for rotary and bias encoders.
-        seed: seed of ``content="random"``.
+        seed: seed of ``content="random"`` (an int in ``[0, 2**64 - 1]``, as ``torch.Generator.manual_seed`` takes).
     """
+    seed = check_int(seed, "seed", 0, SEED_MAX)
     coords = _first(coords)
     q = query_index(coords, query)
     n = coords.num_tokens
@@ -249,6 +252,7 @@ def extrapolation_maps(
     resampled.
     """
     check_int(factor, "factor")
+    seed = check_int(seed, "seed", 0, SEED_MAX)
     grid = tuple(grid)
     big = tuple(s * factor for s in grid)
     train = similarity_map(encoder, Coords.grid(*grid, num_prefix_tokens=num_prefix_tokens), query, content, seed)

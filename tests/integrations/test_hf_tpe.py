@@ -100,6 +100,23 @@ def test_padding_and_errors():
         install_tpe(torch.nn.Linear(2, 2))
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"orders": True}, "orders must be a positive int, got True"),
+        ({"orders": 2.0}, "orders must be a positive int, got 2.0"),
+        ({"sequential_orders": (True,)}, r"sequential_orders must hold order indices in \[0, 1\], got \(True,\)"),
+        ({"sequential_orders": (2,)}, r"sequential_orders must hold order indices in \[0, 1\], got \(2,\)"),
+        ({"sequential_orders": 0}, "sequential_orders must be a sequence of order indices, got 0"),
+    ],
+)
+def test_install_arguments(kwargs, match):
+    model = _model("llama")
+    with pytest.raises(ValueError, match=match):
+        install_tpe(model, **{"orders": 2, **kwargs})
+    assert "tpe_router" not in dict(model.named_modules())  # refused before any layer was touched
+
+
 def test_router_starts_as_the_references_from_pretrained_and_uses_hidden_act():
     model = _model("llama")
     model.config.hidden_act = "gelu"

@@ -9,7 +9,7 @@ import torch
 from mmpos import Coords, create
 from mmpos.layout import Text
 from mmpos.nn import Attention, MultiOrderCache, TPEAttention
-from mmpos.nn.multi_order import order_permutation, router_entropy, router_entropy_loss
+from mmpos.nn.multi_order import TPERouter, order_permutation, router_entropy, router_entropy_loss
 from mmpos.table import Table, build, order_axes
 
 ORDERS = ("row", "col", "diag")
@@ -204,6 +204,46 @@ def test_invalid_arguments():
         MultiOrderCache().crop(1)
     with pytest.raises(ValueError, match=r"coords must hold the order axes \('row_order', 'col_order'\)"):
         m(torch.randn(1, 4, 32), Coords.sequence(4))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_heads": True}, ValueError, "num_heads must be a positive int, got True"),  # was read as one head
+        ({"num_heads": 0}, ValueError, "num_heads must be a positive int, got 0"),
+        ({"dim": 32.0}, ValueError, "dim must be a positive int, got 32.0"),
+        ({"num_kv_heads": 2.0}, ValueError, "num_kv_heads must be a positive int, got 2.0"),
+        ({"num_kv_heads": 0}, ValueError, "num_kv_heads must be a positive int, got 0"),
+        ({"causal": 1}, TypeError, r"causal must be a bool \(True or False\), got 1"),
+        ({"qkv_bias": "yes"}, TypeError, "qkv_bias must be a bool"),
+        ({"proj_bias": None}, TypeError, "proj_bias must be a bool"),
+        ({"theta": 0.0}, ValueError, "theta must be a finite number > 0, got 0.0"),
+        ({"theta": float("nan")}, ValueError, "theta must be a finite number > 0"),
+        ({"attn_drop": 1.5}, ValueError, r"attn_drop must be a finite number >= 0 and <= 1, got 1.5"),
+        ({"router_hidden": 0}, ValueError, "hidden must be a positive int, got 0"),
+    ],
+)
+def test_constructor_refuses(kwargs, error, match):
+    args = {"dim": 32, "num_heads": 4, **kwargs}
+    with pytest.raises(error, match=match):
+        TPEAttention(**args)
+
+
+def test_router_and_cache_arguments():
+    with pytest.raises(ValueError, match="num_orders must be a positive int, got 2.0"):
+        TPERouter(8, 2.0)
+    with pytest.raises(ValueError, match="head_dim must be a positive int, got True"):
+        TPERouter(True)
+    with pytest.raises(ValueError, match="capacity must be None or a positive int, got True"):
+        MultiOrderCache(True)
+    cache = MultiOrderCache(capacity=4)
+    cache.update(
+        torch.zeros(2, 1, 1, 3, 4), torch.zeros(1, 1, 3, 4), torch.zeros(2, 1, 3), torch.ones(1, 3, dtype=torch.bool)
+    )
+    with pytest.raises(ValueError, match=r"length must be an int in \[0, 3\], got 2.0"):
+        cache.crop(2.0)
+    cache.crop(2)
+    assert cache.length == 2 and cache.keys.shape == (2, 1, 1, 2, 4)
 
 
 def test_grid_coordinates_are_refused_as_order_positions():

@@ -32,6 +32,18 @@ def test_yarn_map_carries_its_attention_factor():
     assert none.smap.values[0, 32].item() == pytest.approx(1.0, rel=1e-5)
 
 
+def test_seed_is_checked_before_building():
+    built = []
+
+    def build(scaling):
+        built.append(scaling)
+        return mmpos.create("rope", head_dim=16)
+
+    with pytest.raises(ValueError, match="seed must be an int in"):
+        scaling_maps(build, (8,), (4,), seed=0.5)
+    assert built == []
+
+
 def test_learned_plan_reports_the_rules_it_refuses():
     _, maps = scaling_maps(_build("rope-mixed", num_heads=2), (4, 4), (2, 2), rules=("linear", "yarn"))
     assert maps[0].error is None and maps[0].drift < 1e-6

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -82,6 +84,21 @@ def test_random_content_is_seeded_and_one_at_the_query():
     assert a.values[0, a.query] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="content must be one of"):
         similarity_map(enc, coords, (2, 2), content="zeros")
+
+
+@pytest.mark.parametrize("seed", [True, 1.0, -1, 2**64, "0", None])
+def test_seed_must_be_an_unsigned_64_bit_int(seed):
+    enc = mmpos.create("rope-axial", dim=16, num_heads=1)
+    match = rf"seed must be an int in \[0, {2**64 - 1}\], got {re.escape(repr(seed))}"
+    with pytest.raises(ValueError, match=match):
+        similarity_map(enc, Coords.grid(3, 3), (1, 1), content="random", seed=seed)
+    with pytest.raises(ValueError, match=match):
+        extrapolation_maps(enc, (3, 3), (1, 1), content="random", seed=seed)
+    np = pytest.importorskip("numpy")
+    a = similarity_map(enc, Coords.grid(3, 3), (1, 1), content="random", seed=np.int64(3))
+    torch.testing.assert_close(
+        a.values, similarity_map(enc, Coords.grid(3, 3), (1, 1), content="random", seed=3).values
+    )
 
 
 @pytest.mark.parametrize("mode", ["bias", "ctx"])
