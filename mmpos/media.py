@@ -98,8 +98,9 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)  # IMAGENET_STANDARD_MEAN / _STD
 RESAMPLES = ("pil", "torch")
 FRAME_RULES = ("qwen2-vl", "qwen3-vl", "glm4v", "glm4.6v", "ernie4.5-vl")
-RESIZES = ("area", "volume", "paddleocr")
+RESIZES = ("area", "volume", "paddleocr", "hy-v4-vl", "glm-image")
 ROW_ORDERS = ("merged", "raster")
+PATCH_LAYOUTS = ("ctpp", "ppct")
 
 
 @dataclass(frozen=True)
@@ -122,10 +123,15 @@ class MediaSpec:
         resize: target size rule: ``"area"`` (:func:`smart_resize`, one frame's area within the
             bounds), ``"volume"`` (:func:`smart_resize_video`: the volume ``frames x h x w``
             bounded, ``temporal_patch_size`` frames for an image, small sides scaled up first;
-            Qwen3-VL videos, GLM-4V images and videos) or ``"paddleocr"`` (a side under
-            ``patch_size * merge_size`` scaled up to it, aspect kept, then ``"area"``; PaddleOCR-VL).
+            Qwen3-VL videos, GLM-4V images and videos, Cosmos3-Edge), ``"paddleocr"`` (a side under
+            ``patch_size * merge_size`` scaled up to it, aspect kept, then ``"area"``; PaddleOCR-VL),
+            ``"hy-v4-vl"`` (:func:`hy_v4_vl_resize`; HY-V4-VL videos) or ``"glm-image"``
+            (:func:`glm_image_resize`; GLM-Image).
         rows: patch row order, ``"merged"`` (the ``m x m`` patches of a merged token consecutive)
-            or ``"raster"`` (patches in raster order ``t, h, w``; PaddleOCR-VL).
+            or ``"raster"`` (patches in raster order ``t, h, w``; PaddleOCR-VL, Hunyuan-VL).
+        patch_layout: the values of one row, ``"ctpp"`` (``(C, T, P, P)``, Qwen's) or ``"ppct"``
+            (``(P, P, C, T)``: pixels, then channels; Cosmos3-Edge).
+        max_frame_pixels: ``resize="hy-v4-vl"``: the most pixels of one frame (``None``: no cap).
         frame_multiple: frames padded (last one repeated) to a multiple of this before
             patchifying (``None``: ``temporal_patch_size``; ERNIE-4.5-VL videos: 2 with
             ``temporal_patch_size=1``).
@@ -153,6 +159,8 @@ class MediaSpec:
     rows: str = "merged"
     frame_multiple: int | None = None
     max_duration: float = 300.0
+    patch_layout: str = "ctpp"
+    max_frame_pixels: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels", "max_frames"):
@@ -176,6 +184,10 @@ class MediaSpec:
             raise ValueError(f"MediaSpec.resize must be one of {RESIZES}, got {self.resize!r}")
         if self.rows not in ROW_ORDERS:
             raise ValueError(f"MediaSpec.rows must be one of {ROW_ORDERS}, got {self.rows!r}")
+        if self.patch_layout not in PATCH_LAYOUTS:
+            raise ValueError(f"MediaSpec.patch_layout must be one of {PATCH_LAYOUTS}, got {self.patch_layout!r}")
+        if self.max_frame_pixels is not None:
+            check_int(self.max_frame_pixels, "MediaSpec.max_frame_pixels (or None)", 1)
         if self.frame_multiple is not None:
             check_int(self.frame_multiple, "MediaSpec.frame_multiple (or None)", 1)
         check_float(self.max_duration, "MediaSpec.max_duration")
@@ -208,6 +220,13 @@ IMAGE_SPECS: dict[str, MediaSpec] = {
     "paddleocr-vl": MediaSpec(
         14, 384 * 384, 1536 * 1536, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1, resize="paddleocr", rows="raster"
     ),
+    "hy-v4-vl": MediaSpec(16, 512 * 512, 2048 * 2048, CLIP_MEAN, CLIP_STD, "pil", temporal_patch_size=1, rows="raster"),
+    # Cosmos3EdgeImageProcessor: the volume rule with T = 1, a row's values (P, P, C, T)
+    "cosmos3-edge": MediaSpec(
+        16, 256 * 256, 4096 * 4096, HALF, HALF, "pil", temporal_patch_size=1, resize="volume", patch_layout="ppct"
+    ),
+    # GlmImageImageProcessor: halved sides by edge bounds, aspect ratio <= 4
+    "glm-image": MediaSpec(14, 56 * 56, 28 * 28 * 1280, CLIP_MEAN, CLIP_STD, "pil", resize="glm-image"),
 }
 #: video processors: ``Qwen2VLVideoProcessor`` (also Qwen2.5-VL's) and ``Qwen3VLVideoProcessor`` defaults
 VIDEO_SPECS: dict[str, MediaSpec] = {
@@ -237,6 +256,39 @@ VIDEO_SPECS: dict[str, MediaSpec] = {
         frames="ernie4.5-vl",
         min_frames=16,
         max_frames=180,
+    ),
+    # HYV4VLVideoProcessor: its sample_frames (Qwen3-VL's rule, 2 fps, 2 to 1024 frames; the class's
+    # do_sample_frames=False takes every frame: num_frames=F), never scaled up, a token budget per clip
+    # (4096 = its unused shortest_edge), at most 1024 x 1024 pixels a frame, raster rows, T = 1
+    "hy-v4-vl": MediaSpec(
+        16,
+        4096,
+        33554432,
+        HALF,
+        HALF,
+        "torch",
+        temporal_patch_size=1,
+        frames="qwen3-vl",
+        fps=2,
+        min_frames=2,
+        max_frames=1024,
+        resize="hy-v4-vl",
+        rows="raster",
+        max_frame_pixels=1024 * 1024,
+    ),
+    # Cosmos3EdgeVideoProcessor: Qwen3-VL's sampling (2 fps, 4 to 768), the volume rule with T = 1, rows (P, P, C, T)
+    "cosmos3-edge": MediaSpec(
+        16,
+        64 * 64,
+        24 * 1024 * 1024,
+        HALF,
+        HALF,
+        "torch",
+        temporal_patch_size=1,
+        frames="qwen3-vl",
+        fps=2,
+        resize="volume",
+        patch_layout="ppct",
     ),
 }
 
@@ -399,6 +451,53 @@ def smart_resize_video(
     return h_bar, w_bar
 
 
+def _hy_v4_vl_size(
+    num_frames: int, height: int, width: int, factor: int, max_pixels: int, max_frame_pixels: int | None
+) -> tuple[int, int]:
+    """HY-V4-VL video frame size (``HYV4VLVideoProcessor.smart_resize``): never scaled up; the most merged-token
+    rows ``r <= height // factor`` (at least 1) for which a column count ``c`` stays near the frame's aspect ratio
+    (``floor(width r / height) <= c < ceil(width (r + 1) / height)``, any ``c <= ...`` on the last row), within
+    ``width // factor``, within the clip budget ``num_frames * r * (c + 1) <= max_pixels // factor**2`` (one newline
+    token per row) and the frame cap ``r c factor**2 <= max_frame_pixels``; the widest such ``c``. ``(factor,
+    factor)`` when none fits."""
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"aspect ratio must be at most 200, got {height}x{width}")
+    budget = max_pixels // (factor * factor)  # merged tokens of the whole clip
+    most_rows, most_cols = max(1, height // factor), max(1, width // factor)
+    for r in range(most_rows, 0, -1):
+        low = 1 if r == 1 else max(1, width * r // height)
+        high = min(most_cols, max(1, -(-width * (r + 1) // height) - 1))  # ceil(width (r + 1) / height) - 1
+        cols = min(high, budget // (num_frames * r) - 1 if budget > 0 else 0)
+        if max_frame_pixels is not None:
+            cols = min(cols, max_frame_pixels // (factor * factor * r))
+        if cols >= low:
+            return r * factor, cols * factor
+    return factor, factor
+
+
+def _glm_image_size(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """GLM-Image size (``GlmImageImageProcessor``'s ``smart_resize``): one scale brings the short side up to
+    ``round(sqrt(min_pixels))`` and keeps the long side within ``L = round(sqrt(max_pixels))``; the *halved* sides
+    are scaled and rounded to multiples of ``factor`` (at least one), then scaled down again if one exceeds ``L``.
+    Sides under ``factor`` and aspect ratios above 4 are refused, as the reference refuses them."""
+    if min(height, width) < factor:
+        raise ValueError(
+            f"GLM-Image needs both sides >= {factor} pixels (patch_size * merge_size), got {height}x{width}"
+        )
+    if max(height, width) / min(height, width) > 4:
+        raise ValueError(f"GLM-Image needs an aspect ratio of at most 4, got {height}x{width}")
+    short, long = round(math.sqrt(min_pixels)), round(math.sqrt(max_pixels))
+    scale = short / min(height, width) if min(height, width) < short else 1.0
+    if max(height, width) * scale > long:
+        scale = long / max(height, width)
+    h = max(factor, round(height // 2 * scale / factor) * factor)
+    w = max(factor, round(width // 2 * scale / factor) * factor)
+    if max(h, w) > long:
+        beta = max(h, w) / long
+        h, w = max(factor, math.floor(h / beta / factor) * factor), max(factor, math.floor(w / beta / factor) * factor)
+    return h, w
+
+
 def _target_size(num_frames: int, height: int, width: int, spec: MediaSpec) -> tuple[int, int]:
     """The resized ``(h, w)`` of ``num_frames`` frames by ``spec.resize`` (an image: ``num_frames = T``)."""
     factor = spec.patch_size * spec.merge_size
@@ -406,6 +505,10 @@ def _target_size(num_frames: int, height: int, width: int, spec: MediaSpec) -> t
         return smart_resize_video(
             num_frames, height, width, spec.temporal_patch_size, factor, spec.min_pixels, spec.max_pixels
         )
+    if spec.resize == "hy-v4-vl":
+        return _hy_v4_vl_size(num_frames, height, width, factor, spec.max_pixels, spec.max_frame_pixels)
+    if spec.resize == "glm-image":
+        return _glm_image_size(height, width, factor, spec.min_pixels, spec.max_pixels)
     if spec.resize == "paddleocr":  # PaddleOCR-VL: a short side scaled up to one factor first, aspect kept
         if height < factor:
             height, width = factor, round(width * factor / height)
@@ -446,11 +549,15 @@ def _patchify(x: Tensor, spec: MediaSpec) -> tuple[Tensor, tuple[int, int, int]]
         x = torch.cat([x, x[-1:].expand(pad, -1, -1, -1)])
     f, c, height, width = x.shape
     gt, gh, gw = f // tp, height // p, width // p
+    last = spec.patch_layout == "ppct"  # a row's values (P, P, C, T) instead of (C, T, P, P)
     if spec.rows == "raster":
-        x = x.reshape(gt, tp, c, gh, p, gw, p).permute(0, 3, 5, 2, 1, 4, 6)  # (t, h, w, C, T, P, P)
+        x = x.reshape(gt, tp, c, gh, p, gw, p)  # -> (t, h, w, C, T, P, P) or (t, h, w, P, P, C, T)
+        x = x.permute(0, 3, 5, 4, 6, 2, 1) if last else x.permute(0, 3, 5, 2, 1, 4, 6)
     else:
-        x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
-        x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (t, h/m, w/m, m, m, C, T, P, P)
+        x = x.reshape(
+            gt, tp, c, gh // m, m, p, gw // m, m, p
+        )  # -> (t, h/m, w/m, m, m, C, T, P, P) or (..., P, P, C, T)
+        x = x.permute(0, 3, 6, 4, 7, 5, 8, 2, 1) if last else x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
     return x.reshape(gt * gh * gw, c * tp * p * p).contiguous(), (gt, gh, gw)
 
 

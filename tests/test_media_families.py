@@ -1,5 +1,5 @@
-"""mmpos.media presets of the families whose processors differ from Qwen2-VL's (GLM-4V, GLM-4.6V, ERNIE-4.5-VL,
-PaddleOCR-VL), against the installed Hugging Face image and video processors, built with their class defaults."""
+"""mmpos.media presets of the families whose processors differ from Qwen2-VL's (GLM-4V, GLM-4.6V, GLM-Image,
+ERNIE-4.5-VL, PaddleOCR-VL, Hunyuan-VL, HY-V4-VL, Cosmos3-Edge), against the installed Hugging Face image and video processors, built with their class defaults."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ FAMILIES = {
     "ernie4.5-vl": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeImageProcessor", "Ernie4_5_VLMoeVideoProcessor"),
     "paddleocr-vl": ("paddleocr_vl", "PaddleOCRVLImageProcessor", None),
     "hunyuan-vl": ("hunyuan_vl", "HunYuanVLImageProcessor", None),
-    "hy-v4-vl": ("hy_v4_vl", "HYV4VLImageProcessor", None),  # its video processor: not covered
+    "hy-v4-vl": ("hy_v4_vl", "HYV4VLImageProcessor", "HYV4VLVideoProcessor"),
+    "cosmos3-edge": ("cosmos3_edge", "Cosmos3EdgeImageProcessor", "Cosmos3EdgeVideoProcessor"),
+    "glm-image": ("glm_image", "GlmImageImageProcessor", None),
     # = Qwen2-VL's image and Qwen3-VL's video processor
     "cohere-compass": ("cohere_compass", "CohereCompassImageProcessor", "CohereCompassVideoProcessor"),
 }
@@ -35,7 +37,9 @@ PRESET = {
     "ernie4.5-vl": "ernie4.5-vl",
     "paddleocr-vl": "paddleocr-vl",
     "hunyuan-vl": "hunyuan-vl",
-    "hy-v4-vl": "hunyuan-vl",
+    "hy-v4-vl": "hy-v4-vl",
+    "cosmos3-edge": "cosmos3-edge",
+    "glm-image": "glm-image",
     "cohere-compass": "qwen2-vl",
 }
 VIDEO_PRESET = {**PRESET, "cohere-compass": "qwen3-vl"}
@@ -97,9 +101,12 @@ def test_presets_are_the_processor_defaults(family):
         assert (video.min_frames, video.max_frames, video.fps) == (spec.min_frames, spec.max_frames, spec.fps)
     elif family == "glm46v":  # its sampling reads no fps (a rate by duration)
         assert video.temporal_patch_size == spec.temporal_patch_size == 2 and spec.fps is None
-    elif family == "cohere-compass":
+    elif family in ("cohere-compass", "hy-v4-vl", "cosmos3-edge"):  # Qwen3-VL's sampling rule
         assert (video.temporal_patch_size, video.fps) == (spec.temporal_patch_size, spec.fps)
         assert (video.min_frames, video.max_frames) == (spec.min_frames, spec.max_frames)
+        assert spec.frames == "qwen3-vl"
+        if family == "hy-v4-vl":  # the per-frame cap
+            assert video.max_image_size["longest_edge"] == spec.max_frame_pixels
     else:
         assert (video.temporal_patch_size, video.fps, video.max_duration) == (2, spec.fps, spec.max_duration)
 
@@ -126,9 +133,15 @@ def test_image_parity_with_hf(family, resample, case):
     if not HF5 and family.startswith("glm") and min(h, w) < factor:
         pytest.skip("transformers 4.57's GLM-4V refuses sides under patch_size * merge_size (5.x scales them up)")
     pixels = _noise(h, w, seed=h * 7 + w)
-    ours = media.image_patches(pixels, spec)
     proc = _image_class(family, resample)(size=_size(spec))
     extra = {"input_data_format": "channels_last"} if not HF5 and resample == "pil" else {}
+    if family == "glm-image" and (min(h, w) < factor or max(h, w) > 4 * min(h, w)):  # refused by both
+        with pytest.raises(ValueError, match="GLM-Image needs"):
+            media.image_patches(pixels, spec)
+        with pytest.raises(ValueError):
+            proc(images=[PILImage.fromarray(pixels)], return_tensors="pt")
+        return
+    ours = media.image_patches(pixels, spec)
     out = proc(images=[PILImage.fromarray(pixels)], return_tensors="pt", **extra)
     assert ours.segment.grid_thw == tuple(out["image_grid_thw"][0].tolist())
     theirs = out["pixel_values"].reshape(ours.pixel_values.shape[0], -1)  # PaddleOCR-VL's, Hunyuan's: (N, C*T, P, P)
@@ -169,6 +182,8 @@ def _hf_video(family: str, spec: media.MediaSpec, frames: np.ndarray, fps: float
         kwargs["max_duration"] = spec.max_duration
     elif family == "cohere-compass":  # the per-frame pixel cap of 5.x, off by default (as in test_media.py)
         kwargs["cap_pixels_per_frame"] = False
+    elif family == "hy-v4-vl":
+        kwargs.update(max_image_size={"longest_edge": spec.max_frame_pixels}, min_frames=spec.min_frames)
     proc = cls(**kwargs)
     total = frames.shape[0]
     meta = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=frames.shape[2])
@@ -237,3 +252,68 @@ def test_family_spec_errors():
         media.video_patches(np.zeros((4, 28, 28, 3), np.uint8), "glm4v", video_fps=2.0, num_frames=4)
     with pytest.raises(ValueError, match=r"num_frames=8 must lie in \[min_frames, max_frames\] = \[16, 180\]"):
         media.video_patches(np.zeros((20, 28, 28, 3), np.uint8), "ernie4.5-vl", video_fps=2.0, num_frames=8)
+
+
+# --------------------------------------------------------------------------- GLM-Image, HY-V4-VL, Cosmos3-Edge
+@pytest.mark.parametrize("resample", ["pil", "torch"])
+@pytest.mark.parametrize(("h", "w"), [(30, 40), (100, 400), (401, 101), (1500, 2000), (57, 57)])
+def test_glm_image_edges_with_hf(h, w, resample):
+    """GLM-Image's edge rule at the class's bounds: short side scaled up (30 x 40), aspect ratio 4 and just under,
+    long side scaled down to round(sqrt(max_pixels)) = 1002 (1500 x 2000), halved odd sides."""
+    spec = replace(media.IMAGE_SPECS["glm-image"], resample=resample)
+    pixels = _noise(h, w, seed=h + w)
+    ours = media.image_patches(pixels, spec)
+    out = _image_class("glm-image", resample)()(images=[PILImage.fromarray(pixels)], return_tensors="pt")
+    assert ours.segment.grid_thw == tuple(out["image_grid_thw"][0].tolist())
+    torch.testing.assert_close(ours.pixel_values, out["pixel_values"], rtol=0, atol=0)
+
+
+def _hy_video(frames: np.ndarray, fps: float, **kwargs):
+    cls = _module("hy-v4-vl", "video_processing").HYV4VLVideoProcessor
+    total = frames.shape[0]
+    meta = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=frames.shape[2])
+    meta.height = frames.shape[1]
+    video = torch.from_numpy(frames).permute(0, 3, 1, 2)
+    out = cls(**kwargs)(videos=[video], video_metadata=[meta], return_tensors="pt")
+    return out["pixel_values_videos"], tuple(out["video_grid_thw"][0].tolist())
+
+
+@pytest.mark.parametrize(
+    ("total", "h", "w", "overrides"),
+    [
+        (1, 70, 50, {}),  # one frame
+        (5, 33, 200, {}),  # thin frame
+        (3, 700, 900, {"max_frame_pixels": 256 * 256}),  # the per-frame cap binds
+        (9, 120, 150, {"max_pixels": 32 * 32 * 40}),  # the clip budget binds (a newline token per row)
+    ],
+)
+def test_hy_v4_vl_every_frame_with_hf(total, h, w, overrides):
+    """The class default ``do_sample_frames=False`` takes every frame: mmpos's ``num_frames=F`` (linspace over F)."""
+    rng = np.random.default_rng(total)
+    frames = np.stack([_noise(h, w, seed=int(s)) for s in rng.integers(0, 10**6, total)])
+    spec = replace(media.VIDEO_SPECS["hy-v4-vl"], **overrides, fps=None, num_frames=total)
+    ours = media.video_patches(frames, spec, video_fps=2.0)
+    kwargs = {"size": _size(spec), "max_image_size": {"longest_edge": spec.max_frame_pixels}}
+    theirs, grid = _hy_video(frames, 2.0, **kwargs)
+    assert ours.frame_indices.tolist() == list(range(total)) and ours.segment.grid_thw == grid
+    torch.testing.assert_close(ours.pixel_values, theirs, rtol=0, atol=0)
+
+
+def test_hy_v4_vl_budget_worked_example():
+    """HY-V4-VL's size by hand: 12 frames of 300 x 400, a budget of 61 merged tokens (32-pixel factor): no row
+    count above 1 leaves a column (61 // (12 r) - 1 < floor(400 r / 300)); one row: min(61 // 12 - 1, ceil(800 /
+    300) - 1) = 2 columns -> 32 x 64 pixels."""
+    frames = np.zeros((12, 300, 400, 3), np.uint8)
+    small = media.video_patches(frames, "hy-v4-vl", video_fps=2.0, num_frames=12, max_pixels=32 * 32 * 61)
+    assert small.size == (32, 64) and small.segment.grid_thw == (12, 2, 4)
+    assert media.video_patches(frames, "hy-v4-vl", video_fps=2.0, num_frames=12).size == (288, 384)  # not scaled up
+
+
+def test_cosmos3_edge_rows_are_pixels_then_channels():
+    """Cosmos3-Edge's row holds (P, P, C, T): the Qwen layout (C, T, P, P) of the same patches, transposed."""
+    pixels = _noise(64, 96)
+    ppct = media.image_patches(pixels, "cosmos3-edge", min_pixels=1, max_pixels=64 * 96)
+    ctpp = media.image_patches(pixels, "cosmos3-edge", min_pixels=1, max_pixels=64 * 96, patch_layout="ctpp")
+    n = ppct.pixel_values.shape[0]
+    torch.testing.assert_close(ppct.pixel_values, ctpp.pixel_values.view(n, 3, 16 * 16).transpose(1, 2).reshape(n, -1))
+    assert not torch.equal(ppct.pixel_values, ctpp.pixel_values)
