@@ -55,6 +55,7 @@ __all__ = [
     "hunyuan_vl_rope_index",
     "hy_v4_vl_rope_index",
     "minicpmv4_7_rope_index",
+    "packed_rope_index",
     "video_markers",
 ]
 
@@ -593,3 +594,88 @@ FAMILY_ROPE_INDEX: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "glm_image": glm_image_rope_index,
     "minicpmv4_7": _minicpm_through_get_rope_index,
 }
+
+
+# --------------------------------------------------------------------------- packed rows
+_PACKED_FAMILIES = {
+    "hy_v4_vl": hy_v4_vl_rope_index,
+    "hunyuan_vl": hunyuan_vl_rope_index,
+    "glm_image": glm_image_rope_index,
+    "minicpmv4_7": minicpmv4_7_rope_index,
+}
+
+
+def packed_rope_index(config: Any, input_ids: Tensor, cu_seqlens: Tensor, **inputs: Any) -> tuple[Tensor, Tensor]:
+    """Position ids of a packed batch of ``hy_v4_vl``, ``hunyuan_vl``, ``glm_image`` or ``minicpmv4_7``:
+    several samples in one row, each with the positions (and ``rope_deltas``) it has alone (as
+    :func:`mmpos.integrations.hf_rope_index.packed_rope_index` for the Qwen-VL families).
+
+    Args:
+        config: the family's config (``config.model_type`` picks the function).
+        input_ids: ``(1, N)`` the samples one after the other, no padding.
+        cu_seqlens: ``(B + 1,)`` integer sample offsets (FlashAttention varlen's ``cu_seqlens``: 0,
+            then the running sum of the sample lengths).
+        inputs: the family function's other arguments (:func:`hy_v4_vl_rope_index`,
+            :func:`hunyuan_vl_rope_index`, :func:`glm_image_rope_index`, :func:`minicpmv4_7_rope_index`),
+            the grids / crop sizes in order of appearance across the row; ``mm_token_type_ids`` ``(1, N)``;
+            no ``attention_mask`` (the row has no padding). ``glm_image`` with ``B > 1`` needs
+            ``images_per_sample`` ``(B,)``.
+
+    Returns:
+        ``position_ids`` ``(A, 1, N)`` (``A`` = 3, HunYuan-VL's ``N`` axes; every sample starts at 0, its
+        image index too) and ``rope_deltas`` ``(B, 1)``, each sample's own.
+    """
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _PACKED_FAMILIES:
+        raise ValueError(f"config.model_type must be one of {sorted(_PACKED_FAMILIES)}, got {model_type!r}")
+    _check_ids(input_ids)
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must be a packed (1, N) tensor, got {tuple(input_ids.shape)}")
+    if "attention_mask" in inputs:
+        raise ValueError("attention_mask must not be given: a packed row has no padding (cu_seqlens splits it)")
+    total = input_ids.shape[1]
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
+    cu = host(cu_seqlens).astype(np.int64)
+    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
+        raise ValueError(
+            f"cu_seqlens must rise strictly from 0 to the packed length {total} (no empty sample), got {cu.tolist()}"
+        )
+    lengths = np.diff(cu)
+    b, longest = lengths.shape[0], int(lengths.max())
+    flat = np.repeat(np.arange(b) * longest - cu[:-1], lengths) + np.arange(total)  # (N,) into the (B, longest) batch
+    flat_t = torch.from_numpy(flat).to(input_ids.device)
+
+    def unpack(t: Tensor) -> Tensor:  # (1, N) -> (B, longest), right padding
+        return t.new_zeros(b * longest).index_copy_(0, flat_t, t.reshape(-1)).view(b, longest)
+
+    types = inputs.pop("mm_token_type_ids", None)
+    if types is not None:
+        _check_like(types, "mm_token_type_ids", input_ids)
+        inputs["mm_token_type_ids"] = unpack(types)
+    if model_type == "glm_image" and b > 1 and inputs.get("images_per_sample") is None:
+        raise ValueError("images_per_sample (B,) must be given for a packed glm_image row of several samples")
+    ids, mask = unpack(input_ids), unpack(torch.ones_like(input_ids))
+    fn = _PACKED_FAMILIES[model_type]
+    grid = inputs.get("image_grid_thw")
+    if model_type == "hunyuan_vl" and isinstance(grid, Tensor) and b > 1:
+        # HunYuan-VL's image index counts the images of the whole batch; alone, a sample's count from 0
+        marks = host(inputs["mm_token_type_ids"]) == 1 if types is not None else host(ids) == config.image_token_id
+        first, _ = _runs(marks & (host(mask) == 1))
+        count = np.bincount(first // longest, minlength=b)
+        if count.sum() != grid.shape[0]:
+            raise ValueError(
+                f"image_grid_thw holds {grid.shape[0]} grids, but input_ids holds {int(count.sum())} runs of image tokens"
+            )
+        offset = np.cumsum(count) - count
+        parts = []
+        for i in range(b):  # per sample (not per token): its own grids, its image index from 0
+            own = dict(inputs, image_grid_thw=grid[offset[i] : offset[i] + count[i]] if count[i] else None)
+            if types is not None:
+                own["mm_token_type_ids"] = own["mm_token_type_ids"][i : i + 1, : lengths[i]]
+            parts.append(fn(config, ids[i : i + 1, : lengths[i]], **own))
+        return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 0)
+    position_ids, deltas = fn(config, ids, attention_mask=mask, **inputs)
+    return position_ids[:, mask.bool()].unsqueeze(1), deltas
