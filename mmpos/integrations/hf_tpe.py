@@ -25,14 +25,21 @@ Decoding: with a cache (``use_cache=True`` / ``past_key_values``) the layer stor
 of all ``K`` orders side by side in the cache's key tensor (``(B, Hk, T, K * D)``; the cache
 grows by ``(K + 1) / 2``), and tokens after the first forward attend to every cached token
 and causally to each other -- the reference's decoding rule (new tokens follow the table in
-every order, at positions ``next_position + i`` for every order).
+every order, at positions ``next_position + i`` for every order). transformers' default
+``DynamicCache`` concatenates every cached key at every step (``O(T)`` copying a token);
+:class:`PreallocatedCache` ``(capacity=)`` writes into buffers that double when full (the growth
+rule of :class:`mmpos.nn.MultiOrderCache`), and a transformers ``StaticCache`` whose layers size
+keys and values apart (5.x) works as well: the layer reads the first ``T`` slots of what the
+cache returns.
 
 Feature detection, not version strings: the cache argument is read as ``cache`` (5.x) or
-``past_key_values`` (4.x); ``cache.update`` is called with its three positional arguments.
+``past_key_values`` (4.x); ``cache.update`` is called with its three positional arguments and
+the ``cache_position`` the model passed (the 4.x static layers write there; 5.x counts itself).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -41,12 +48,85 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._extras import requires
 from .._validate import check_int, check_ints
 from ..coords import Coords
 from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
 from ..table import ORDER_SUFFIX
 
-__all__ = ["decoder_layers", "install_tpe", "uninstall_tpe"]
+with requires("hf"):  # one line naming the package and the extra when it is missing
+    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+__all__ = ["PreallocatedCache", "decoder_layers", "install_tpe", "uninstall_tpe"]
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose ``keys`` / ``values`` are views of the first ``T`` slots of buffers that double.
+
+    Every other method of ``DynamicLayer`` (``get_seq_length``, ``crop``, ``batch_select_indices``, ...)
+    reads or reassigns ``keys`` / ``values``; an update writes after ``keys`` when they are still a
+    prefix view of the buffers, else (reassigned to a new tensor, e.g. by beam reordering) it
+    copies them into new buffers first.
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self._key_buffer: Tensor | None = None
+        self._value_buffer: Tensor | None = None
+
+    def _views(self, t: int) -> tuple[Tensor, Tensor]:
+        return self._key_buffer[:, :, :t], self._value_buffer[:, :, :t]
+
+    def _holds(self, t: int) -> bool:
+        """``keys`` / ``values`` are the first ``t`` slots of the buffers (not a copy, not cut inside)."""
+        if self._key_buffer is None or self.keys is None or self.keys.dim() != 4:
+            return False
+        want_k, want_v = self._views(t)
+        return all(
+            a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            for a, b in ((self.keys, want_k), (self.values, want_v))
+        )
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        # key_states (B, Hk, n, Dk), value_states (B, Hk, n, Dv); the buffers (B, Hk, capacity, Dk / Dv)
+        n = key_states.shape[-2]
+        initialized = getattr(self, "is_initialized", False) and self.keys is not None and self.keys.dim() == 4
+        t = self.keys.shape[-2] if initialized else 0
+        have = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
+        if not self._holds(t) or t + n > have:
+            size = max(t + n, 2 * have if have and self._holds(t) else (self.capacity or 0))
+            old_k, old_v = (self.keys, self.values) if t else (None, None)
+            self._key_buffer = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
+            self._value_buffer = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]))
+            if t:
+                self._key_buffer[:, :, :t] = old_k
+                self._value_buffer[:, :, :t] = old_v
+        self._key_buffer[:, :, t : t + n] = key_states
+        self._value_buffer[:, :, t : t + n] = value_states
+        self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+        self.keys, self.values = self._views(t + n)
+        return self.keys, self.values
+
+
+class PreallocatedCache(DynamicCache):
+    """A transformers ``DynamicCache`` whose layers write into preallocated buffers that double when full.
+
+    For decoding through :func:`install_tpe` (keys ``(B, Hk, T, K * D)``, values ``(B, Hk, T, D)``) or
+    any model: an update writes the new tokens (amortised ``O(new tokens)`` copying) where the default
+    ``DynamicCache`` concatenates every cached key (``O(T)`` a step). Results are the same.
+
+    Args:
+        capacity: tokens each layer allocates room for at its first update (``None``: that update's
+            length); the buffers double when full.
+
+    ``model(ids, ..., use_cache=True, past_key_values=PreallocatedCache(capacity=L + new_tokens))``.
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        capacity = check_int(capacity, "capacity", none_ok=True)
+        Cache.__init__(self, layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
+        self.capacity = capacity
 
 
 def decoder_layers(model: nn.Module) -> tuple[nn.Module, Sequence[nn.Module]]:
@@ -88,9 +168,21 @@ def _tpe_forward(
         qi, ki = rotate(q, k, cos, sin)
         qs.append(qi)
         ks.append(ki)
-    past = 0 if cache is None else cache.get_seq_length(attn.layer_idx)
-    if cache is not None:
-        keys, v = cache.update(torch.cat(ks, dim=-1), v, attn.layer_idx)
+    past = 0 if cache is None else int(cache.get_seq_length(attn.layer_idx))
+    if cache is not None:  # keys (B, Hk, T, K * D); a static cache returns all its slots: the first T are ours
+        where = kwargs.get("cache_position")
+        extra = () if where is None else ({"cache_position": where},)
+        try:
+            keys, v = cache.update(torch.cat(ks, dim=-1), v, attn.layer_idx, *extra)
+        except RuntimeError as e:
+            if orders == 1:
+                raise
+            raise ValueError(
+                f"{type(cache).__name__} could not store 2D-TPE keys (B, Hk, T, {orders} * {d}) beside values "
+                f"(B, Hk, T, {d}); a cache whose layers allocate values as wide as keys (transformers' StaticCache "
+                "before 5) cannot hold them: use mmpos.integrations.hf_tpe.PreallocatedCache(capacity=...)"
+            ) from e
+        keys, v = keys[:, :, : past + n], v[:, :, : past + n]
         ks = list(keys.split(d, dim=-1))
     if past == 0:
         mask = None if key_mask is None else key_mask.bool()

@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mmpos.integrations.hf_tpe import install_tpe, uninstall_tpe
+from mmpos.integrations.hf_tpe import PreallocatedCache, install_tpe, uninstall_tpe
 from mmpos.layout import Text
 from mmpos.table import Table, build
 
@@ -78,6 +78,78 @@ def test_table_orders_cached_decoding_and_router_gradients():
     router = model.model.layers[0].self_attn.tpe_router
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in router.parameters())
     assert any(k.endswith("self_attn.tpe_router.gate_3.weight") for k in model.state_dict())
+
+
+def _cached_steps(model, ids, pos, full_pos, n, cache, name):
+    """Logits of a prefill of ``n`` tokens into ``cache`` (``None``: the model's own), then one token a step."""
+    out = model(ids[:, :n], tpe_positions=pos, use_cache=True, **({} if cache is None else {name: cache}))
+    cache, steps = out.past_key_values, [out.logits]
+    for i in range(ids.shape[1] - n):
+        out = model(
+            ids[:, n + i : n + i + 1], tpe_positions=full_pos[..., n + i : n + i + 1], use_cache=True, **{name: cache}
+        )
+        steps.append(out.logits)
+    return torch.cat(steps, 1), cache
+
+
+def _static_layers_size_values_apart():
+    """Feature detection: transformers 5's static layers allocate keys and values from their own shapes."""
+    static = getattr(transformers.cache_utils, "StaticLayer", None)
+    return static is not None and "value_states" in inspect.signature(static.lazy_initialization).parameters
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "preallocated", "preallocated-4", "static"])
+def test_preallocated_caches_decode_as_the_full_forward(cache):
+    model = install_tpe(_model("qwen2"), orders=2)
+    layout = build([[Text(3), Table.grid(2, 3), Text(1)]], orders=("row", "col"))
+    n = layout.order_coords.num_tokens
+    pos = layout.order_coords.pos.permute(2, 0, 1).long()
+    ids = torch.randint(64, (1, n + 6))
+    full_pos = torch.cat([pos, (layout.next_position + torch.arange(6)).expand(2, 1, 6)], dim=-1)
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.x / 4.x
+    made = {
+        "dynamic": None,
+        "preallocated": PreallocatedCache(capacity=n + 6),
+        "preallocated-4": PreallocatedCache(capacity=4),  # smaller than the prefill: sized by it, then doubled
+        "static": transformers.StaticCache(config=model.config, max_cache_len=n + 6),
+    }[cache]
+    with torch.no_grad():
+        full = model(ids, tpe_positions=full_pos).logits
+        if cache == "static" and not _static_layers_size_values_apart():
+            with pytest.raises(ValueError, match="StaticCache before 5.*PreallocatedCache"):
+                _cached_steps(model, ids, pos, full_pos, n, made, name)
+            return
+        steps, used = _cached_steps(model, ids, pos, full_pos, n, made, name)
+    torch.testing.assert_close(steps, full, rtol=0, atol=1e-5)
+    if cache.startswith("preallocated"):
+        layer = used.layers[0]
+        assert used is made and layer.keys.shape == (1, 2, n + 6, 16) and layer.values.shape == (1, 2, n + 6, 8)
+        assert layer._key_buffer.shape[2] == (n + 6 if cache == "preallocated" else 2 * n)
+        assert layer.keys.data_ptr() == layer._key_buffer.data_ptr()  # a view of the buffer, not a copy
+
+
+def test_preallocated_cache_writes_in_place_and_survives_reassigned_layers():
+    model = install_tpe(_model("llama"), orders=2)
+    pos = torch.arange(12).expand(2, 1, 12)
+    ids = torch.randint(64, (1, 12))
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        full = model(ids, tpe_positions=pos).logits
+        cache = PreallocatedCache(capacity=32)
+        out = [model(ids[:, :8], tpe_positions=pos[..., :8], use_cache=True, **{name: cache}).logits]
+        buffer = cache.layers[1]._key_buffer.data_ptr()
+        out.append(model(ids[:, 8:9], tpe_positions=pos[..., 8:9], use_cache=True, **{name: cache}).logits)
+        assert cache.layers[1]._key_buffer.data_ptr() == buffer and cache.get_seq_length() == 9
+        cache.batch_select_indices(torch.tensor([0]))  # a beam step: keys / values become copies
+        assert cache.layers[1].keys.data_ptr() != buffer
+        for i in range(9, 12):
+            out.append(
+                model(ids[:, i : i + 1], tpe_positions=pos[..., i : i + 1], use_cache=True, **{name: cache}).logits
+            )
+    torch.testing.assert_close(torch.cat(out, 1), full, rtol=0, atol=1e-5)
+    assert cache.get_seq_length() == 12
+    with pytest.raises(ValueError, match="capacity must be None or a positive int, got 0"):
+        PreallocatedCache(0)
 
 
 def test_padding_and_errors():
