@@ -79,11 +79,15 @@ with requires("media"):  # one line naming the package and the extra when it is 
 
 __all__ = [
     "IMAGE_SPECS",
+    "SLICE_SPECS",
     "VIDEO_SPECS",
     "ImagePatches",
+    "ImageSlices",
     "MediaSpec",
+    "SliceSpec",
     "VideoPatches",
     "image_patches",
+    "image_slices",
     "load_image",
     "read_video",
     "sample_frame_indices",
@@ -868,3 +872,186 @@ def video_patches(
     segment = Video(grid, spec.temporal_patch_size / sampled_fps)
     ts = _timestamps(indices, fps, spec.temporal_patch_size)
     return VideoPatches(rows, segment, indices, fps, ts, size)
+
+
+# --------------------------------------------------------------------------- MiniCPM-V slices
+DOWNSAMPLE_MODES = {"16x": 4, "4x": 2}  # MiniCPM-V's token merge per side: 4 x 4 (two 2 x 2 merges) or 2 x 2
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """How MiniCPM-V 4.6 / 4.7 slices an image (defaults of ``MiniCPMV4_6ImageProcessor``).
+
+    Attributes:
+        patch_size: vision patch side ``P``.
+        scale_resolution: the side ``S`` of one slice's target area ``S * S``.
+        max_slices: the most slices (``max_slice_nums``).
+        downsample_mode: ``"16x"`` (tokens of 4 x 4 patches) or ``"4x"`` (2 x 2); crop sides are
+            multiples of ``P`` times that merge.
+        slice_mode: slice images larger than ``S * S`` (``False``: the thumbnail only).
+        mean, std: per-channel normalisation (RGB).
+        resample: ``"pil"`` or ``"torch"`` bicubic (see the module docstring).
+    """
+
+    patch_size: int = 14
+    scale_resolution: int = 448
+    max_slices: int = 9
+    downsample_mode: str = "16x"
+    slice_mode: bool = True
+    mean: tuple[float, float, float] = HALF
+    std: tuple[float, float, float] = HALF
+    resample: str = "pil"
+
+    def __post_init__(self) -> None:
+        for name in ("patch_size", "scale_resolution", "max_slices"):
+            check_int(getattr(self, name), f"SliceSpec.{name}", 1)
+        if self.downsample_mode not in DOWNSAMPLE_MODES:
+            raise ValueError(
+                f"SliceSpec.downsample_mode must be one of {tuple(DOWNSAMPLE_MODES)}, got {self.downsample_mode!r}"
+            )
+        if not isinstance(self.slice_mode, bool):
+            raise TypeError(f"SliceSpec.slice_mode must be a bool, got {type(self.slice_mode).__name__}")
+        # mean / std / resample: checked as a MediaSpec's (the rows are made by the same functions)
+        _row_spec(self)
+
+    @property
+    def merge(self) -> int:
+        """Patches per token side (4 for ``"16x"``, 2 for ``"4x"``)."""
+        return DOWNSAMPLE_MODES[self.downsample_mode]
+
+
+def _row_spec(spec: SliceSpec) -> MediaSpec:
+    """The :class:`MediaSpec` whose rows are one crop's patches: raster order, one frame, ``(C, P, P)`` values."""
+    p = spec.patch_size
+    return MediaSpec(p, 1, 1, spec.mean, spec.std, spec.resample, merge_size=1, temporal_patch_size=1, rows="raster")
+
+
+#: slicing processors: ``MiniCPMV4_6ImageProcessor`` defaults (MiniCPM-V 4.7 uses the same class)
+SLICE_SPECS: dict[str, SliceSpec] = {"minicpm-v4.6": SliceSpec(), "minicpm-v4.7": SliceSpec()}
+
+
+def _fit(height: float, width: float, spec: SliceSpec, upscale: bool) -> tuple[int, int]:
+    """A crop's size: scaled to the area ``S * S`` (aspect kept, ``int`` sides) when larger or ``upscale``; then
+    each side rounded to a multiple of ``P * merge``, at least one (``find_best_resize``)."""
+    if height * width > spec.scale_resolution**2 or upscale:
+        aspect = width / height
+        height = int(spec.scale_resolution / math.sqrt(aspect))
+        width = int(height * aspect)
+    unit = spec.patch_size * spec.merge
+    return max(round(height / unit) * unit, unit), max(round(width / unit) * unit, unit)
+
+
+def _slice_grid(height: int, width: int, spec: SliceSpec) -> tuple[int, int] | None:
+    """``(rows, cols)`` of slices, or ``None`` for an image of at most one slice's area (``get_sliced_grid``):
+    ``n = min(ceil(h w / S^2), max_slices)`` and its neighbours ``n - 1``, ``n + 1`` (not 1, at most
+    ``max_slices``), every ``rows x cols`` factorisation; the one whose ``log(cols / rows)`` is nearest to
+    ``log(w / h)``, on a tie the most rows, then the fewest slices."""
+    n = min(math.ceil(height * width / spec.scale_resolution**2), spec.max_slices)
+    if n <= 1:
+        return None
+    log_aspect = math.log(width / height)
+    candidates = [
+        (abs(log_aspect - math.log((k // rows) / rows)), -rows, k, rows)
+        for k in (n - 1, n, n + 1)
+        if 1 < k <= spec.max_slices
+        for rows in range(1, k + 1)
+        if k % rows == 0
+    ]
+    _, _, k, rows = min(candidates)
+    return rows, k // rows
+
+
+@dataclass(frozen=True, eq=False)
+class ImageSlices:
+    """One image as MiniCPM-V crops: a thumbnail, then the slices row by row.
+
+    Attributes:
+        pixel_values: ``(N, 3 * P * P)`` float32 rows, each crop's patches in raster order, the
+            thumbnail's first; :meth:`navit` gives the processor's ``(1, 3, P, N * P)``.
+        target_sizes: ``(K, 2)`` int32 ``(h, w)`` of each crop in patches (``K = 1 + rows * cols``),
+            what ``MiniCPMV4_7Model`` and :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index` read.
+        grid: ``(rows, cols)`` of slices, ``None`` when the image is not sliced.
+        crop_tokens: LLM tokens of each crop, ``h * w / merge**2`` (the image tokens between its markers).
+    """
+
+    pixel_values: Tensor
+    target_sizes: Tensor
+    grid: tuple[int, int] | None
+    crop_tokens: tuple[int, ...]
+
+    def placeholder_ids(
+        self, image: int, image_start: int, image_end: int, slice_start: int, slice_end: int, newline: int
+    ) -> list[int]:
+        """The image's tokens as ``MiniCPMV4_7Processor`` writes them: ``<image>`` thumbnail tokens ``</image>``,
+        then each row of slices ``(<slice>`` tokens ``</slice>)*`` with a newline between rows (the
+        ``<image_id>`` prefix, if used, is text before it). The arguments are token ids (the config's
+        ``image_token_id``, ``image_start_id``, ``image_end_id``, ``slice_start_id``, ``slice_end_id``,
+        ``newline_id``); with :attr:`target_sizes` these ids give
+        :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index` its positions."""
+        for value, name in (
+            (image, "image"),
+            (image_start, "image_start"),
+            (image_end, "image_end"),
+            (slice_start, "slice_start"),
+            (slice_end, "slice_end"),
+            (newline, "newline"),
+        ):
+            check_int(value, name, 0)
+        ids = [image_start, *[image] * self.crop_tokens[0], image_end]
+        if self.grid is not None:
+            rows, cols = self.grid
+            for i in range(rows):
+                ids += [newline] if i else []
+                for n in self.crop_tokens[1 + i * cols : 1 + (i + 1) * cols]:
+                    ids += [slice_start, *[image] * n, slice_end]
+        return ids
+
+    def navit(self) -> Tensor:
+        """``pixel_values`` in the processor's layout ``(1, 3, P, N * P)`` (patch ``k`` at columns ``k P .. (k + 1) P``)."""
+        n, d = self.pixel_values.shape
+        p = math.isqrt(d // 3)
+        return self.pixel_values.view(n, 3, p, p).permute(1, 2, 0, 3).reshape(1, 3, p, n * p)
+
+
+def image_slices(source: ImageSource, spec: str | SliceSpec = "minicpm-v4.6", **overrides) -> ImageSlices:
+    """Load an image and slice it as MiniCPM-V 4.6 / 4.7 do (``MiniCPMV4_6ImageProcessor``).
+
+    The thumbnail is the whole image resized by :class:`SliceSpec`'s ``_fit`` rule (scaled up too when the
+    image is not sliced); a larger image is also resized to ``rows x cols`` crops of one common size and cut
+    into them (raster order). Read for facts in transformers 5.24's
+    ``models/minicpmv4_6/image_processing_pil_minicpmv4_6.py``; ``tests/test_media_families.py`` compares rows
+    and ``target_sizes`` against that processor.
+
+    Args:
+        source: path, encoded bytes, ``PIL.Image`` or uint8 array (see :func:`load_image`).
+        spec: a key of :data:`SLICE_SPECS` or a :class:`SliceSpec`.
+        **overrides: :class:`SliceSpec` fields to change (``max_slices=4``, ``downsample_mode="4x"``).
+    """
+    if isinstance(spec, str):
+        if spec not in SLICE_SPECS:
+            raise ValueError(f"spec must be a SliceSpec or one of {tuple(SLICE_SPECS)}, got {spec!r}")
+        spec = SLICE_SPECS[spec]
+    elif not isinstance(spec, SliceSpec):
+        raise TypeError(f"spec must be a SliceSpec or a model name, got {type(spec).__name__}")
+    known = {f.name for f in fields(SliceSpec)}
+    if unknown := sorted(set(overrides) - known):
+        raise TypeError(f"unknown SliceSpec field(s) {unknown}; valid: {sorted(known)}")
+    spec = replace(spec, **overrides)
+    rows_spec, p = _row_spec(spec), spec.patch_size
+    rgb = np.array(load_image(source))  # (H, W, 3) uint8
+    height, width = rgb.shape[:2]
+    grid = _slice_grid(height, width, spec) if spec.slice_mode else None
+    thumb = _fit(height, width, spec, upscale=grid is None)
+    crops = [_resize_normalize(rgb[None], thumb, rows_spec)]  # (1, 3, h, w) each
+    sizes = [thumb]
+    if grid is not None:
+        rows, cols = grid
+        unit = (max(round(height / rows) * rows, rows), max(round(width / cols) * cols, cols))  # sides divisible
+        ch, cw = _fit(unit[0] / rows, unit[1] / cols, spec, upscale=True)
+        canvas = _resize_normalize(rgb[None], (ch * rows, cw * cols), rows_spec)
+        crops += [canvas[..., i * ch : (i + 1) * ch, j * cw : (j + 1) * cw] for i in range(rows) for j in range(cols)]
+        sizes += [(ch, cw)] * (rows * cols)
+    pixel_values = torch.cat([_patchify(crop, rows_spec)[0] for crop in crops])
+    target_sizes = torch.tensor([(h // p, w // p) for h, w in sizes], dtype=torch.int32)
+    tokens = tuple(h * w // (p * p * spec.merge**2) for h, w in sizes)
+    return ImageSlices(pixel_values, target_sizes, grid, tokens)
