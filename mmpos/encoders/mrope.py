@@ -1,4 +1,4 @@
-"""The multimodal rotary family: M-RoPE (chunked, interleaved), MHRoPE, VRoPE, HoPE, V2PE, GRAPE.
+"""The multimodal rotary family: M-RoPE (chunked, interleaved), MHRoPE, VRoPE, HoPE, VideoRoPE, MM-RoPE, V2PE.
 
 Every method here is a :class:`~mmpos.rotary.FrequencyPlan` -- which rotary pair reads
 which coordinate axis at which frequency, per head for MHRoPE -- applied by the shared
@@ -22,9 +22,9 @@ hope                ``h, w``                pairs ``< P - section_t``: ``h`` (ev
                                             ``w`` (odd ``p``); the last ``section_t``
                                             (lowest-frequency) pairs: zero frequency
 v2pe                ``seq``                 ``seq`` (1-D RoPE at fractional positions)
-grape               ``t, h, w``             as ``mrope``, frequencies ``f ** (1 / s)``
-grape-i             ``t, h, w``             axis ``p mod 3`` (all pairs), ``f ** (1 / s)``
 ==================  ======================  ===========================================
+
+GRAPE (``grape``, ``grape-i``, ``grape-learned``) is :mod:`mmpos.encoders.grape`.
 
 A 1-D coordinate set (axes ``("seq",)``) is read as text: the same position on every
 axis the plan reads, so ``mrope``, ``mrope-i``, ``vrope`` (and ``mhrope`` when its
@@ -46,7 +46,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from .._validate import check_float, check_int, check_ints, is_int
+from .._validate import check_int, check_ints, is_int
 from ..coords import Coords
 from ..rotary import FrequencyPlan, rope_frequencies
 from ..scaling import RopeScaling
@@ -55,10 +55,8 @@ from .registry import register_encoder
 
 __all__ = [
     "AXIS_ORDERS",
-    "GRAPE",
     "MMROPE_PATTERN",
     "V2PE",
-    "GRAPEInterleaved",
     "HoPE",
     "MHRoPE",
     "MMRoPE",
@@ -67,7 +65,6 @@ __all__ = [
     "VRoPE",
     "VideoRoPE",
     "default_mrope_section",
-    "grape_plan",
     "hope_plan",
     "mhrope_plan",
     "mmrope_plan",
@@ -248,45 +245,6 @@ def mmrope_plan(head_dim: int, theta: float = 10000.0, convention: str = "half")
     p = _pairs(head_dim)
     index = torch.tensor(MMROPE_PATTERN)[torch.arange(p) % len(MMROPE_PATTERN)]
     return FrequencyPlan.from_assignment(index, rope_frequencies(p, theta), THW, head_dim, convention)
-
-
-def grape_plan(
-    head_dim: int,
-    mrope_section: Sequence[int] | None = None,
-    axis_order: str = "chunked",
-    theta: float = 10000.0,
-    convention: str = "half",
-    log_freq_scale: float = 1.0,
-) -> FrequencyPlan:
-    """Multiplicative GRAPE with canonical commuting planes on axes ``("t", "h", "w")``:
-    ``G(t, h, w) = exp(t L_t) exp(h L_h) exp(w L_w)``, each generator a sum of rank-2 rotations
-    in disjoint coordinate pairs (GRAPE's appendix G, the drop-in ``cos``/``sin`` mode of
-    JJJYmmm/Multimodal-RoPEs ``freq_allocation/grape.py``, ``grape_mode="canonical"``).
-
-    Pair ``p`` turns at ``f_p ** (1 / log_freq_scale)`` (``f_p`` the RoPE spectrum; the reference
-    warps ``exp(log f_p / log_freq_scale)``; ``1`` is RoPE's spectrum). ``axis_order="chunked"``:
-    consecutive chunks of ``mrope_section`` pairs read ``t``, ``h``, ``w`` (M-RoPE's plan at
-    ``log_freq_scale=1``); ``"cyclic"``: pair ``p`` reads axis ``p mod 3`` over all pairs (the
-    reference's ``frequency_allocation="interleaved"``; no ``mrope_section``).
-    """
-    p = _pairs(head_dim)
-    axis_order = _check_axis_order(axis_order)
-    s = check_float(log_freq_scale, "log_freq_scale")
-    if axis_order == "chunked":
-        section = default_mrope_section(head_dim) if mrope_section is None else mrope_section
-        section = _check_section(section, p, "rotary pair counts")
-        index = torch.repeat_interleave(torch.arange(3), torch.tensor(section))
-    else:
-        if mrope_section is not None:
-            raise ValueError(
-                f"mrope_section applies to axis_order='chunked' only (cyclic GRAPE reads axis p mod 3), "
-                f"got {mrope_section!r}"
-            )
-        index = torch.arange(p) % 3
-    freqs = rope_frequencies(p, theta)
-    if s != 1:
-        freqs = torch.exp(freqs.log() / s)
-    return FrequencyPlan.from_assignment(index, freqs, THW, head_dim, convention)
 
 
 class _MultimodalRotary(RotaryEncoder):
@@ -533,80 +491,6 @@ class MMRoPE(_PatternRotary):
     """
 
     plan_of = staticmethod(mmrope_plan)
-
-
-@register_encoder(
-    "grape",
-    paper="Zhang et al. 2025, GRAPE: Group Representational Position Encoding (arXiv:2512.07805)",
-    reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/freq_allocation/grape.py (GRAPEEmbedding, canonical mode)",
-)
-class GRAPE(_MultimodalRotary):
-    """Multiplicative GRAPE, canonical commuting planes, chunked over ``t, h, w``.
-
-    Paper: Zhang et al., "Group Representational Position Encoding", ICLR 2026,
-    https://arxiv.org/abs/2512.07805 (project model-architectures/GRAPE). Reference for the
-    multimodal form: JJJYmmm/Multimodal-RoPEs ``multimodal_ropes/freq_allocation/grape.py``
-    (``GRAPEEmbedding`` with ``grape_mode="canonical"``, the drop-in ``cos``/``sin`` mode): see
-    :func:`grape_plan`. At ``log_freq_scale=1`` it is M-RoPE's plan (the paper: RoPE is GRAPE
-    with canonical planes and the log-uniform spectrum). The learned-plane modes of the reference
-    (``axis``, ``mixed``, ``block_mixed``: trainable rank-2 planes applied to q and k) are not here.
-
-    Reads ``("t", "h", "w")`` (positions: the ``grape`` layout, JJJYmmm ``get_mrope_index``).
-
-    Args:
-        dim, num_heads, head_dim, mrope_section, theta, convention, scaling: as :class:`MRoPE`.
-        log_freq_scale: the spectrum warp ``f ** (1 / s)``, ``> 0`` (default 1, the reference's).
-    """
-
-    axis_order = "chunked"
-
-    def __init__(
-        self,
-        dim: int | None = None,
-        num_heads: int | None = None,
-        head_dim: int | None = None,
-        mrope_section: Sequence[int] | None = None,
-        theta: float = 10000.0,
-        convention: str = "half",
-        scaling: RopeScaling | dict | None = None,
-        log_freq_scale: float = 1.0,
-    ) -> None:
-        head_dim = resolve_head_dim(dim, num_heads, head_dim)
-        plan = grape_plan(head_dim, mrope_section, "chunked", theta, convention, log_freq_scale)
-        super().__init__(plan, scaling=scaling)
-
-
-@register_encoder(
-    "grape-i",
-    paper="Zhang et al. 2025, GRAPE: Group Representational Position Encoding (arXiv:2512.07805), cyclic planes",
-    reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/freq_allocation/grape.py (GRAPEEmbedding, interleaved)",
-)
-class GRAPEInterleaved(_MultimodalRotary):
-    """Multiplicative GRAPE, canonical commuting planes, pair ``p`` on axis ``p mod 3``
-    (the reference's ``frequency_allocation="interleaved"``: every axis spans the spectrum).
-
-    Paper: Zhang et al., "Group Representational Position Encoding", https://arxiv.org/abs/2512.07805.
-    Reference: JJJYmmm/Multimodal-RoPEs ``freq_allocation/grape.py`` (``_select_axis_by_pattern``
-    with ``(0, 1, 2)``). As :class:`GRAPE` without ``mrope_section`` (the cycle fixes the counts:
-    ``ceil(P/3)``, ``floor((P+1)/3)``, ``floor(P/3)`` pairs for ``t, h, w``). Shapes as the module's:
-    angles ``(B, N, D/2)``.
-    """
-
-    axis_order = "cyclic"
-
-    def __init__(
-        self,
-        dim: int | None = None,
-        num_heads: int | None = None,
-        head_dim: int | None = None,
-        theta: float = 10000.0,
-        convention: str = "half",
-        scaling: RopeScaling | dict | None = None,
-        log_freq_scale: float = 1.0,
-    ) -> None:
-        head_dim = resolve_head_dim(dim, num_heads, head_dim)
-        plan = grape_plan(head_dim, None, "cyclic", theta, convention, log_freq_scale)
-        super().__init__(plan, scaling=scaling)
 
 
 @register_encoder(

@@ -10,7 +10,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbe
 
 import mmpos
 from mmpos import Coords, create
-from mmpos.encoders.mrope import MRoPE, default_mrope_section, grape_plan, hope_plan, mrope_plan
+from mmpos.encoders.mrope import MRoPE, default_mrope_section, hope_plan, mrope_plan
 from mmpos.layout import Image, Text, Video, build
 from mmpos.rotary import apply_rotary, rope_frequencies
 from mmpos.schemes import SCHEMES
@@ -409,53 +409,6 @@ def test_videorope_plan_is_the_reference_lta_allocation():
     assert torch.allclose(weight.sum(0), rope_frequencies(64, 1e6).to(weight.dtype))
     enc = create("videorope", head_dim=128, mrope_section=section, theta=1e6)
     assert enc.axes == ("t", "h", "w") and torch.equal(enc.weight, plan.weight)
-
-
-# --------------------------------------------------------------------- GRAPE (canonical planes)
-def _reference_grape_angles(position_ids, head_dim, theta, section, allocation, log_freq_scale):
-    """A transcription of JJJYmmm/Multimodal-RoPEs ``GRAPEEmbedding.forward`` (canonical mode):
-    ``inv_freq`` as Hugging Face computes it, warped ``exp(log(inv_freq) / s)``; per-axis angles
-    ``(3, B, L, P)``; ``"chunked"`` takes chunk ``i`` of ``section`` from axis ``i mod 3``,
-    ``"interleaved"`` takes pair ``p`` from axis ``(0, 1, 2)[p mod 3]``."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    if log_freq_scale != 1.0:
-        inv = torch.exp(inv.log() / log_freq_scale)
-    freqs = position_ids.float()[..., None] * inv  # (3, B, L, P)
-    if allocation == "chunked":
-        return torch.cat([m[i % 3] for i, m in enumerate(freqs.split(section, dim=-1))], dim=-1)
-    axis = torch.tensor((0, 1, 2))[torch.arange(freqs.shape[-1]) % 3]
-    return freqs.permute(1, 2, 3, 0).gather(-1, axis.view(1, 1, -1, 1).expand(*freqs.shape[1:3], -1, 1))[..., 0]
-
-
-@pytest.mark.parametrize("log_freq_scale", [1.0, 0.5, 2.5])
-@pytest.mark.parametrize("name, allocation", [("grape", "chunked"), ("grape-i", "interleaved")])
-def test_grape_angles_equal_the_reference(name, allocation, log_freq_scale):
-    ids = _positions(high=500)
-    section = [8, 12, 12] if name == "grape" else None
-    kwargs = {"mrope_section": section} if section else {}
-    enc = create(name, head_dim=64, theta=THETA, log_freq_scale=log_freq_scale, **kwargs)
-    got = enc.angles(_thw(ids))
-    expected = _reference_grape_angles(ids, 64, THETA, section, allocation, log_freq_scale)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-3)  # float32 angles up to ~500 rad
-    if log_freq_scale == 1.0 and name == "grape":  # RoPE's spectrum and canonical chunks: M-RoPE's plan
-        assert torch.equal(enc.weight, create("mrope", head_dim=64, theta=THETA, mrope_section=section).weight)
-
-
-def test_grape_relative_law_and_errors():
-    """``G(m)^T G(n) = G(n - m)`` for the commuting canonical generators: the score of a rotated pair
-    depends on the offset only (per axis)."""
-    enc = create("grape-i", head_dim=32, log_freq_scale=1.7)
-    q, k = _qk(b=1, hq=1, hkv=1, n=1, d=32)
-    at = lambda pos: Coords(torch.tensor([[pos]], dtype=torch.float32), ("t", "h", "w"))
-    qa, ka = enc.rotate(q, k, at([3.0, 5.0, 1.0]))[0], enc.rotate(q, k, at([7.0, 2.0, 4.0]))[1]
-    qb, kb = enc.rotate(q, k, at([13.0, 25.0, 11.0]))[0], enc.rotate(q, k, at([17.0, 22.0, 14.0]))[1]
-    torch.testing.assert_close((qa * ka).sum(), (qb * kb).sum(), rtol=1e-4, atol=1e-4)
-    counts = (create("grape-i", head_dim=128).weight != 0).sum(-1).tolist()
-    assert counts == [22, 21, 21]  # p mod 3 over 64 pairs
-    with pytest.raises(ValueError, match="log_freq_scale must be a finite number > 0"):
-        create("grape", head_dim=64, log_freq_scale=0)
-    with pytest.raises(ValueError, match="mrope_section applies to axis_order='chunked' only"):
-        grape_plan(64, [8, 12, 12], "cyclic")
 
 
 def test_mrope_axes_names_the_three_sectioned_axes():
