@@ -54,11 +54,13 @@ implementation of that scheme, which gives the same logits as the model's own (t
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -66,11 +68,24 @@ from .._validate import check_choice
 from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
 from ..encoders.registry import create, encoder_info
-from ..rotary import apply_rotary, plan_angles
+from ..layout import VisionBlocks, pack
+from ..rotary import FrequencyPlan, apply_rotary, plan_angles, rope_frequencies
 from ..scaling import RopeScaling, as_scaling
-from ..schemes import ADVANCES, RULES, SCHEMES, Rule, get_scheme, model_types, resolve_options, scheme_for_model_type
+from ..schemes import (
+    ADVANCES,
+    RULES,
+    SCHEMES,
+    THW,
+    Rule,
+    Scheme,
+    SchemeOptions,
+    get_scheme,
+    model_types,
+    resolve_options,
+    scheme_for_model_type,
+)
 from . import hf_omni
-from .hf_rope_index import RopeIndexOptions, installed_rule, scheme_rope_index
+from .hf_rope_index import RopeIndexOptions, get_rope_index, installed_rule, scheme_rope_index
 
 __all__ = [
     "CONFIG_KEY",
@@ -118,17 +133,20 @@ class HFRotaryEmbedding(nn.Module):
         rows_to_axes: Any,
         axes: tuple[str, ...],
         per_head: bool = False,
+        per_channel: bool = False,
     ) -> None:
         super().__init__()
         check_choice(cos_sin_shape, "cos_sin_shape", _COS_SIN_SHAPES)
-        rows_to_axes = torch.as_tensor(rows_to_axes, dtype=torch.float32)  # (A, 3) for the scheme's axes
+        rows_to_axes = torch.as_tensor(rows_to_axes, dtype=torch.float32)  # (A, R) for the scheme's axes
         missing = [a for a in encoder.axes if a not in axes]
-        if tuple(rows_to_axes.shape) != (len(axes), 3) or missing:
-            raise ValueError(f"rows_to_axes must be ({len(axes)}, 3) for axes {axes} covering {encoder.axes}")
-        rows_to_axes = rows_to_axes[[axes.index(a) for a in encoder.axes]]  # (A_enc, 3) the axes the plan reads
+        if rows_to_axes.dim() != 2 or rows_to_axes.shape[0] != len(axes) or rows_to_axes.shape[1] < 1 or missing:
+            raise ValueError(f"rows_to_axes must be ({len(axes)}, R) for axes {axes} covering {encoder.axes}")
+        rows_to_axes = rows_to_axes[[axes.index(a) for a in encoder.axes]]  # (A_enc, R) the axes the plan reads
+        self.rows = rows_to_axes.shape[1]  # R: the rows of the model's position ids (3; HunYuan-VL's N)
         self.encoder = encoder
         self.cos_sin_shape = cos_sin_shape
         self.per_head = per_head
+        self.per_channel = per_channel
         self.per_head_angles: tuple[Tensor, Tensor] | None = None
         self.register_buffer("rows_to_axes", rows_to_axes, persistent=False)
         self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
@@ -146,11 +164,15 @@ class HFRotaryEmbedding(nn.Module):
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         if position_ids.dim() == 2:
             position_ids = position_ids.unsqueeze(0)
-        position_ids = position_ids.expand(3, -1, -1)
+        if position_ids.dim() != 3 or position_ids.shape[0] not in (1, self.rows):
+            raise ValueError(
+                f"position_ids must be (B, L), (1, B, L) or ({self.rows}, B, L), got {tuple(position_ids.shape)}"
+            )
+        position_ids = position_ids.expand(self.rows, -1, -1)
         dtype = torch.float64 if position_ids.dtype == torch.float64 else torch.float32
         device_type = x.device.type if x.device.type != "mps" else "cpu"
         with torch.autocast(device_type=device_type, enabled=False):
-            rows = position_ids.permute(1, 2, 0).to(dtype)  # (B, L, 3)
+            rows = position_ids.permute(1, 2, 0).to(dtype)  # (B, L, R)
             pos = (rows.unsqueeze(-2) * self.rows_to_axes.to(dtype)).sum(-1)  # (B, L, A)
             weight = self.encoder.weight
             if self.encoder.rescale is not None:  # a dynamic rule: the plan at the current length, on the device
@@ -167,6 +189,8 @@ class HFRotaryEmbedding(nn.Module):
                 torch.ones(b, n, 2 * p, dtype=x.dtype, device=x.device),
                 torch.zeros(b, n, 2 * p, dtype=x.dtype, device=x.device),
             )
+        elif self.per_channel:  # the plan's pairs are the channels of cos / sin (HunYuan-VL)
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         else:
             cos, sin = torch.cat((cos, cos), -1).to(x.dtype), torch.cat((sin, sin), -1).to(x.dtype)
         if self.cos_sin_shape == "rows":
@@ -174,12 +198,14 @@ class HFRotaryEmbedding(nn.Module):
         return cos, sin
 
 
-def _model_scaling(cfg: Any) -> RopeScaling | None:
-    """The scaling rule of a text config's own ``rope_parameters`` (transformers 5) or ``rope_scaling`` (4.x),
-    read by :meth:`RopeScaling.from_hf` against its ``max_position_embeddings``; ``None`` for ``default`` /
-    ``mrope``."""
+def _model_scaling(cfg: Any, layer_type: str | None = None) -> RopeScaling | None:
+    """The scaling rule of a text config's own ``rope_parameters`` (transformers 5; of ``layer_type`` where the
+    model has one set per layer type, Cohere-Compass) or ``rope_scaling`` (4.x), read by
+    :meth:`RopeScaling.from_hf` against its ``max_position_embeddings``; ``None`` for ``default`` / ``mrope``."""
     params = getattr(cfg, "rope_parameters", None)
-    if not (isinstance(params, dict) and "rope_theta" in params):
+    if layer_type is not None:
+        params = params[layer_type]
+    elif not (isinstance(params, dict) and "rope_theta" in params):
         params = getattr(cfg, "rope_scaling", None) or {}
     return RopeScaling.from_hf(params, getattr(cfg, "max_position_embeddings", None))
 
@@ -262,6 +288,77 @@ class _OmniIndex:
         return ids, deltas
 
 
+#: the families whose vision tokens end every merged row with a newline token (a grid ``(t, h / m, w / m + 1)`` of
+#: tokens), positioned by :mod:`mmpos.integrations.hf_families`: model_type -> (the grids it reads, whether a run
+#: of image tokens may hold 2 boundary tokens besides the grid's)
+_NEWLINE_FAMILIES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "hunyuan_vl": (("image_grid_thw",), True),
+    "hy_v4_vl": (("image_grid_thw", "video_grid_thw"), False),
+}
+
+
+def _newline_blocks(config: Any, arguments: dict[str, Any]) -> tuple[np.ndarray, VisionBlocks]:
+    """``(real (B, L), blocks)`` of a HunYuan-VL / HY-V4-VL batch: every run of image (video) tokens --
+    ``mm_token_type_ids`` 1 (2), else the token id -- is the next grid, ``(t, h / m, w / m + 1)`` tokens in raster
+    order (HunYuan-VL: ``t`` is not read, and a run may hold 2 more, its boundary tokens, then text)."""
+    names, boundary = _NEWLINE_FAMILIES[config.model_type]
+    input_ids, mask, types = (arguments.get(n) for n in ("input_ids", "attention_mask", "mm_token_type_ids"))
+    ids = input_ids.detach().cpu().numpy()
+    real = np.ones(ids.shape, dtype=bool) if mask is None else mask.detach().cpu().numpy() == 1
+    m = config.vision_config.spatial_merge_size
+    grids, firsts, is_image = [], [], []
+    for kind, name in enumerate(names, start=1):
+        token = config.image_token_id if kind == 1 else config.video_token_id
+        marks = real & ((ids == token) if types is None else (types.detach().cpu().numpy() == kind))
+        edges = np.diff(np.pad(marks.astype(np.int8), ((0, 0), (1, 1))), axis=1)  # +1 at a run start, -1 after its end
+        start, end = np.argwhere(edges == 1), np.argwhere(edges == -1)  # (R, 2) (sample, column), reading order
+        given = arguments.get(name)
+        grid = np.zeros((0, 3), dtype=np.int64) if given is None else given.detach().cpu().numpy().astype(np.int64)
+        grid = grid // np.array([1, m, m]) + np.array([0, 0, 1])  # (K, 3) tokens, a newline per merged row
+        if boundary:
+            grid[:, 0] = 1
+        length, tokens = end[:, 1] - start[:, 1], grid.prod(-1)
+        if length.shape[0] != grid.shape[0] or not ((length == tokens) | (boundary & (length == tokens + 2))).all():
+            raise ValueError(
+                f"{name}: {grid.shape[0]} grids of {tokens.tolist()} tokens (a newline per merged row"
+                f"{', or 2 more: the boundary tokens' if boundary else ''}), but input_ids holds runs of "
+                f"{length.tolist()} {'image' if kind == 1 else 'video'} tokens"
+            )
+        grids.append(grid)
+        firsts.append(start[:, 0] * ids.shape[1] + start[:, 1] + (length == tokens + 2))
+        is_image.append(np.full(grid.shape[0], kind == 1))
+    grid = np.concatenate(grids)
+    return real, VisionBlocks(
+        grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image)
+    )
+
+
+class _FamilyIndex:
+    """Bound to a HunYuan-VL / HY-V4-VL model as ``get_rope_index`` (the model's own signature): the model's own
+    scheme from :func:`mmpos.integrations.hf_rope_index.get_rope_index` (:mod:`~mmpos.integrations.hf_families`);
+    another scheme packs the same blocks (:func:`_newline_blocks`) by its rule, its ``Scheme.hf_rows`` in the last
+    three of the model's ``rows`` rows (HunYuan-VL's leading ``N - 3`` rows repeat the first; no plan reads them)."""
+
+    def __init__(self, original: Any, config: Any, options: SchemeOptions | None, scheme: str, rows: int) -> None:
+        self.signature = inspect.signature(original)
+        self.config, self.options, self.scheme, self.rows = config, options, scheme, rows
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        input_ids = arguments["input_ids"]
+        if self.options is None:  # the model's own scheme
+            names = ("image_grid_thw", "video_grid_thw", "attention_mask")
+            call = (arguments.get(n) for n in names)
+            return get_rope_index(self.config, input_ids, *call, mm_token_type_ids=arguments.get("mm_token_type_ids"))
+        real, blocks = _newline_blocks(self.config, arguments)
+        lay = pack(real, blocks, self.scheme, self.options, device=input_ids.device)
+        ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L), (B, 1)
+        if not ids.dtype.is_floating_point:
+            ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        return torch.cat([ids[:1].expand(self.rows - 3, -1, -1), ids]), deltas  # (rows, B, L)
+
+
 # ------------------------------------------------------------------------- use_rope
 @dataclass
 class _Installed:
@@ -298,7 +395,17 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     # ERNIE-4.5-VL: Qwen2-VL's positions (t merged); h, w alternating on the high frequencies and t on the lowest
     # (VideoRoPE's allocation; its config's mrope_section is ordered h, w, t), adjacent channels paired
     "ernie4_5_vl_moe": ("videorope", "interleaved"),
+    # Cohere-Compass: Qwen3-VL's positions and interleaved sections, one theta / mrope_section per layer type
+    # (rope_parameters[layer_type]; a None entry is a layer type without positions)
+    "cohere_compass": ("mrope-i", "half"),
+    # HunYuan-VL: chunked sections over its N = len(mrope_section) rows, the leading N - 3 the 1-D position, the
+    # last three (w, h, image) (Scheme.encoder_kwargs); HY-V4-VL: XD-RoPE positions, Qwen3-VL's interleaved rotation
+    "hunyuan_vl": ("mrope", "half"),
+    "hy_v4_vl": ("mrope-i", "half"),
 }
+#: the families whose own ``mrope_section`` cuts the ``2 P`` channels of ``cos`` / ``sin`` rather than the ``P`` pairs
+#: (HunYuan-VL, :class:`_SectionsOverRows`)
+_CHANNEL_SECTIONS = ("hunyuan_vl",)
 #: the order of a family's config ``mrope_section`` where it is not (t, h, w): the indices of t, h, w in it
 _SECTION_ORDER: dict[str, tuple[int, int, int]] = {"ernie4_5_vl_moe": (2, 0, 1)}
 
@@ -363,10 +470,13 @@ def _restore(core: nn.Module, text: nn.Module) -> None:
     core.rope_deltas = None
 
 
-def _rope_config(cfg: Any) -> tuple[float, str, list[int] | None]:
+def _rope_config(cfg: Any, layer_type: str | None = None) -> tuple[float, str, list[int] | None]:
     """``(theta, rope_type, mrope_section)`` of a text config: ``rope_parameters``
-    (transformers 5) or ``rope_theta`` + ``rope_scaling`` (4.x)."""
+    (transformers 5; ``rope_parameters[layer_type]`` where the model has one set per layer type) or
+    ``rope_theta`` + ``rope_scaling`` (4.x)."""
     params = getattr(cfg, "rope_parameters", None)
+    if layer_type is not None:
+        params = params[layer_type]  # a dict: _rotary_layer_types kept the layer types that have one
     if isinstance(params, dict) and "rope_theta" in params:
         theta, scaling = params["rope_theta"], params
     elif getattr(cfg, "rope_theta", None) is not None:
@@ -380,34 +490,72 @@ def _rope_config(cfg: Any) -> tuple[float, str, list[int] | None]:
     return float(theta), rope_type, None if section is None else list(section)
 
 
-def _rotary_cos_sin_shape(rotary: nn.Module, device: torch.device) -> str:
-    """Call the model's own rotary module once: ``"rows"`` for ``(3, B, L, D)``, ``"flat"``
-    for ``(B, L, D)``."""
+def _rotary_cos_sin_shape(rotary: Any, rows: int, device: torch.device) -> str:
+    """Call the model's own rotary module (``rotary(x, position_ids)``) once: ``"rows"`` for ``(3, B, L, D)``,
+    ``"flat"`` for ``(B, L, D)``."""
     x = torch.zeros(1, dtype=torch.float32, device=device)
     with torch.no_grad():
-        cos, _ = rotary(x, torch.zeros(3, 1, 1, dtype=torch.long, device=device))
+        cos, _ = rotary(x, torch.zeros(rows, 1, 1, dtype=torch.long, device=device))
     if cos.dim() == 4 and cos.shape[0] == 3:
         return "rows"
     if cos.dim() == 3:
         return "flat"
-    raise ValueError(f"{type(rotary).__name__} returns cos of shape {tuple(cos.shape)}: unknown cos / sin shape")
+    raise ValueError(f"{_name(rotary)} returns cos of shape {tuple(cos.shape)}: unknown cos / sin shape")
 
 
-def _rotary_channels(rotary: nn.Module, device: torch.device) -> tuple[int, str]:
-    """Call the model's own rotary module once at position 1: ``(rotary_dim, convention)``, the channels
-    it rotates (fewer than ``head_dim`` under partial rotary, GLM-4V's half) and how its ``cos``
+def _name(rotary: Any) -> str:
+    return type(getattr(rotary, "func", rotary)).__name__  # a module, or a partial of one (its layer type)
+
+
+def _rotary_channels(rotary: Any, rows: int, device: torch.device) -> tuple[int, str]:
+    """Call the model's own rotary module once at position 1 (``rows`` rows of ids): ``(rotary_dim, convention)``,
+    the channels it rotates (fewer than ``head_dim`` under partial rotary, GLM-4V's half) and how its ``cos``
     pairs them: ``"half"`` (``c0 .. c{P-1}, c0 .. c{P-1}``, Qwen) or ``"interleaved"`` (``c0, c0, c1, c1, ..``,
     GLM-4V's ``rotate_half_llm`` from transformers 5; in 4.57 its attention interleaves a half layout itself)."""
     x = torch.zeros(1, dtype=torch.float32, device=device)
     with torch.no_grad():
-        cos, _ = rotary(x, torch.ones(3, 1, 1, dtype=torch.long, device=device))
+        cos, _ = rotary(x, torch.ones(rows, 1, 1, dtype=torch.long, device=device))
     row = cos.reshape(-1, cos.shape[-1])[0]  # (rotary_dim,): pair 0 has frequency 1, pair 1 a lower one
     width = row.shape[0]
     if width >= 4 and row[0] == row[1] and row[0] != row[width // 2]:
         return width, "interleaved"
     if width >= 4 and row[0] == row[width // 2] and row[0] != row[1]:
         return width, "half"
-    raise ValueError(f"{type(rotary).__name__} returns cos {row.tolist()}: unknown pair layout")
+    raise ValueError(f"{_name(rotary)} returns cos {row.tolist()}: unknown pair layout")
+
+
+def _rotary_layer_types(rotary: nn.Module, cfg: Any) -> list[str] | None:
+    """The layer types of a rotary module called as ``rotary(x, position_ids, layer_type)`` (Cohere-Compass: one
+    theta / ``mrope_section`` per layer type in ``rope_parameters[layer_type]``), those that rotate (a ``None``
+    entry is a layer type without positions, NoPE); ``None`` for a rotary without layer types."""
+    if "layer_type" not in inspect.signature(rotary.forward).parameters:
+        return None
+    params, types = getattr(cfg, "rope_parameters", None), getattr(cfg, "layer_types", None)
+    if (
+        not isinstance(params, dict)
+        or not types
+        or any(not isinstance(params.get(t), (dict, type(None))) for t in types)
+    ):
+        raise ValueError(
+            f"{type(rotary).__name__} takes a layer_type, but {type(cfg).__name__} has no rope_parameters per "
+            f"config.layer_types (got layer_types {types!r}): unknown config layout"
+        )
+    return [t for t in dict.fromkeys(types) if params.get(t) is not None]
+
+
+class _LayerTypeRotary(nn.Module):
+    """Drop-in for a rotary module with one frequency set per layer type (Cohere-Compass):
+    ``forward(x, position_ids, layer_type)`` -> the ``(cos, sin)`` of that layer type's
+    :class:`HFRotaryEmbedding` (``per_type``)."""
+
+    def __init__(self, per_type: Mapping[str, HFRotaryEmbedding]) -> None:
+        super().__init__()
+        self.per_type = nn.ModuleDict(per_type)
+
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> tuple[Tensor, Tensor]:
+        if layer_type not in self.per_type:
+            raise ValueError(f"layer_type must be one of {tuple(self.per_type)}, got {layer_type!r}")
+        return self.per_type[layer_type](x, position_ids)
 
 
 class _InterleavedRotaryEmbedding(HFRotaryEmbedding):
@@ -430,6 +578,86 @@ def _hook_targets(attn: nn.Module) -> tuple[nn.Module, nn.Module]:
         if isinstance(getattr(attn, q, None), nn.Module) and isinstance(getattr(attn, k, None), nn.Module):
             return getattr(attn, q), getattr(attn, k)
     raise ValueError(f"{type(attn).__name__} has neither q_norm/k_norm nor q_proj/k_proj: unknown attention layout")
+
+
+class _SectionsOverRows(RotaryEncoder):
+    """HunYuan-VL's own rotation (``HunYuanVLRotaryEmbedding.recomposition_frequencies``): the ``2 P`` channels of
+    ``cos`` / ``sin`` (the spectrum twice) cut into ``N = len(mrope_section)`` chunks of ``2 * section[k]``
+    channels, chunk ``k`` reading row ``k``; the two channels ``c`` and ``c + P`` that ``rotate_half`` pairs may
+    read different rows. The plan's ``(N, 2 P)`` weight is per channel (:class:`HFRotaryEmbedding`
+    ``per_channel``)."""
+
+    def __init__(self, rotary_dim: int, mrope_section: list[int], axes: tuple[str, ...], theta: float) -> None:
+        pairs = rotary_dim // 2
+        if len(mrope_section) != len(axes) or sum(mrope_section) != pairs:
+            raise ValueError(f"mrope_section must hold {len(axes)} counts summing to {pairs}, got {mrope_section}")
+        index = torch.repeat_interleave(torch.arange(len(axes)), 2 * torch.tensor(mrope_section))  # (2P,) channel row
+        freq = rope_frequencies(pairs, theta).repeat(2)  # (2P,) the spectrum on both halves
+        super().__init__(FrequencyPlan.from_assignment(index, freq, axes, 2 * rotary_dim))
+
+
+@dataclass
+class _RotaryBuilder:
+    """Builds the :class:`HFRotaryEmbedding` that replaces a model's rotary module (one per layer type where the
+    model has several): the plan of ``encoder`` over the channels the model rotates, its theta, sections and
+    scaling read from the config (of that layer type)."""
+
+    cfg: Any
+    model_type: str
+    scheme: Scheme
+    own: Scheme  # the model's own scheme (its position rule)
+    encoder: str
+    own_encoder: str
+    own_rotation: bool
+    mrope_section: list[int] | None
+    head_sections: list[int] | None
+    scaling: Any
+    device: torch.device
+
+    def __call__(self, probe: Any, layer_type: str | None = None) -> HFRotaryEmbedding:
+        cfg, name = self.cfg, self.encoder
+        theta, _, own_section = _rope_config(cfg, layer_type)
+        scaling = (
+            _model_scaling(cfg, layer_type) if isinstance(self.scaling, str) else as_scaling(self.scaling)
+        )  # "own": the model's
+        # the rows of the model's position ids: one per mrope_section entry (HunYuan-VL's N >= 3), else 3
+        rows = len(own_section) if own_section is not None and len(own_section) > 3 else 3
+        rotary_dim, convention = _rotary_channels(probe, rows, self.device)  # partial rotary: the plan spans it
+        kwargs: dict[str, Any] = {"head_dim": rotary_dim, "theta": theta, **self.scheme.encoder_kwargs}
+        axes, rows_to_axes = self.scheme.axes, [[0] * (rows - 3) + list(r) for r in self.scheme.rows_to_axes]
+        if self.own_rotation and self.model_type in _CHANNEL_SECTIONS:  # HunYuan-VL: its sections cut the channels
+            # the leading N - 3 rows are axes of their own (the 1-D position), the last three the scheme's
+            axes = tuple(f"seq{k}" for k in range(rows - 3)) + tuple(self.own.encoder_kwargs.get("axes", THW))
+            if scaling is not None:
+                raise ValueError(
+                    f"scaling must be None on model_type {self.model_type!r}'s own rotation (its sections give the "
+                    f"two channels of a rotary pair different rows), got {scaling!r}"
+                )
+            encoder = _SectionsOverRows(rotary_dim, own_section, axes, theta)
+            shape = _rotary_cos_sin_shape(probe, rows, self.device)
+            return HFRotaryEmbedding(encoder, shape, torch.eye(rows), axes, per_channel=True).to(self.device)
+        if encoder_info(name).mrope_section:  # the record says it takes mrope_section
+            own_order, wants_order = _axis_order(self.own_encoder), _axis_order(name)
+            section = self.mrope_section
+            order = _SECTION_ORDER.get(self.model_type)
+            if order is not None and own_section is not None:  # the config's sections as (t, h, w), its own encoder
+                own_section = [own_section[i] for i in order] if name == self.own_encoder else None
+            if own_section is not None and len(own_section) != len(axes):  # N sections read the own plan only
+                own_section = None
+            if section is None and own_order == wants_order and own_section is not None:
+                section = own_section
+            kwargs["mrope_section"] = section if section is not None else default_mrope_section(rotary_dim, wants_order)
+        if name == "mhrope":
+            kwargs.update(
+                num_heads=cfg.num_attention_heads,
+                num_kv_heads=cfg.num_key_value_heads,
+                head_sections=self.head_sections,
+            )
+        encoder = create(name, **kwargs, **({} if scaling is None else {"scaling": scaling}))
+        per_head = encoder.weight.dim() == 3
+        cos_sin_shape = _rotary_cos_sin_shape(probe, rows, self.device)
+        rotary_cls = _InterleavedRotaryEmbedding if convention == "interleaved" else HFRotaryEmbedding
+        return rotary_cls(encoder, cos_sin_shape, rows_to_axes, axes, per_head).to(self.device)
 
 
 def use_rope(
@@ -521,17 +749,33 @@ def use_rope(
             if advance == base.advance
             else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
         )
-        options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
-            core.config,
-            None if scheme == "own" else scheme,
-            delta=delta,
-            temporal_scale=temporal_scale,
-            training=training,
-            rule=rule,
-            visual_stride=visual_stride,
-            scheme_options=scheme_options or None,
-        )
-        model_scheme = options.model_scheme
+        if core.config.model_type in _NEWLINE_FAMILIES:  # their own token layout (hf_families)
+            model_scheme = own_scheme.name
+            family_options = (
+                None
+                if scheme in ("own", model_scheme)
+                else resolve_options(  # checks delta, temporal_scale and the scheme's options
+                    scheme,
+                    delta=delta,
+                    temporal_scale=temporal_scale,
+                    training=training,
+                    rule=rule,
+                    visual_stride=visual_stride,
+                    **scheme_options,
+                )
+            )
+        else:
+            options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
+                core.config,
+                None if scheme == "own" else scheme,
+                delta=delta,
+                temporal_scale=temporal_scale,
+                training=training,
+                rule=rule,
+                visual_stride=visual_stride,
+                scheme_options=scheme_options or None,
+            )
+            model_scheme = options.model_scheme
     if scheme != "own" and get_scheme(scheme).encoder == "mhrope":
         indexed = [
             type(layer.self_attn).__name__
@@ -550,40 +794,37 @@ def use_rope(
         return model
 
     cfg = getattr(core.config, "text_config", core.config)
-    theta, _, own_section = _rope_config(cfg)
-    scaling = _model_scaling(cfg) if isinstance(scaling, str) else as_scaling(scaling)  # "own": the model's
-    attention = [layer.self_attn for layer in text.layers if hasattr(layer, "self_attn")]  # not linear attention
-    attn0 = attention[0]
-    head_dim = getattr(attn0, "head_dim", None)
-    if not isinstance(head_dim, int):
-        raise ValueError(f"{type(attn0).__name__} has no int head_dim: unknown attention layout")  # noqa: TRY004
-    sch = get_scheme(scheme)
-    device = text.embed_tokens.weight.device
-    rotary_dim, convention = _rotary_channels(text.rotary_emb, device)  # partial rotary: the plan spans rotary_dim
+    attention = [(i, layer.self_attn) for i, layer in enumerate(text.layers) if hasattr(layer, "self_attn")]
     family_encoder, pairing = FAMILY_ROTARY.get(core.config.model_type, (None, "half"))
     own_encoder = family_encoder or get_scheme(model_scheme).encoder
-    encoder_name = own_encoder if family_encoder and scheme == model_scheme else sch.encoder
-    kwargs: dict[str, Any] = {"head_dim": rotary_dim, "theta": theta}
-    if encoder_info(encoder_name).mrope_section:  # the record says it takes mrope_section
-        own_order = _axis_order(own_encoder)
-        wants_order = _axis_order(encoder_name)
-        section = mrope_section
-        order = _SECTION_ORDER.get(core.config.model_type)
-        if order is not None and own_section is not None:  # the config's sections as (t, h, w), for its own encoder
-            own_section = [own_section[i] for i in order] if encoder_name == own_encoder else None
-        if section is None and own_order == wants_order and own_section is not None:
-            section = own_section
-        kwargs["mrope_section"] = section if section is not None else default_mrope_section(rotary_dim, wants_order)
-    if encoder_name == "mhrope":
-        kwargs.update(
-            num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_sections=head_sections
-        )
-    encoder = create(encoder_name, **kwargs, **({} if scaling is None else {"scaling": scaling}))
-    per_head = encoder.weight.dim() == 3
-    targets = [_hook_targets(attn) for attn in attention] if per_head else []
-    cos_sin_shape = _rotary_cos_sin_shape(text.rotary_emb, device)
-    rotary_cls = _InterleavedRotaryEmbedding if convention == "interleaved" else HFRotaryEmbedding
-    rotary = rotary_cls(encoder, cos_sin_shape, sch.rows_to_axes, sch.axes, per_head).to(device)
+    own_rotation = scheme == model_scheme  # the model's own scheme name: its own rotation, through mmpos
+    build = _RotaryBuilder(
+        cfg=cfg,
+        model_type=core.config.model_type,
+        scheme=get_scheme(scheme),
+        own=get_scheme(model_scheme),
+        encoder=own_encoder if family_encoder and own_rotation else get_scheme(scheme).encoder,
+        own_encoder=own_encoder,
+        own_rotation=own_rotation,
+        mrope_section=mrope_section,
+        head_sections=head_sections,
+        scaling=scaling,
+        device=text.embed_tokens.weight.device,
+    )
+    layer_types = _rotary_layer_types(text.rotary_emb, cfg)
+    if layer_types is None:
+        rotary = build(text.rotary_emb)
+        per_layer = [rotary] * len(attention)
+    else:  # Cohere-Compass: a plan per layer type, from that layer type's theta and sections
+        per_type = {t: build(functools.partial(text.rotary_emb, layer_type=t), t) for t in layer_types}
+        rotary = _LayerTypeRotary(per_type)
+        per_layer = [per_type.get(cfg.layer_types[i]) for i, _ in attention]  # None: a layer type without RoPE
+    if hasattr(text.rotary_emb, "mrope_section"):  # HunYuan-VL's text model reads its row count there
+        rotary.mrope_section = text.rotary_emb.mrope_section
+    targets = [(*_hook_targets(attn), r) for (_, attn), r in zip(attention, per_layer) if r is not None and r.per_head]
+    head_dim = getattr(attention[0][1], "head_dim", None)  # the hooks cut each projection into heads of head_dim
+    if targets and not isinstance(head_dim, int):
+        raise ValueError(f"{type(attention[0][1]).__name__} has no int head_dim: unknown attention layout")
     installed = _Installed(scheme, text.rotary_emb)
     if own_scheme.audio:  # the thinker's generate calls its own get_rope_index, its forward the inner model's
         thinker = getattr(core.config, "thinker_config", core.config)
@@ -592,13 +833,17 @@ def use_rope(
             original = type(module).get_rope_index.__get__(module)
             module.get_rope_index = _OmniIndex(original, thinker, index_scheme, omni_options)
             installed.patched.append(module)
+    elif core.config.model_type in _NEWLINE_FAMILIES:
+        original = type(core).get_rope_index.__get__(core)
+        core.get_rope_index = _FamilyIndex(original, core.config, family_options, scheme, rotary.rows)
+        installed.patched.append(core)
     else:
         core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
         installed.patched.append(core)
     text.rotary_emb = rotary
-    for q_module, k_module in targets:
+    for q_module, k_module, layer_rotary in targets:
         for module in (q_module, k_module):
-            hook = _rotate_heads_hook(rotary, head_dim, pairing)  # the attention's pairing (cos may be re-laid)
+            hook = _rotate_heads_hook(layer_rotary, head_dim, pairing)  # the attention's pairing (cos may be re-laid)
             installed.hooks.append(module.register_forward_hook(hook))
     core.__dict__["_mmpos_rope"] = installed
     core.rope_deltas = None

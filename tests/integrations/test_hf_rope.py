@@ -7,6 +7,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from _tiny_hf import QWEN2_5_VISION, QWEN2_VISION, QWEN3_VISION, greedy
+from _tiny_hf import TEXT as TINY_TEXT
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -24,41 +26,9 @@ from mmpos.layout import Image, Text, Video, build
 from mmpos.schemes import RULES
 
 IMG, VID, VSTART, VEND, PAD = 120, 121, 122, 123, 0
-TEXT = {
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "rope_theta": 10000.0,
-    "max_position_embeddings": 512,
-}
+TEXT = dict(TINY_TEXT, rope_theta=10000.0)
 TOKENS = {"image_token_id": IMG, "video_token_id": VID, "vision_start_token_id": VSTART, "vision_end_token_id": VEND}
-QWEN2_VISION = {
-    "depth": 1,
-    "embed_dim": 32,
-    "hidden_size": 64,
-    "num_heads": 2,
-    "mlp_ratio": 2,
-    "patch_size": 2,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "in_channels": 3,
-}
-QWEN3_VISION = {
-    "depth": 2,
-    "hidden_size": 32,
-    "out_hidden_size": 64,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "patch_size": 2,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "in_channels": 3,
-    "num_position_embeddings": 16,
-    "deepstack_visual_indexes": [0],
-}
+QWEN3_VISION = dict(QWEN3_VISION, depth=2, deepstack_visual_indexes=[0])
 pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 RULE = installed_rule()  # "hf-4.57" or "hf-5.3"
 #: transformers >= 5.3 locates vision tokens with mm_token_type_ids (forward refuses grids without them)
@@ -75,23 +45,9 @@ def _qwen2_vl():
 
 
 def _qwen2_5_vl():
-    vision = {
-        "depth": 1,
-        "hidden_size": 32,
-        "out_hidden_size": 64,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 2,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "window_size": 8,
-        "fullatt_block_indexes": [0],
-        "tokens_per_second": 2,
-    }
     cfg = Qwen2_5_VLConfig(
         text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-        vision_config=vision,
+        vision_config=QWEN2_5_VISION,
         **TOKENS,
     )
     return Qwen2_5_VLForConditionalGeneration(cfg)
@@ -190,16 +146,7 @@ def _text_batch():
 
 
 def _generate(model, inputs, steps=3):
-    out = model.generate(
-        **inputs,
-        max_new_tokens=steps,
-        do_sample=False,
-        output_logits=True,  # raw logits
-        return_dict_in_generate=True,
-        pad_token_id=PAD,
-        suppress_tokens=[IMG, VID, VSTART, VEND],
-    )
-    return out.sequences, torch.stack(out.logits, 1)  # (B, L + steps), (B, steps, V)
+    return greedy(model, inputs, [IMG, VID, VSTART, VEND], steps, PAD)  # (B, L + steps), (B, steps, V)
 
 
 def _index_args(inputs):

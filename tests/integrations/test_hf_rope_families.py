@@ -15,6 +15,16 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from _tiny_hf import (
+    QWEN3_VISION,
+    SIGLIP_VISION,
+    TEXT,
+    assert_cached_generate_is_a_full_forward,
+    assert_own_scheme_is_exact,
+    greedy,
+    left_padded,
+)
+
 from mmpos.integrations.hf_rope import current_rope, use_rope
 from mmpos.integrations.hf_rope_index import installed_rule
 
@@ -28,15 +38,6 @@ TOKENS = {
     "image_end_token_id": IEND,
     "video_start_token_id": VSTART,
     "video_end_token_id": VEND,
-}
-TEXT = {
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 512,
 }
 #: head_dim 16, half of it rotated (GLM-4V's partial_rotary_factor 0.5): 4 rotary pairs, sections t, h, w = 2, 1, 1
 ROPE = {"rope_type": "default", "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5, "rope_theta": 10000.0}
@@ -103,30 +104,25 @@ def _paddleocr_vl():
     text = dict(
         TEXT, head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4}
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "image_size": 8,
-        "patch_size": 2,
-        "spatial_merge_size": 2,
-    }
+    vision = dict(SIGLIP_VISION, image_size=8)
     cfg = transformers.PaddleOCRVLConfig(text_config=text, vision_config=vision, **QWEN_TOKENS)
     return transformers.PaddleOCRVLForConditionalGeneration(cfg)
 
 
-QWEN3_VISION = {
-    "depth": 1,
-    "hidden_size": 32,
-    "out_hidden_size": 64,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "patch_size": 2,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "in_channels": 3,
-    "num_position_embeddings": 16,
+#: Qwen3.5's rotation (Qwen4-Exp's too): interleaved sections on half of each head's 16 channels
+QWEN3_5_ROPE = {
+    "rope_type": "default",
+    "mrope_section": [2, 1, 1],
+    "mrope_interleaved": True,
+    "partial_rotary_factor": 0.5,
+    "rope_theta": 1e4,
+}
+#: Qwen3.5's / Qwen4-Exp's linear-attention layers (they take no positions)
+LINEAR_ATTENTION = {
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
 }
 
 
@@ -135,17 +131,8 @@ def _qwen3_5(moe: bool = False):
         TEXT,
         head_dim=16,
         layer_types=["linear_attention", "full_attention"],  # positions reach the full-attention layer only
-        linear_key_head_dim=8,
-        linear_value_head_dim=8,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        rope_parameters={
-            "rope_type": "default",
-            "mrope_section": [2, 1, 1],
-            "mrope_interleaved": True,
-            "partial_rotary_factor": 0.5,
-            "rope_theta": 1e4,
-        },
+        **LINEAR_ATTENTION,
+        rope_parameters=dict(QWEN3_5_ROPE),
     )
     if moe:
         text.update(moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts_per_tok=2, num_experts=4)
@@ -182,15 +169,7 @@ def _cosmos3_edge():
     text = dict(
         TEXT, head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [4, 2, 2], "rope_theta": 1e4}
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "patch_size": 2,
-        "num_patches": 16,
-        "spatial_merge_size": 2,
-    }
+    vision = dict(SIGLIP_VISION, num_patches=16)
     cfg = transformers.Cosmos3EdgeConfig(
         text_config=text, vision_config=vision, projector_hidden_size=64, **QWEN_TOKENS
     )
@@ -219,10 +198,7 @@ def _qwen4_exp():
         TEXT,
         head_dim=16,
         layer_types=["linear_attention", "indexed_attention"],  # positions reach the indexed-attention layer only
-        linear_key_head_dim=8,
-        linear_value_head_dim=8,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
+        **LINEAR_ATTENTION,
         moe_intermediate_size=32,
         shared_expert_intermediate_size=32,
         num_experts_per_tok=2,
@@ -235,16 +211,26 @@ def _qwen4_exp():
         indexer_head_dim=8,
         indexer_budget=4,
         indexer_compress_ratio=2,
-        rope_parameters={
-            "rope_type": "default",
-            "mrope_section": [2, 1, 1],
-            "mrope_interleaved": True,
-            "partial_rotary_factor": 0.5,
-            "rope_theta": 1e4,
-        },
+        rope_parameters=dict(QWEN3_5_ROPE),
     )
     cfg = transformers.Qwen4ExpConfig(text_config=text, vision_config=QWEN3_VISION, **QWEN_TOKENS)
     return transformers.Qwen4ExpForConditionalGeneration(cfg)
+
+
+def _cohere_compass(nope: bool = False):
+    """Two layer types with their own theta and interleaved sections (``rope_parameters[layer_type]``); ``nope``:
+    the full-attention layers take no positions (``None``)."""
+    sliding = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [3, 3, 2]}
+    full = None if nope else {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [4, 2, 2]}
+    text = dict(
+        TEXT,
+        sliding_window=8,  # the prompts are longer: the sliding layers see part of them
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": sliding, "full_attention": full},
+    )
+    vision = dict(QWEN3_VISION, deepstack_visual_indexes=[0])
+    cfg = transformers.CohereCompassConfig(text_config=text, vision_config=vision, **QWEN_TOKENS)
+    return transformers.CohereCompassForConditionalGeneration(cfg)
 
 
 #: model_type -> (tiny model, transformers class, the family's own scheme, pixel row shape)
@@ -260,6 +246,13 @@ FAMILIES = {
     "ernie4_5_vl_moe": (_ernie4_5_vl_moe, "Ernie4_5_VLMoeForConditionalGeneration", "qwen2-vl", (12,)),
     "cosmos3_omni": (_cosmos3_omni, "Cosmos3OmniForConditionalGeneration", "qwen3-vl", (24,)),
     "qwen4_exp": (_qwen4_exp, "Qwen4ExpForConditionalGeneration", "qwen3-vl", (24,)),
+    "cohere_compass": (_cohere_compass, "CohereCompassForConditionalGeneration", "qwen3-vl", (24,)),
+    "cohere_compass_nope": (
+        lambda: _cohere_compass(nope=True),
+        "CohereCompassForConditionalGeneration",
+        "qwen3-vl",
+        (24,),
+    ),
 }
 #: families whose attention has no per-head rotation to hook (Qwen4-Exp's QSA indexer rotates keys by cos / sin)
 NO_MHROPE = {"qwen4_exp"}
@@ -281,9 +274,7 @@ def _batch(name):
     g = torch.Generator().manual_seed(1)
     first = [5, 6, ISTART] + [IMG] * 6 + [IEND, 7, 30, 9, 10]
     second = [11, ISTART] + [IMG] * 4 + [IEND, 12, 13]
-    length = len(first)
-    ids = torch.tensor([first, [PAD] * (length - len(second)) + second])
-    mask = (torch.arange(length) >= torch.tensor([[0], [length - len(second)]])).long()
+    ids, mask = left_padded(first, second, PAD)
     batch = {
         "input_ids": ids,
         "attention_mask": mask,
@@ -295,34 +286,18 @@ def _batch(name):
     return batch
 
 
+SUPPRESS = [IMG, VID, ISTART, IEND, VSTART, VEND, 110, 111, 112]  # 110-112: the Omni audio tokens
+
+
 def _generate(model, inputs, steps=3):
-    out = model.generate(
-        **inputs,
-        max_new_tokens=steps,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-        pad_token_id=PAD,
-        suppress_tokens=[IMG, VID, ISTART, IEND, VSTART, VEND, 110, 111, 112],  # 110-112: the Omni audio tokens
-    )
-    return out.sequences, torch.stack(out.logits, 1)
+    return greedy(model, inputs, SUPPRESS, steps)
 
 
 @torch.no_grad()
 def test_own_scheme_through_mmpos_gives_the_model_logits(family):
     name, model = family
-    inputs = _batch(name)
-    use_rope(model, "own")
-    ref = model(**inputs).logits
-    ref_seq, ref_steps = _generate(model, inputs)
-    own = FAMILIES[name][2]  # GLM-4V's positions are Qwen3-VL's; its own rotation is chunked M-RoPE
-    use_rope(model, own)
-    assert current_rope(model) == own
-    assert torch.equal(model(**inputs).logits, ref)
-    seq, steps = _generate(model, inputs)
-    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
-    use_rope(model, "own")
-    assert torch.equal(model(**inputs).logits, ref)
+    # GLM-4V's positions are Qwen3-VL's; its own rotation is chunked M-RoPE
+    assert_own_scheme_is_exact(model, _batch(name), FAMILIES[name][2], SUPPRESS)
 
 
 SWAPS = [
@@ -339,7 +314,13 @@ SWAPS = [
 
 
 #: the tiny configs' 4 rotary pairs: GRAPE's cycle over all pairs is Qwen3.5's own cyclic [2, 1, 1] (same positions)
-SAME_AS_OWN = {("qwen3_5", "grape-i"), ("qwen3_5_moe", "grape-i"), ("qwen4_exp", "grape-i")}
+#: (Cohere-Compass without RoPE in its full-attention layers: the sliding layers' [3, 3, 2] is that cycle)
+SAME_AS_OWN = {
+    ("qwen3_5", "grape-i"),
+    ("qwen3_5_moe", "grape-i"),
+    ("qwen4_exp", "grape-i"),
+    ("cohere_compass_nope", "grape-i"),
+}
 
 
 @torch.no_grad()
@@ -361,11 +342,7 @@ def test_swapped_scheme_forward_and_cached_generate(family, scheme, options):
         assert torch.equal(logits, ref)
     else:
         assert not torch.allclose(logits, ref)
-    seq, steps = _generate(model, inputs)
-    full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
-    if NEW:
-        full["mm_token_type_ids"] = (seq == IMG).long()
-    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
     use_rope(model, "own")
 
 
@@ -474,17 +451,7 @@ def _omni_batch():
 @torch.no_grad()
 def test_omni_own_scheme_through_mmpos_gives_the_model_logits(omni):
     name, model = omni
-    inputs = _omni_batch()
-    use_rope(model, "own")
-    ref = model(**inputs).logits
-    ref_seq, ref_steps = _generate(model, inputs)
-    use_rope(model, OMNI[name][2])
-    assert current_rope(model) == OMNI[name][2]
-    assert torch.equal(model(**inputs).logits, ref)
-    seq, steps = _generate(model, inputs)
-    assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
-    use_rope(model, "own")
-    assert torch.equal(model(**inputs).logits, ref)
+    assert_own_scheme_is_exact(model, _omni_batch(), OMNI[name][2], SUPPRESS)
 
 
 OMNI_SWAPS = [
@@ -505,9 +472,7 @@ def test_omni_swapped_scheme_cached_generate(omni, scheme, options):
     ref = model(**inputs).logits
     use_rope(model, scheme, **options)
     assert not torch.allclose(model(**inputs).logits, ref)
-    seq, steps = _generate(model, inputs)
-    full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
-    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
     use_rope(model, "own")
     assert torch.equal(model(**inputs).logits, ref)
 
@@ -528,9 +493,7 @@ def _omni_audio_batch(model):
     audio = [111] + [110] * n + [112]
     first = [5, 6, ISTART] + [IMG] * 6 + [IEND, 7, *audio, 30, 9, 10]
     second = [11, *audio, ISTART] + [IMG] * 4 + [IEND, 12, 13]
-    length = len(first)
-    ids = torch.tensor([first, [PAD] * (length - len(second)) + second])
-    mask = (torch.arange(length) >= torch.tensor([[0], [length - len(second)]])).long()
+    ids, mask = left_padded(first, second, PAD)
     g = torch.Generator().manual_seed(2)
     return {
         "input_ids": ids,
@@ -557,7 +520,5 @@ def test_omni_audio_prompts(omni):
     assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
     use_rope(model, "vrope")
     assert not torch.allclose(model(**inputs).logits, ref)
-    seq, steps = _generate(model, inputs)
-    full = dict(inputs, input_ids=seq, attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 3).long()], 1))
-    torch.testing.assert_close(model(**full).logits[:, -4:-1], steps, rtol=1e-4, atol=1e-4)
+    assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
     use_rope(model, "own")

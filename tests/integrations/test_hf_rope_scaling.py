@@ -8,6 +8,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from _tiny_hf import QWEN2_5_VISION, QWEN2_VISION, TEXT, greedy
 from transformers import (
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
@@ -29,33 +30,7 @@ SCALINGS = {
     "dynamic": ({"type": "dynamic", "factor": 4.0}, 8),
     "linear": ({"type": "linear", "factor": 4.0}, 8),
 }
-VISION = {
-    "qwen2-vl": {
-        "depth": 1,
-        "embed_dim": 32,
-        "hidden_size": 64,
-        "num_heads": 2,
-        "mlp_ratio": 2,
-        "patch_size": 2,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-    },
-    "qwen2.5-vl": {
-        "depth": 1,
-        "hidden_size": 32,
-        "out_hidden_size": 64,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 2,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "window_size": 8,
-        "fullatt_block_indexes": [0],
-        "tokens_per_second": 2,
-    },
-}
+VISION = {"qwen2-vl": QWEN2_VISION, "qwen2.5-vl": QWEN2_5_VISION}
 CLASSES = {
     "qwen2-vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration),
     "qwen2.5-vl": (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration),
@@ -64,17 +39,12 @@ CLASSES = {
 
 def _model(family, rope_scaling, max_positions, seed=0):
     """A tiny random model (the same weights for a given seed, whatever its RoPE config)."""
-    text = {
-        "vocab_size": 128,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": max_positions,
-        "rope_scaling": {**rope_scaling, "mrope_section": SECTION},
-    }
+    text = dict(
+        TEXT,
+        rope_theta=10000.0,
+        max_position_embeddings=max_positions,
+        rope_scaling={**rope_scaling, "mrope_section": SECTION},
+    )
     config_class, model_class = CLASSES[family]
     torch.manual_seed(seed)
     return model_class(config_class(text_config=text, vision_config=VISION[family], **TOKENS)).eval()
@@ -104,16 +74,7 @@ def _text_batch():
 
 
 def _generate(model, inputs, steps=3):
-    out = model.generate(
-        **inputs,
-        max_new_tokens=steps,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-        pad_token_id=PAD,
-        suppress_tokens=[IMG, VID, VSTART, VEND],
-    )
-    return out.sequences, torch.stack(out.logits, 1)
+    return greedy(model, inputs, [IMG, VID, VSTART, VEND], steps, PAD)
 
 
 def _rotary(model):
