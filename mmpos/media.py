@@ -75,7 +75,7 @@ from .layout import Image, Text, Video
 
 with requires("media"):  # one line naming the package and the extra when it is missing
     from PIL import Image as PILImage
-    from PIL import ImageOps, UnidentifiedImageError
+    from PIL import ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
 __all__ = [
     "IMAGE_SPECS",
@@ -136,6 +136,10 @@ class MediaSpec:
         patch_layout: the values of one row, ``"ctpp"`` (``(C, T, P, P)``, Qwen's) or ``"ppct"``
             (``(P, P, C, T)``: pixels, then channels; Cosmos3-Edge).
         max_frame_pixels: ``resize="hy-v4-vl"``: the most pixels of one frame (``None``: no cap).
+        timestamp_font: a TrueType font file: each sampled frame gets its time drawn in its top-left
+            corner before resizing, as ERNIE-4.5-VL's video processor does by default
+            (``draw_on_frames=True``, the checkpoint's ``Roboto-Regular.ttf``); ``None``: nothing drawn.
+            The pixels equal the processor's when both are given the same font file.
         frame_multiple: frames padded (last one repeated) to a multiple of this before
             patchifying (``None``: ``temporal_patch_size``; ERNIE-4.5-VL videos: 2 with
             ``temporal_patch_size=1``).
@@ -165,6 +169,7 @@ class MediaSpec:
     max_duration: float = 300.0
     patch_layout: str = "ctpp"
     max_frame_pixels: int | None = None
+    timestamp_font: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels", "max_frames"):
@@ -192,6 +197,8 @@ class MediaSpec:
             raise ValueError(f"MediaSpec.patch_layout must be one of {PATCH_LAYOUTS}, got {self.patch_layout!r}")
         if self.max_frame_pixels is not None:
             check_int(self.max_frame_pixels, "MediaSpec.max_frame_pixels (or None)", 1)
+        if self.timestamp_font is not None:
+            object.__setattr__(self, "timestamp_font", _check_font(self.timestamp_font))
         if self.frame_multiple is not None:
             check_int(self.frame_multiple, "MediaSpec.frame_multiple (or None)", 1)
         check_float(self.max_duration, "MediaSpec.max_duration")
@@ -203,6 +210,20 @@ class MediaSpec:
             check_float(self.fps, "MediaSpec.fps (or None)")
         if self.num_frames is not None:
             check_int(self.num_frames, "MediaSpec.num_frames", 1)
+
+
+def _check_font(font: object) -> str:
+    """``MediaSpec.timestamp_font``: the path (str) of a file Pillow loads as a TrueType / OpenType font."""
+    if not isinstance(font, (str, os.PathLike)):
+        raise TypeError(f"MediaSpec.timestamp_font must be None or a font file path, got {type(font).__name__}")
+    path = os.fspath(font)
+    if not Path(path).is_file():
+        raise ValueError(f"MediaSpec.timestamp_font {path!r} is not a file (a TrueType font, e.g. Roboto-Regular.ttf)")
+    try:
+        ImageFont.truetype(path, 10)
+    except OSError as err:
+        raise ValueError(f"MediaSpec.timestamp_font {path!r} is not a font Pillow can load: {err}") from err
+    return path
 
 
 #: image processors: ``Qwen2VLImageProcessor`` defaults (Qwen2.5-VL and Qwen3-VL reuse that class;
@@ -819,6 +840,41 @@ class VideoPatches:
         return out + ([Text(vision_end)] if vision_end else [])
 
 
+def _clock(seconds: float | Tensor) -> str:
+    """ERNIE-4.5-VL's frame label ``time: HH:MM:SS.ss`` (``seconds`` a float or a 0-d tensor, computed in its dtype)."""
+    hours, rest = seconds // 3600, seconds % 3600
+    return f"time: {int(hours):02d}:{int(rest // 60):02d}:{rest % 60:05.02f}"
+
+
+def _draw_timestamps(frames: np.ndarray, indices: np.ndarray, video_fps: float, font_path: str) -> np.ndarray:
+    """ERNIE-4.5-VL's ``draw_on_frames``: frame ``i``'s time ``indices[i] / video_fps`` as :func:`_clock`, black
+    with a white outline, at ``(0, 0)``; font size ``int(0.1 * min(h, w))``, outline ``int(0.1 * size)``.
+    The time is computed in float32 (an int32 index tensor divided by the rate), as the processor does on the
+    indices its ``sample_frames`` returns (so 1 / 0.004 s is 249.99998 s and can read ``59.99`` or ``60.00``).
+    ``frames`` ``(F, H, W, 3)`` uint8, drawn with Pillow (returns a new array)."""
+    size = int(min(frames.shape[1:3]) * 0.1)
+    if size < 1:
+        raise ValueError(
+            f"timestamps drawn on frames need frames of at least 10 pixels a side (font size int(0.1 * min side) "
+            f"> 0), got {frames.shape[1]}x{frames.shape[2]}; set timestamp_font=None"
+        )
+    font = ImageFont.truetype(font_path, size)
+    out = np.empty_like(frames)
+    seconds = torch.from_numpy(indices.astype(np.int32)) / video_fps  # (F,) float32, as the reference
+    for i, frame in enumerate(frames):
+        image = PILImage.fromarray(frame)
+        ImageDraw.Draw(image).text(
+            (0, 0),
+            _clock(seconds[i]),
+            font=font,
+            fill=(0, 0, 0),
+            stroke_width=int(size * 0.1),
+            stroke_fill=(255, 255, 255),
+        )
+        out[i] = np.asarray(image)
+    return out
+
+
 def _timestamps(indices: np.ndarray, video_fps: float, tp: int) -> tuple[float, ...]:
     idx = indices.tolist()
     idx += [idx[-1]] * (-len(idx) % tp)  # padded like the frames
@@ -862,6 +918,8 @@ def video_patches(
             raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
         frames, indices, fps, total = read_video(source, spec)
         name = _name(source)
+    if spec.timestamp_font is not None:  # ERNIE-4.5-VL: each frame's time drawn on it, before resizing
+        frames = _draw_timestamps(frames, indices, fps, spec.timestamp_font)
     height, width = frames.shape[1:3]
     try:
         size = _target_size(len(frames), height, width, spec)
