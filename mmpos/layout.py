@@ -418,10 +418,14 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
         raise ValueError(
             "blocks: every block's tokens must be consecutive tokens of one sample, and blocks must not overlap"
         )
-    marks = np.zeros(b * length + 1, dtype=np.int8)  # +1 at each block's first token, -1 after its last
-    marks[first] = 1
-    marks[last + 1] -= 1  # a block right after another: 1 - 1 = 0 there
-    is_vision = np.cumsum(marks[:-1], dtype=np.int8).view(bool).reshape(b, length)
+    # the batch as runs: a gap of non-block tokens before each block, the block, and the gap after the last
+    runs = np.empty(2 * k + 1, dtype=np.int64)
+    runs[1::2] = counts
+    runs[0:-1:2] = first - np.concatenate([[0], last[:-1] + 1])
+    runs[-1] = b * length - (last[-1] + 1 if k else 0)
+    run_is_block = np.zeros(2 * k + 1, dtype=bool)
+    run_is_block[1::2] = True
+    is_vision = np.repeat(run_is_block, runs).reshape(b, length)  # (B, L): a few long runs, memset-like
     if k and (is_vision & ~real).any():
         raise ValueError("blocks: every vision token must be a real token (real is True there)")
     return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio
@@ -448,6 +452,41 @@ def _settle_starts(sch, geometry, options, extent, text, block_first):
             break
         extent = new
     return offset, torch.from_numpy(extent), use_start
+
+
+def _exact_sum(sch: Scheme, tokens: int, extent: np.ndarray) -> bool:
+    """Whether integer ids of ``sch`` can hold the running positions exactly: integer extents whose sum with the
+    ``tokens`` stays below 2**53 (the int64 sum then equals the float64 one)."""
+    return not sch.id_dtype.is_floating_point and bool(
+        (np.floor(extent) == extent).all() and np.abs(extent).sum() + tokens < 2**53
+    )
+
+
+def _write_rows(ids, flat, grid, row_block, base, step, use_start, block_start, block_top) -> np.float64:
+    """Write the vision ids of a per-row rule (``Scheme.rows``) into ``ids`` ``(A, B * L)`` int64 at the
+    ``flat`` tokens: token ``j`` of row ``r`` at ``block_start * use_start + base[:, r] + step * j``. Each
+    block's largest value goes into ``block_top`` ``(K,)`` (in place); returns the smallest value."""
+    row_w = grid[row_block, 2]  # (R,) tokens per row
+    row_first = np.cumsum(row_w) - row_w  # (R,) each row's first token among the vision tokens
+    k_rows = grid[:, 0] * grid[:, 1]
+    block_row = np.cumsum(k_rows) - k_rows  # (K,) each block's first row
+    row_start = block_start[row_block]  # (R,)
+    low, ramp = np.float64(math.inf), None
+    for axis in range(base.shape[0]):
+        u, s = use_start[axis], step[axis]
+        first = base[axis] + (row_start if u == 1 else u * row_start)  # (R,) float64, exact integers (or refused)
+        span = s * (row_w - 1)  # (R,) the last token's value minus the first's
+        np.maximum(block_top, np.maximum.reduceat(first + np.maximum(span, 0), block_row), out=block_top)
+        low = np.minimum(low, (first + np.minimum(span, 0)).min())  # NaN stays NaN
+        start = first.astype(np.int64)
+        if s:
+            start -= int(s) * row_first
+        values = np.repeat(start, row_w)  # (Nv,) int64, block order
+        if s:
+            ramp = np.arange(values.shape[0]) if ramp is None else ramp
+            values += ramp if s == 1 else int(s) * ramp
+        ids[axis][flat] = values  # a masked write (sequential)
+    return low
 
 
 def _audio_or_none(audio: np.ndarray | None) -> Tensor | None:
@@ -548,28 +587,40 @@ def _pack(
     geometry = BlockGeometry.of(
         grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale, _audio_or_none(audio)
     )
-    offset, extent, use_start = sch.block(geometry, options)
-    if sch.reads_start and k:  # the rule reads its block starts: call it again with them until they settle
-        offset, extent, use_start = _settle_starts(sch, geometry, options, extent, real & ~is_vision, block_first)
-    if offset.shape[-1] != int(counts.sum()):
-        raise ValueError(
-            f"scheme {sch.name!r}: its block rule placed {offset.shape[-1]} tokens, the blocks hold {counts.sum()}"
-        )
-    # a new contiguous float64 tensor (not a view of the geometry) is the rule's own: the values are summed into it
-    fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()
-    offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))
+    size_ok = partial(_exact_sum, sch, b * length)
+    per_row = sch.rows is not None and not sch.reads_start and k > 0
+    if per_row:  # integer ids written row by row of every block: no per-token offsets
+        base, step, extent, use_start = (_host(x.to(torch.float64)) for x in sch.rows(geometry, options))
+        row_block = _host(geometry.row_block)
+        if base.ndim != 2 or base.shape[1] != row_block.shape[0] or step.shape != (base.shape[0],):
+            raise ValueError(
+                f"scheme {sch.name!r}: its row rule gave offsets {base.shape} and steps {step.shape}, the blocks hold "
+                f"{row_block.shape[0]} rows"
+            )
+        with np.errstate(all="ignore"):
+            per_row = size_ok(extent) and bool((np.floor(base) == base).all() and (np.floor(step) == step).all())
+        axes = base.shape[0]
+    if not per_row:
+        offset, extent, use_start = sch.block(geometry, options)
+        if sch.reads_start and k:  # the rule reads its block starts: call it again with them until they settle
+            offset, extent, use_start = _settle_starts(sch, geometry, options, extent, real & ~is_vision, block_first)
+        if offset.shape[-1] != int(counts.sum()):
+            raise ValueError(
+                f"scheme {sch.name!r}: its block rule placed {offset.shape[-1]} tokens, the blocks hold {counts.sum()}"
+            )
+        # a new contiguous float64 tensor (not a view of the geometry) is the rule's own: the values are summed into it
+        fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()
+        offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))
+        axes = offset.shape[0]
     del geometry  # its per-token rows go back to the allocator before the ids are allocated
     text = real & ~is_vision  # (B, L) real text tokens
-    axes = offset.shape[0]
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
     ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (rows, B * L), written through NumPy
     ids_np = ids.numpy()
     with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused below
         # integer ids and extents: the running position is summed in the ids' first row (int64, exact below
         # 2**53, as the float64 sum it equals); otherwise in float64, cast when written
-        exact = not sch.id_dtype.is_floating_point and bool(
-            (np.floor(extent) == extent).all() and np.abs(extent).sum() + b * length < 2**53
-        )
+        exact = per_row or size_ok(extent)
     run = ids_np[0] if exact else np.empty(b * length, dtype=np.float64)  # (B * L,)
     np.copyto(run, text.reshape(-1))  # 1 per text token, 0 on padding and vision tokens ...
     run[block_first] = extent  # ... but a block's first token: the block's extent
@@ -602,8 +653,11 @@ def _pack(
     kept = []
     with np.errstate(all="ignore"):
         block_start = block_end - extent
-        starts = np.repeat(block_start, counts)  # (Nv,) each vision token's block start
-        for axis in range(axes):
+        if per_row:  # each row's first value and step: the ids written from them, no float64 per token
+            low = _write_rows(ids_np, flat, grid, row_block, base, step, use_start, block_start, block_top)
+        else:
+            starts = np.repeat(block_start, counts)  # (Nv,) each vision token's block start
+        for axis in range(0 if per_row else axes):
             u = use_start[axis]
             add = starts if u == 1 else u * starts
             values = np.add(offset[axis], add, out=offset[axis] if fresh else None)  # (Nv,) float64, block order

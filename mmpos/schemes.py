@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from types import MappingProxyType
 
 import numpy as np
@@ -157,9 +157,12 @@ class BlockGeometry:
     Per block (float64 unless said): ``t``, ``h``, ``w`` (tokens, after the spatial merge),
     ``tokens`` (int64 ``t * h * w``), ``seconds`` (float32 seconds per temporal patch, 0 for
     images), ``is_image`` (bool), ``delta`` and ``scale`` (the per-block V2PE step / HoPE scale).
-    Per token, built on first read (a block rule reads only what it needs): ``block`` (int64
-    index of its block), ``local`` (index inside the block, raster order t, h, w), ``ti``,
-    ``hi``, ``wi`` (its frame, row and column). All are CPU tensors (the packer,
+    Per row (``R = sum t * h`` rows: the ``w`` tokens of row ``i`` of frame ``f`` of a block, blocks
+    in order, rows in raster order), built on first read: ``row_block`` (int64 index of its block),
+    ``row_t`` and ``row_h`` (float64 ``f`` and ``i``), ``row_first`` (float64 index of its first
+    token inside the block). Per token, built on first read (a block rule reads only what it
+    needs): ``block`` (int64 index of its block), ``local`` (index inside the block, raster order
+    t, h, w), ``ti``, ``hi``, ``wi`` (its frame, row and column). All are CPU tensors (the packer,
     :func:`mmpos.layout.pack`, works on the host) and read-only: ``ti`` of a batch of still
     images is one stored zero, expanded.
     """
@@ -208,6 +211,24 @@ class BlockGeometry:
         return torch.from_numpy(np.repeat(per_row.astype(np.float64), self._rows[2]))
 
     @cached_property
+    def row_block(self) -> Tensor:
+        return torch.from_numpy(self._rows[0])
+
+    @cached_property
+    def row_t(self) -> Tensor:
+        return torch.from_numpy(self._frame_row[0].astype(np.float64))
+
+    @cached_property
+    def row_h(self) -> Tensor:
+        return torch.from_numpy(self._frame_row[1].astype(np.float64))
+
+    @cached_property
+    def row_first(self) -> Tensor:
+        """``(R,)`` float64 index of each row's first token inside its block (``f * H * W + i * W``)."""
+        _, row_local, row_w, _ = self._rows
+        return torch.from_numpy((row_local * row_w).astype(np.float64))
+
+    @cached_property
     def block(self) -> Tensor:
         return torch.from_numpy(np.repeat(np.arange(self._grid.shape[0]), self.tokens.numpy()))
 
@@ -219,10 +240,12 @@ class BlockGeometry:
 
     @cached_property
     def _frame_row(self) -> tuple[np.ndarray, np.ndarray]:
-        row_block, row_local, _, _ = self._rows
-        row_h = self._grid[row_block, 1]
-        ti = row_local // row_h
-        return ti, row_local - ti * row_h
+        """Per row: its frame ``f`` and row ``i`` in the frame (two levels of runs, no division)."""
+        t, h = self._grid[:, 0], self._grid[:, 1]
+        frame_h = np.repeat(h, t)  # (F,) rows per frame, frames in order
+        frame_f = np.arange(frame_h.shape[0]) - np.repeat(np.cumsum(t) - t, t)  # (F,) index in its block
+        ti = np.repeat(frame_f, frame_h)  # (R,)
+        return ti, np.arange(ti.shape[0]) - np.repeat(np.cumsum(frame_h) - frame_h, frame_h)
 
     @cached_property
     def ti(self) -> Tensor:
@@ -245,6 +268,21 @@ class BlockGeometry:
 #: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and
 #: which axes add the block start ``(A,)``, all float64
 BlockRule = Callable[[BlockGeometry, SchemeOptions], tuple[Tensor, Tensor, Tensor]]
+#: what a per-row block rule returns (``Scheme.rows``): per axis and row of every block the offset of
+#: the row's first token from the block start ``(A, R)``, the step from one token of a row to the next
+#: ``(A,)``, extents ``(K,)`` and which axes add the block start ``(A,)``, all float64: token ``j`` of row
+#: ``r`` sits at ``start * use_start + base[:, r] + step * j``
+RowRule = Callable[[BlockGeometry, SchemeOptions], tuple[Tensor, Tensor, Tensor, Tensor]]
+
+
+def _tokens_of_rows(rows: RowRule, g: BlockGeometry, o: SchemeOptions) -> tuple[Tensor, Tensor, Tensor]:
+    """A per-row rule's per-token form (``Scheme.block`` of a scheme given ``rows``): offsets ``(A, Nv)``."""
+    base, step, extent, use_start = rows(g, o)
+    step, use_start = step.clone(), use_start.clone()  # a rule may return shared constants: the caller's own copies
+    _, _, row_w, row_first = g._rows
+    j = np.arange(int(row_w.sum()), dtype=np.float64) - np.repeat(row_first.astype(np.float64), row_w)  # (Nv,)
+    offset = np.repeat(base.numpy(), row_w, axis=1) + step.numpy()[:, None] * j  # (A, Nv)
+    return torch.from_numpy(offset), extent, use_start
 
 
 @dataclass(frozen=True)
@@ -259,7 +297,8 @@ class Scheme:
     name: str
     axes: tuple[str, ...]
     encoder: str
-    block: BlockRule
+    #: the per-token block rule; ``None`` with ``rows`` (then made from it)
+    block: BlockRule | None
     hf_rows: tuple[tuple[int, ...], ...]
     rows_to_axes: tuple[tuple[int, ...], ...]
     options: tuple[str, ...] = ()
@@ -280,6 +319,9 @@ class Scheme:
     reads_start: bool = False
     #: arguments ``encoder`` needs to read this scheme's coordinates (HunYuan-VL: ``{"axes": ("w", "h", "image")}``)
     encoder_kwargs: dict[str, object] = field(default_factory=dict)
+    #: the block rule per row (:data:`RowRule`), for rules whose positions move by a fixed step along a row
+    #: of a block: the packer writes integer ids from it without per-token offsets (``block`` is then ``None``)
+    rows: RowRule | None = None
 
     def __post_init__(self) -> None:
         a = len(self.axes)
@@ -293,6 +335,12 @@ class Scheme:
         object.__setattr__(self, "rotary_model_types", tuple(self.rotary_model_types))
         if not set(self.rotary_model_types) <= set(self.model_types):
             raise ValueError(f"scheme {self.name!r}: rotary_model_types must be a subset of model_types")
+        block = self.block
+        made = isinstance(block, partial) and block.func is _tokens_of_rows and block.args == (self.rows,)
+        if (block is None) == (self.rows is None) and not made:  # (dataclasses.replace passes the made one back)
+            raise ValueError(f"scheme {self.name!r}: give exactly one of block (per token) and rows (per row)")
+        if block is None:
+            object.__setattr__(self, "block", partial(_tokens_of_rows, self.rows))  # the row rule's per-token form
 
 
 #: every scheme by name (``register_scheme`` adds to it)
@@ -489,16 +537,25 @@ def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: Tensor) -> Tensor:
     return torch.maximum(g.h, g.w)
 
 
-def _qwen_block(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
+_STEP_W = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)  # t, h, w: a row's tokens step along w (read-only)
+_USE_START = {False: torch.ones(3, dtype=torch.float64), True: torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)}
+
+
+def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> Tensor:
+    """``(3, R)`` row offsets ``(t_base, i, 0)``."""
+    base = np.zeros((3, g.row_h.shape[0]))
+    base[0], base[1] = t_base, g.row_h.numpy()
+    return torch.from_numpy(base)
+
+
+def _qwen_rows(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
     """Qwen2-VL M-RoPE: ``(start + stride * f, start + i, start + j)``; ``reset`` (MRoPE-I):
     h and w start at 0 in every block."""
-    t_off, t_max = (g.ti if stride == 1 else g.ti * stride), (g.t - 1) * stride
-    offset = torch.stack([t_off, g.hi, g.wi])
-    use_start = torch.tensor([1.0, 0.0 if reset else 1.0, 0.0 if reset else 1.0], dtype=torch.float64)
-    return offset, _qwen_extent(g, o, t_max), use_start.to(offset.device)
+    t_base, t_max = (g.row_t.numpy() if stride == 1 else g.row_t.numpy() * stride), (g.t - 1) * stride
+    return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[reset]
 
 
-def _qwen25_block(g: BlockGeometry, o: SchemeOptions):
+def _qwen25_rows(g: BlockGeometry, o: SchemeOptions):
     """Qwen2.5-VL: temporal index from seconds (see the ``seconds`` rules)."""
     spg = g.seconds  # float32, 0 for images
     if o.rule.seconds == "truncate":
@@ -507,15 +564,14 @@ def _qwen25_block(g: BlockGeometry, o: SchemeOptions):
         interval = spg * o.tokens_per_second
         if o.rule.seconds == "interval":
             interval = torch.where(g.is_image, torch.ones_like(interval), interval)
-    interval = interval.float()  # (K,) float32, as the reference multiplies
-    t_off = (g.ti.float() * interval[g.block]).floor().double()
-    t_max = ((g.t - 1).float() * interval).floor().double()
-    offset = torch.stack([t_off, g.hi, g.wi])
-    return offset, _qwen_extent(g, o, t_max), torch.ones(3, dtype=torch.float64, device=offset.device)
+    interval = interval.float().numpy()  # (K,) float32, as the reference multiplies
+    t_base = np.floor(g.row_t.numpy().astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
+    t_max = ((g.t - 1).float() * torch.from_numpy(interval)).floor().double()
+    return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
 
 
-def _mrope_i_block(g: BlockGeometry, o: SchemeOptions):
-    return _qwen_block(g, o, stride=float(o.temporal_scale), reset=True)
+def _mrope_i_rows(g: BlockGeometry, o: SchemeOptions):
+    return _qwen_rows(g, o, stride=float(o.temporal_scale), reset=True)
 
 
 def _hope_block(g: BlockGeometry, o: SchemeOptions):
@@ -533,19 +589,21 @@ def _videorope_block(g: BlockGeometry, o: SchemeOptions):
     return _hope_block(g, o)
 
 
-def _reset_block(g: BlockGeometry, o: SchemeOptions):
+def _reset_rows(g: BlockGeometry, o: SchemeOptions):
     """Spatial reset, stride 1 (ILRoPE / OmniRoPE: ``(start + f, i, j)``; with ``frames=True`` every
     block is one frame, so the text after it continues at ``start + max(1, h, w)``)."""
-    return _qwen_block(g, o, reset=True)
+    return _qwen_rows(g, o, reset=True)
 
 
-def _vrope_block(g: BlockGeometry, o: SchemeOptions):
+def _vrope_rows(g: BlockGeometry, o: SchemeOptions):
     """VRoPE: the four symmetric combinations of ``(i, j)``, frame ``f`` at ``f (H + W - 1)``."""
-    hk, wk = g.h[g.block], g.w[g.block]
-    hi_flip, wi_flip = hk - 1 - g.hi, wk - 1 - g.wi
-    offset = torch.stack([g.hi + g.wi, g.hi + wi_flip, hi_flip + g.wi, hi_flip + wi_flip])
-    offset = offset + g.ti * (hk + wk - 1)
-    return offset, g.t * (g.h + g.w - 1), torch.ones(4, dtype=torch.float64, device=offset.device)
+    rb = g.row_block.numpy()
+    hk, wk = g.h.numpy()[rb], g.w.numpy()[rb]  # (R,)
+    i, frame = g.row_h.numpy(), g.row_t.numpy() * (hk + wk - 1)
+    i_flip = hk - 1 - i
+    base = np.stack([i, i + (wk - 1), i_flip, i_flip + (wk - 1)]) + frame  # (4, R): j = 0
+    step = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)  # j and W - 1 - j
+    return torch.from_numpy(base), step, g.t * (g.h + g.w - 1), torch.ones(4, dtype=torch.float64)
 
 
 def _v2pe_block(g: BlockGeometry, o: SchemeOptions):
@@ -612,43 +670,47 @@ def _circle_block(g: BlockGeometry, o: SchemeOptions):
     return offset, extent, torch.ones(3, dtype=torch.float64, device=offset.device)
 
 
-def _flat_block(g: BlockGeometry, o: SchemeOptions):
-    return g.local.unsqueeze(0), g.tokens.to(torch.float64), torch.ones(1, dtype=torch.float64, device=g.local.device)
+def _flat_rows(g: BlockGeometry, o: SchemeOptions):
+    one = torch.ones(1, dtype=torch.float64)
+    return g.row_first.unsqueeze(0), one, g.tokens.to(torch.float64), one
 
 
-def _hy_v4_vl_block(g: BlockGeometry, o: SchemeOptions):
+def _hy_v4_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HY-V4-VL (XD-RoPE): a frame of ``H`` rows of ``W`` tokens (``w`` counts the newline token that
     ends every merged row) spans ``S = max(H, W)`` positions; token ``(f, i, j)`` at
     ``(start + f S, start + i + f S, start + j + f S)``, the text after the block at ``start + T S``."""
-    row_block = g._rows[0]
-    f, i = g._frame_row  # (R,) per row of every block: its frame and row
-    frame = f * np.maximum(g._grid[:, 1], g._grid[:, 2])[row_block]  # (R,) f S
-    t = g._per_token(frame)  # (Nv,)
-    offset = torch.stack([t, g._per_token(i + frame), g.wi.add_(t)])  # wi is built for this read: added in place
-    return offset, g.t * torch.maximum(g.h, g.w), torch.ones(3, dtype=torch.float64, device=offset.device)
+    side = torch.maximum(g.h, g.w)  # (K,) S
+    frame = g.row_t.numpy() * side.numpy()[g.row_block.numpy()]  # (R,) f S
+    base = np.empty((3, frame.shape[0]))
+    base[0], base[2] = frame, frame
+    np.add(g.row_h.numpy(), frame, out=base[1])
+    return torch.from_numpy(base), _STEP_W, g.t * side, _USE_START[False]
 
 
-def _glm_image_block(g: BlockGeometry, o: SchemeOptions):
+def _glm_image_rows(g: BlockGeometry, o: SchemeOptions):
     """GLM-Image: ``(start + f, start + i, start + j)``, the text after the block at
     ``start + max(h, w)`` (its one rule: the temporal extent is ignored)."""
-    offset = torch.stack([g.ti, g.hi, g.wi])
-    return offset, torch.maximum(g.h, g.w), torch.ones(3, dtype=torch.float64, device=offset.device)
+    return _thw_rows(g.row_t.numpy(), g), _STEP_W, torch.maximum(g.h, g.w), _USE_START[False]
 
 
-def _minicpm_canvas_block(g: BlockGeometry, o: SchemeOptions):
+def _minicpm_canvas_rows(g: BlockGeometry, o: SchemeOptions):
     """MiniCPM-V 4.7, a canvas of one thumbnail (no slices): ``(start, start + i, start + j)``, the
     text after it at ``start + max(h, w) + 1``. Slices and marker tokens: the token-id path
     (:func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`)."""
-    offset = torch.stack([torch.zeros_like(g.hi), g.hi, g.wi])
-    return offset, torch.maximum(g.h, g.w) + 1, torch.ones(3, dtype=torch.float64, device=offset.device)
+    return _thw_rows(0.0, g), _STEP_W, torch.maximum(g.h, g.w) + 1, _USE_START[False]
 
 
-def _hunyuan_vl_block(g: BlockGeometry, o: SchemeOptions):
+_STEP_HUNYUAN = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)  # w, h, image: a row steps along w
+_NO_START = torch.zeros(3, dtype=torch.float64)
+
+
+def _hunyuan_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HunYuan-VL: token ``(i, j)`` of the ``k``-th image of the batch (reading order) at
     ``(w, h, image) = (j, i, k)``, absolute (no block start); the text runs on over the block
     (extent: its token count), so text tokens sit at their index among the real tokens."""
-    offset = torch.stack([g.wi, g.hi, g.block.to(torch.float64)])
-    return offset, g.tokens.to(torch.float64), torch.zeros(3, dtype=torch.float64, device=offset.device)
+    base = np.zeros((3, g.row_h.shape[0]))
+    base[1], base[2] = g.row_h.numpy(), g.row_block.numpy()
+    return torch.from_numpy(base), _STEP_HUNYUAN, g.tokens.to(torch.float64), _NO_START
 
 
 # --------------------------------------------------------------------------- the registry
@@ -662,9 +724,10 @@ for _scheme in (
         "qwen2-vl",
         THW,
         "mrope",
-        _qwen_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen_rows,
         paper="Wang et al. 2024, Qwen2-VL (arXiv:2409.12191)",
         reference="huggingface/transformers src/transformers/models/qwen2_vl/modeling_qwen2_vl.py (Qwen2VLModel.get_rope_index)",
         # transformers' get_rope_index of these families is Qwen2-VL's (ERNIE-4.5-VL divides a video's t by
@@ -676,9 +739,10 @@ for _scheme in (
         "qwen2.5-vl",
         THW,
         "mrope",
-        _qwen25_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen25_rows,
         paper="Bai et al. 2025, Qwen2.5-VL (arXiv:2502.13923)",
         reference="huggingface/transformers src/transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py (Qwen2_5_VLModel.get_rope_index)",
         model_types=("qwen2_5_vl",),
@@ -688,9 +752,10 @@ for _scheme in (
         "qwen3-vl",
         THW,
         "mrope-i",
-        _qwen_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen_rows,
         frames=True,
         paper="Qwen3-VL (interleaved M-RoPE, timestamped frames)",
         reference="huggingface/transformers src/transformers/models/qwen3_vl/modeling_qwen3_vl.py (Qwen3VLModel.get_rope_index)",
@@ -716,9 +781,10 @@ for _scheme in (
         "mrope-i",
         THW,
         "mrope-i",
-        _mrope_i_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_mrope_i_rows,
         options=("temporal_scale",),
         check=_check_stride,
         paper="Huang et al. 2025, MRoPE-Interleave (arXiv:2510.23095)",
@@ -730,9 +796,10 @@ for _scheme in (
         "mhrope",
         THW,
         "mhrope",
-        _mrope_i_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_mrope_i_rows,
         options=("temporal_scale",),
         check=_check_stride,
         paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095)",
@@ -743,9 +810,10 @@ for _scheme in (
         "mhrope-qwen2-vl",
         THW,
         "mhrope",
-        _qwen_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen_rows,
         paper="Huang et al. 2025, Multi-Head RoPE (arXiv:2510.23095), on Qwen2-VL positions",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope_i.py (get_mrope_interleave_index, spatial_reset=False)",
     ),
@@ -786,9 +854,10 @@ for _scheme in (
         "ilrope",
         THW,
         "mrope-i",
-        _reset_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_reset_rows,
         frames=True,
         paper="Liao et al. 2025, ILRoPE (Mogao, arXiv:2505.05472)",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/ilrope.py (get_ilrope_index)",
@@ -797,9 +866,10 @@ for _scheme in (
         "omnirope",
         THW,
         "mrope",
-        _reset_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_reset_rows,
         frames=True,
         paper="Wu et al. 2025, OmniGen2 Omni-RoPE (arXiv:2506.18871)",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/omnirope.py (get_omnirope_index)",
@@ -810,9 +880,10 @@ for _scheme in (
         "mmrope",
         THW,
         "mmrope",
-        _qwen_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen_rows,
         frames=True,
         paper="Yuan et al. 2025, Lumos-1 MM-RoPE (arXiv:2507.08801)",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mmrope.py (get_mmrope_index)",
@@ -840,9 +911,10 @@ for _scheme in (
         "grape",
         THW,
         "grape",
-        _qwen_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen_rows,
         frames=True,
         paper="Zhang et al. 2025, GRAPE (arXiv:2512.07805), canonical planes, chunked",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope.py (get_mrope_index)",
@@ -851,9 +923,10 @@ for _scheme in (
         "grape-i",
         THW,
         "grape-i",
-        _qwen_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_qwen_rows,
         frames=True,
         paper="Zhang et al. 2025, GRAPE (arXiv:2512.07805), canonical planes, cyclic",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/mrope.py (get_mrope_index)",
@@ -863,9 +936,10 @@ for _scheme in (
         "vrope",
         ("c0", "c1", "c2", "c3"),
         "vrope",
-        _vrope_block,
+        None,
         ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0)),
         ((1, 0, 0), (0, 1, 0), (0, 0, 1), (-1, 1, 1)),
+        rows=_vrope_rows,
         paper="Liu et al. 2025, VRoPE (arXiv:2502.11664)",
         reference="johncaged/VRoPE vrope.py (VRoPE.generate_nd_positions)",
     ),
@@ -889,9 +963,10 @@ for _scheme in (
         "hy-v4-vl",
         THW,
         "mrope-i",
-        _hy_v4_vl_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_hy_v4_vl_rows,
         paper="Tencent HY-V4-VL (XD-RoPE: one block of max(H, W + 1) positions per frame)",
         reference="huggingface/transformers src/transformers/models/hy_v4_vl/modeling_hy_v4_vl.py (HYV4VLModel.get_rope_index)",
         model_types=("hy_v4_vl",),
@@ -901,9 +976,10 @@ for _scheme in (
         "glm-image",
         THW,
         "mrope",
-        _glm_image_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_glm_image_rows,
         paper="Z.ai GLM-Image (autoregressive image generation with M-RoPE grids)",
         reference="huggingface/transformers src/transformers/models/glm_image/modeling_glm_image.py (GlmImageModel.get_rope_index)",
         model_types=("glm_image",),
@@ -914,9 +990,10 @@ for _scheme in (
         "minicpm-v",
         THW,
         "mrope-i",
-        _minicpm_canvas_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_minicpm_canvas_rows,
         paper="OpenBMB MiniCPM-V 4.7 (canvas M-RoPE over the thumbnail and its slices)",
         reference="huggingface/transformers src/transformers/models/minicpmv4_7/modeling_minicpmv4_7.py (MiniCPMV4_7Model.get_rope_index)",
         model_types=("minicpmv4_7",),
@@ -927,9 +1004,10 @@ for _scheme in (
         "hunyuan-vl",
         ("w", "h", "image"),
         "mrope",
-        _hunyuan_vl_block,
+        None,
         _IDENTITY,
         _IDENTITY,
+        rows=_hunyuan_vl_rows,
         paper="Tencent HunYuan-VL / HunyuanOCR (XD-RoPE: width, height and image-index axes)",
         reference="huggingface/transformers src/transformers/models/hunyuan_vl/modeling_hunyuan_vl.py (HunYuanVLModel.get_rope_index)",
         model_types=("hunyuan_vl",),
@@ -939,9 +1017,10 @@ for _scheme in (
         "flat",
         ("seq",),
         "rope",
-        _flat_block,
+        None,
         _REPEAT,
         _READ_ROW0,
+        rows=_flat_rows,
         paper="1-D RoPE over the whole sequence (Su et al. 2021, RoFormer, arXiv:2104.09864)",
         reference="JJJYmmm/Multimodal-RoPEs multimodal_ropes/pos_design/vanilla.py (get_vanilla_rope_index)",
     ),

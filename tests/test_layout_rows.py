@@ -1,0 +1,105 @@
+"""The packer's per-row path (``Scheme.rows``) against the per-token path of the same rule.
+
+A scheme given ``rows`` gets its per-token ``block`` made from it; the packer writes integer ids
+straight from the rows. Here every such scheme is packed both ways on random batches (images,
+videos, left and right padding, every rule) and the layouts must be equal, and a row rule is
+checked against positions written out by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from mmpos.layout import Image, Text, Video, VisionBlocks, build, pack
+from mmpos.schemes import RULES, SCHEMES, BlockGeometry, resolve_options
+
+ROW_SCHEMES = sorted(name for name, s in SCHEMES.items() if s.rows is not None)
+
+
+def _samples(seed: int) -> list[list]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(rng.randint(1, 4)):
+        sample = [Text(rng.randint(1, 6))]
+        for _ in range(rng.randint(0, 3)):
+            t, h, w = rng.randint(1, 4), 2 * rng.randint(1, 5), 2 * rng.randint(1, 5)
+            sample.append(Image((1, h, w)) if rng.random() < 0.5 else Video((t, h, w), rng.choice((0.5, 1.0, 2.0))))
+            sample.append(Text(rng.randint(1, 5)))
+        out.append(sample)
+    return out
+
+
+def test_row_schemes_are_registered():
+    assert {"qwen2-vl", "qwen2.5-vl", "qwen3-vl", "hy-v4-vl", "glm-image", "hunyuan-vl", "vrope", "flat"} <= set(
+        ROW_SCHEMES
+    )
+
+
+@pytest.mark.parametrize("scheme", ROW_SCHEMES)
+@pytest.mark.parametrize("rule", sorted(r for r in RULES if not r.startswith("qwen")))
+def test_per_row_equals_per_token(scheme, rule):
+    sch = SCHEMES[scheme]
+    per_token = dataclasses.replace(sch, block=sch.block, rows=None)  # the same rule, placed token by token
+    for seed in range(6):
+        lay = build(_samples(seed), scheme, padding_side=("left", "right")[seed % 2], rule=rule)
+        real = lay.attention_mask.bool()
+        b, length = real.shape
+        modality = lay.modality.reshape(-1)
+        vision = (modality == 1) | (modality == 2)
+        firsts = torch.nonzero(vision & ~torch.cat([torch.zeros(1, dtype=torch.bool), vision[:-1]])).view(-1)
+        segs = [s for sample in _samples(seed) for s in sample if not isinstance(s, Text)]
+        if sch.frames:  # a video as one block per frame
+            grids = [(1, g.grid_thw[1] // 2, g.grid_thw[2] // 2) for g in segs for _ in range(g.grid_thw[0])]
+            secs = [getattr(g, "second_per_grid", None) or 0.0 for g in segs for _ in range(g.grid_thw[0])]
+            kinds = [isinstance(g, Image) for g in segs for _ in range(g.grid_thw[0])]
+        else:
+            grids = [(g.grid_thw[0], g.grid_thw[1] // 2, g.grid_thw[2] // 2) for g in segs]
+            secs = [getattr(g, "second_per_grid", None) or 0.0 for g in segs]
+            kinds = [isinstance(g, Image) for g in segs]
+        counts = torch.tensor([t * h * w for t, h, w in grids], dtype=torch.long)
+        starts = torch.cumsum(counts, 0) - counts
+        # blocks may touch (a video's frames): every block's first token from the vision tokens in order
+        first = torch.nonzero(vision).view(-1)[starts] if len(grids) else firsts[:0]
+        blocks = VisionBlocks(
+            torch.tensor(grids, dtype=torch.long).view(-1, 3),
+            first,
+            np.array(secs, dtype=np.float32),
+            np.array(kinds, dtype=bool),
+        )
+        options = resolve_options(scheme, rule=rule, tokens_per_second=2)
+        a = pack(real, blocks, sch, options)
+        c = pack(real, blocks, per_token, options)
+        assert torch.equal(a.position_ids, c.position_ids), (scheme, rule, seed)
+        assert torch.equal(a.rope_deltas, c.rope_deltas), (scheme, rule, seed)
+        assert torch.equal(a.position_ids, lay.position_ids), (scheme, rule, seed)
+        assert a.position_ids.shape[1:] == (b, length)
+
+
+def test_qwen_rows_by_hand():
+    """One video (2 frames of 2 x 3 tokens) after 2 text tokens: rows and positions written out."""
+    sch = SCHEMES["qwen2-vl"]
+    g = BlockGeometry.of(
+        np.array([[2, 2, 3]]), torch.zeros(1), torch.zeros(1, dtype=torch.bool), torch.ones(1), torch.ones(1)
+    )
+    base, step, extent, use_start = sch.rows(g, resolve_options(sch))
+    assert base.tolist() == [[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 0]]  # rows (f, i) = (0,0) (0,1) (1,0) (1,1)
+    assert step.tolist() == [0, 0, 1] and extent.tolist() == [3] and use_start.tolist() == [1, 1, 1]
+    lay = build([[Text(2), Video((2, 4, 6)), Text(1)]], "qwen2-vl")
+    want_t = [0, 1] + [2] * 6 + [3] * 6 + [5]
+    want_h = [0, 1] + [2, 2, 2, 3, 3, 3] * 2 + [5]
+    want_w = [0, 1] + [2, 3, 4] * 4 + [5]
+    assert lay.position_ids[:, 0].tolist() == [want_t, want_h, want_w]
+
+
+def test_scheme_needs_one_block_rule():
+    sch = SCHEMES["qwen2-vl"]
+    with pytest.raises(ValueError, match="exactly one of block"):
+        dataclasses.replace(sch, block=None, rows=None)
+    with pytest.raises(ValueError, match="exactly one of block"):
+        dataclasses.replace(sch, block=SCHEMES["hope"].block)  # rows kept: both given
+    assert dataclasses.replace(sch, name="copy").block.args == (sch.rows,)  # its made block passes back
