@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from .._validate import check_bool, check_float, check_int
 from ..coords import Coords
 from ..rotary import CONVENTIONS, FrequencyPlan, rope_frequencies
-from ..scaling import RopeScaling
+from ..scaling import RopeScaling, as_scaling, build_scaling
 from .base import RotaryEncoder, resolve_head_dim
 from .mrope import AXIS_ORDERS, MRoPE, mrope_plan
 from .registry import register_encoder
@@ -149,7 +149,7 @@ class GRAPEInterleaved(GRAPE):
     axis_order = "cyclic"
 
 
-_NO_COS_SIN = "grape-learned turns q and k in learned planes (rotate); it has no angles / cos / sin to share"
+_NO_COS_SIN = "grape-learned turns q and k in learned planes (rotate); it has no cos / sin of channel pairs to share"
 
 
 def _orthonormal(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
@@ -217,7 +217,7 @@ class GRAPELearned(RotaryEncoder):
 
     Reads ``("t", "h", "w")`` (positions: the ``grape`` layout). ``rotate(q, k, coords)`` takes q
     ``(B, Hq, N, D)``, k ``(B, Hkv, N, D)``; the turn runs in q's dtype, the angles in float32. There is
-    no ``cos`` / ``sin`` (``rotation`` / ``angles`` raise), so the encoder is not shared across layers
+    no ``cos`` / ``sin`` of channel pairs (``rotation`` raises; ``angles`` gives the planes' angles), so the encoder is not shared across layers
     (one instance per layer in :class:`mmpos.nn.Transformer`) and :func:`mmpos.integrations.hf_rope.use_rope`
     cannot install it.
 
@@ -231,6 +231,9 @@ class GRAPELearned(RotaryEncoder):
         rope_init: start from the canonical planes (default ``True``) or from random ones.
         learnable: train the planes and directions (default ``True``).
         convention: the channel pairing of the canonical start, ``"interleaved"`` (the reference's) or ``"half"``.
+        scaling: a static length-scaling rule (:mod:`mmpos.scaling`) applied to the source spectrum before the
+            subsampling and the warp (as the reference's ``inv_freq`` carries the model's ``rope_scaling``); rules
+            with an attention factor or a dynamic rule are refused.
     """
 
     def __init__(
@@ -247,6 +250,7 @@ class GRAPELearned(RotaryEncoder):
         rope_init: bool = True,
         learnable: bool = True,
         convention: str = "interleaved",
+        scaling: RopeScaling | dict | None = None,
     ) -> None:
         nn.Module.__init__(self)  # no frequency plan: the planes are parameters (RotaryEncoder.__init__ skipped)
         d = check_int(resolve_head_dim(dim, num_heads, head_dim), "head_dim", even=True)
@@ -258,7 +262,7 @@ class GRAPELearned(RotaryEncoder):
         check_bool(learnable, "learnable")
         s = check_float(log_freq_scale, "log_freq_scale")
         self.mode, self.axes, self.head_dim, self.convention = mode, THW, d, convention
-        self.scaling, self.attention_factor, self.rescale = None, 1.0, None
+        self.attention_factor, self.rescale = 1.0, None
         if mode == "block_mixed":
             size = min(check_int(block_size, "block_size"), d)  # the reference's min(block_size, rotary_dim)
             if d % size or size % 2:
@@ -280,6 +284,15 @@ class GRAPELearned(RotaryEncoder):
             shape = (3, planes, d) if mode == "axis" else (planes, d)
         self.block_size = shape[-1]
         freq = rope_frequencies(d // 2, theta)  # (D/2,) the reference's source inv_freq
+        if scaling is not None:  # a static rule acts on the source spectrum, as on the reference's inv_freq
+            plan, factor, rescale = build_scaling(FrequencyPlan(freq[None], ("seq",), d), scaling)
+            if rescale is not None or factor != 1.0:
+                raise ValueError(
+                    f"grape-learned takes static scaling rules without an attention factor (they change the "
+                    f"frequencies only), got {scaling!r}"
+                )
+            freq = plan.weight[0]
+        self.scaling = as_scaling(scaling)
         if planes != d // 2:
             freq = freq[torch.linspace(0, d // 2 - 1, planes).round().long()]
         if s != 1:
@@ -321,23 +334,34 @@ class GRAPELearned(RotaryEncoder):
         """The orthonormalised planes ``(a, b)``, each of the parameters' shape."""
         return _orthonormal(self.a, self.b)
 
+    def _positions(self, coords: Coords) -> Tensor:
+        pos = self.positions(coords).select(*THW).pos  # (B or 1, N, 3)
+        return pos.to(torch.promote_types(pos.dtype, torch.float32))
+
+    def _angles(self, pos: Tensor) -> Tensor:
+        """Plane angles ``(B or 1, N, K, P)`` at ``pos`` ``(B or 1, N, 3)``: ``K = 3`` banks (``axis``), 1 (``mixed``)
+        or the blocks (``block_mixed``)."""
+        freq = self.freq.to(pos.dtype)
+        if self.mode == "axis":
+            return pos[..., None] * freq  # bank i turns by its axis' position
+        u = F.normalize(self.axis_weight, dim=-1).to(pos.dtype)  # (P, 3) or (K, P, 3): the phase directions
+        return torch.einsum("bnc,kpc->bnkp", pos, u if self.mode == "block_mixed" else u[None]) * freq
+
+    def _turn_heads(self, x: Tensor, a: Tensor, b: Tensor, angle: Tensor) -> Tensor:
+        n, d = x.shape[:-1], x.shape[-1]
+        if self.mode == "axis":  # t's bank, then h's, then w's, each over the whole head
+            x = x.unsqueeze(-2)
+            for axis in range(3):
+                x = _turn(x, a[axis, None], b[axis, None], angle[:, :, axis, None])
+            return x.reshape(*n, d)
+        if self.mode == "mixed":
+            a, b = a[None], b[None]  # one block of D channels
+        return _turn(x.reshape(*n, a.shape[0], d // a.shape[0]), a, b, angle).reshape(*n, d)
+
     def turn(self, x: Tensor, pos: Tensor) -> Tensor:
         """``x`` ``(B, H, N, D)`` turned at positions ``pos`` ``(B or 1, N, 3)`` (``t, h, w``)."""
-        b, h, n, d = x.shape
         pos = pos.to(torch.promote_types(pos.dtype, torch.float32))
-        a, bb = self.planes()
-        if self.mode == "axis":  # t's bank, then h's, then w's
-            x = x.reshape(b, h, n, 1, d)
-            for axis in range(3):
-                angle = pos[..., axis, None, None] * self.freq.to(pos.dtype)  # (B, N, 1, P)
-                x = _turn(x, a[axis, None], bb[axis, None], angle)
-            return x.reshape(b, h, n, d)
-        u = F.normalize(self.axis_weight, dim=-1).to(pos.dtype)  # (P, 3) or (K, P, 3)
-        if self.mode == "mixed":
-            a, bb, u = a[None], bb[None], u[None]  # one block of D channels
-        angle = torch.einsum("bnc,kpc->bnkp", pos, u) * self.freq.to(pos.dtype)  # (B, N, K, P)
-        k = a.shape[0]
-        return _turn(x.reshape(b, h, n, k, d // k), a, bb, angle).reshape(b, h, n, d)
+        return self._turn_heads(x, *self.planes(), self._angles(pos))
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
@@ -346,11 +370,14 @@ class GRAPELearned(RotaryEncoder):
             raise TypeError(f"q and k must be floating-point tensors, got {q.dtype} and {k.dtype}")
         coords.check_tokens(q.shape[0], q.shape[2], "q", heads=q.shape[1])
         coords.check_tokens(k.shape[0], k.shape[2], "k", heads=k.shape[1])
-        pos = self.positions(coords).select(*THW).pos  # (B or 1, N, 3)
-        return self.turn(q, pos), self.turn(k, pos)
+        a, b = self.planes()  # once for q and k
+        angle = self._angles(self._positions(coords))
+        return self._turn_heads(q, a, b, angle), self._turn_heads(k, a, b, angle)
 
     def angles(self, coords: Coords) -> Tensor:
-        raise TypeError(_NO_COS_SIN)
+        """The angle of every plane, ``(B, N, 3 P)`` (``axis``: ``t``'s bank, ``h``'s, ``w``'s), ``(B, N, P)``
+        (``mixed``) or ``(B, N, K P)`` (``block_mixed``, block-major); not the angles of channel pairs."""
+        return self._angles(self._positions(coords)).flatten(-2)
 
     def rotation(self, coords: Coords):
         raise TypeError(_NO_COS_SIN)

@@ -346,9 +346,29 @@ def test_learned_errors():
     with pytest.raises(ValueError, match="head_dim"):
         create("grape-learned", head_dim=15)
     enc = create("grape-learned", head_dim=16)
-    with pytest.raises(TypeError, match="no angles / cos / sin"):
+    with pytest.raises(TypeError, match="no cos / sin of channel pairs"):
         enc.rotation(Coords.sequence(4))
     with pytest.raises(ValueError, match="head_dim=16"):
         enc.rotate(*_qk(d=8), Coords.sequence(7))
     with pytest.raises(ValueError, match="reads axes"):
         enc.rotate(*_qk(d=16, n=12), Coords.grid(3, 4))
+
+
+@pytest.mark.parametrize("mode", ["axis", "mixed", "block_mixed"])
+def test_learned_angles_and_static_scaling(mode):
+    """``angles`` are the planes' angles; a linear rule turns at ``pos / factor`` (it scales the source spectrum,
+    as the reference's ``inv_freq`` carries the model's rope_scaling); rules with an attention factor are refused."""
+    kw = {"head_dim": 16, "mode": mode, "block_size": 8}
+    base, scaled = (
+        create("grape-learned", **kw),
+        create("grape-learned", scaling={"rule": "linear", "factor": 2.0}, **kw),
+    )
+    coords = _thw(_positions(b=1, n=5, high=30))
+    planes = {"axis": 3 * 8, "mixed": 8, "block_mixed": 2 * 4}[mode]
+    assert base.angles(coords).shape == (1, 5, planes)
+    torch.testing.assert_close(scaled.angles(coords), base.angles(coords.scaled(0.5)), rtol=1e-6, atol=1e-6)
+    q, k = _qk(b=1, hq=2, hkv=2, n=5, d=16)
+    for got, want in zip(scaled.rotate(q, k, coords), base.rotate(q, k, coords.scaled(0.5))):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="static scaling rules without an attention factor"):
+        create("grape-learned", scaling={"rule": "yarn", "factor": 4.0, "original_size": 16}, **kw)
