@@ -531,3 +531,71 @@ def test_packed_forward_gives_each_sample_its_own_logits():
     packed["position_ids"] = ids
     crossed = model(**packed, use_cache=False).logits[0]
     assert not torch.allclose(crossed[cu[1] :], logits[cu[1] :], atol=1e-4)
+
+
+def _left_padding_module():
+    """tests/integrations/test_hf_left_padding.py (its tiny models and prompts), loaded by path."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).with_name("test_hf_left_padding.py")
+    spec = importlib.util.spec_from_file_location("_mmpos_packed_left_padding", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# test_hf_left_padding.py loads this module too (its samples): that copy does not load it back
+LP = None if __name__.startswith("_mmpos_") else _left_padding_module()
+#: the models whose text layers carry state across the row (linear attention: its recurrence and short convolution
+#: read no sample boundaries), so a packed row is not each sample alone in the model itself (run here: the later
+#: samples' logits move by up to 0.1 on Qwen3.5, 7e-3 on Qwen4-Exp, with transformers' own positions too)
+RECURRENT = {"qwen3_5", "qwen3_5_moe", "qwen4_exp"}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode", ["unpatched", "own scheme"])
+@pytest.mark.parametrize("name", sorted(LP.MODELS) if LP else [])
+def test_packed_forward_of_every_tiny_family(name, mode):
+    """The packed forward of :func:`test_packed_forward_gives_each_sample_its_own_logits` on the tiny model of
+    every family ``use_rope`` reaches (three prompts: images, and a video where the family takes the Qwen
+    layout), unpatched and under ``use_rope(model, <own scheme>)``: each sample's logits as alone, to 1e-5."""
+    build, cls, scheme, shape, video = LP.MODELS[name]
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    if name in RECURRENT:
+        pytest.skip(f"{name}: its linear-attention layers carry their state across samples (no packed rows)")
+    torch.manual_seed(0)
+    model = build().eval()
+    text_model = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    if "text_position_ids" not in inspect.getsource(type(text_model).forward):
+        pytest.skip(
+            f"transformers {transformers.__version__}: {name}'s text model hands its multi-row position ids to the "
+            "mask as they are (no text row split off): no packed-sequence path"
+        )
+    LP.use_rope(model, "own" if mode == "unpatched" else scheme)
+    prompts = LP._prompts(video)
+    pixels = LP._pixels(prompts, shape)
+    alone = []
+    for i, prompt in enumerate(prompts):
+        inputs = LP._inputs(name, [prompt], pixels[i])  # (the Omni thinkers place positions only with a mask)
+        alone.append(model(**inputs, use_cache=False).logits[0])
+    cat = {k: torch.cat([p[k] for p in pixels]) for k in ("images", "videos")}
+    batch = LP._inputs(name, prompts, cat)  # left-padded: its real tokens, sample after sample, are the row
+    real = batch.pop("attention_mask").bool()
+    row = batch["input_ids"][real].view(1, -1)
+    cu = torch.cat([torch.zeros(1, dtype=torch.int32), real.sum(1).cumsum(0).to(torch.int32)])
+    if name in LP.OMNI:
+        ids, _ = hf_omni.packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"),
+                                           batch.get("video_grid_thw"))  # fmt: skip
+    else:
+        types = batch["mm_token_type_ids"][real].view(1, -1) if "mm_token_type_ids" in batch else None
+        ids, _ = packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"), batch.get("video_grid_thw"),
+                                   batch.get("second_per_grid_ts"), types, rule="installed")  # fmt: skip
+    packed = dict(batch, input_ids=row, position_ids=torch.cat([_text_row(cu)[None], ids.to(torch.long)]))
+    if "mm_token_type_ids" in batch:
+        packed["mm_token_type_ids"] = batch["mm_token_type_ids"][real].view(1, -1)
+    logits = model(**packed, use_cache=False).logits[0]
+    for k, want in enumerate(alone):
+        torch.testing.assert_close(logits[cu[k] : cu[k + 1]], want, rtol=1e-5, atol=1e-5)
+    LP.use_rope(model, "own")
