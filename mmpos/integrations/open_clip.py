@@ -44,13 +44,13 @@ from torch.utils.checkpoint import checkpoint
 
 from .._extras import requires
 from ..coords import Coords
-from ..encoders.registry import model_context
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import PositionalBackbone, convert_backbone, grid_scaled_kwargs
+from ..nn.placement import PositionalBackbone, grid_scaled_kwargs
 from ..rotary import Rotation
 from ..scaling import RopeScaling
 from . import timm as mmpos_timm
+from ._vit_common import check_output_fmt, convert_vit, split_intermediates
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
 
@@ -226,21 +226,15 @@ class PositionalCLIPVisionTransformer(PositionalBackbone, VisionTransformer):
         output_extra_tokens: bool = False,
     ) -> dict[str, Tensor | list[Tensor]]:
         """open_clip's ``forward_intermediates`` (same arguments and outputs) with positions."""
-        if output_fmt not in ("NCHW", "NLC"):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        check_output_fmt(output_fmt)
         take_indices, max_index = feature_take_indices(len(self.transformer.resblocks), indices)
-        batch = x.shape[0]
         x, coords, rot = self._tokens(x)
         intermediates = []
         for i in range(max_index + 1 if stop_early else len(self.transformer.resblocks)):
             x = self._run_block(i, x, coords, rot)
             if i in take_indices:
                 intermediates.append(self.ln_post(x) if normalize_intermediates else x)
-        prefix_tokens = [y[:, :1] for y in intermediates]
-        intermediates = [y[:, 1:] for y in intermediates]
-        if output_fmt == "NCHW":
-            h, w = coords.grid_shape
-            intermediates = [y.reshape(batch, h, w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
+        prefix_tokens, intermediates = split_intermediates(intermediates, 1, coords.grid_shape, output_fmt)
         output: dict[str, Any] = {"image_intermediates": intermediates}
         if output_extra_tokens:
             output["image_intermediates_prefix"] = prefix_tokens
@@ -268,24 +262,16 @@ def _convert_tower(
     if not tower.transformer.batch_first:
         raise ValueError("the tower's transformer must be batch_first")
     blocks = [b if isinstance(b, PositionalResidualBlock) else PositionalResidualBlock(b) for b in resblocks]
-    attn = blocks[0].attn
-    context = model_context(
-        tower.transformer.width,
-        attn.num_heads,
-        len(blocks),
-        head_dim=attn.head_dim,
-        grid_size=tower.grid_size,
-        axes=("h", "w"),
-        prefix_rows=1,  # open_clip's table has a row for the class token
-    )
 
     def install() -> None:
         tower.transformer.resblocks = nn.ModuleList(blocks)
 
-    convert_backbone(
+    convert_vit(
         tower,
-        [b.attn for b in blocks],
-        context,
+        blocks,
+        tower.transformer.width,
+        tower.grid_size,
+        1,  # open_clip's table has a row for the class token
         pos,
         pos_kwargs,
         keep_abs_pos,

@@ -44,9 +44,10 @@ from ..encoders.base import RotaryEncoder
 from ..encoders.registry import list_encoders, model_context
 from ..nn import placement
 from ..nn.attention import attention
-from ..nn.placement import Placement, PositionalBackbone, convert_backbone, grid_scaled_kwargs, module_key
+from ..nn.placement import Placement, PositionalBackbone, grid_scaled_kwargs, module_key
 from ..rotary import Rotation
 from ..scaling import RopeScaling
+from ._vit_common import check_output_fmt, convert_vit, split_intermediates
 from .checkpoint import TransferReport
 from .checkpoint import load_state_dict_report as _load_report
 
@@ -253,10 +254,8 @@ class PositionalVisionTransformer(PositionalBackbone, VisionTransformer):
         is_causal: bool = False,
     ) -> Any:
         """timm's ``forward_intermediates`` (same arguments and outputs) with positions."""
-        if output_fmt not in ("NCHW", "NLC"):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        check_output_fmt(output_fmt)
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        batch = x.shape[0]
         x, coords, rot = self._tokens(x)
         intermediates = []
         for i in range(max_index + 1 if stop_early else len(self.blocks)):
@@ -264,11 +263,8 @@ class PositionalVisionTransformer(PositionalBackbone, VisionTransformer):
             if i in take_indices:
                 intermediates.append(self.norm(x) if norm else x)
         p = self.num_prefix_tokens
-        prefix_tokens = [y[:, :p] for y in intermediates] if p else None
-        intermediates = [y[:, p:] for y in intermediates]
-        if output_fmt == "NCHW":
-            h, w = coords.grid_shape
-            intermediates = [y.reshape(batch, h, w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
+        prefix_tokens, intermediates = split_intermediates(intermediates, p, coords.grid_shape, output_fmt)
+        prefix_tokens = prefix_tokens if p else None
         if output_dict:
             out = {"image_intermediates": intermediates}
             if prefix_tokens is not None and return_prefix_tokens:
@@ -555,24 +551,16 @@ def convert(
     if type(model) not in (VisionTransformer, PositionalVisionTransformer):
         raise ValueError(f"model must be a timm VisionTransformer or a timm Eva RoPE ViT, got {type(model).__name__}")
     blocks = [b if isinstance(b, PositionalBlock) else PositionalBlock(b) for b in model.blocks]
-    attn = blocks[0].attn
-    context = model_context(
-        model.embed_dim,
-        attn.num_heads,
-        len(blocks),
-        head_dim=attn.head_dim,
-        grid_size=model.patch_embed.grid_size,
-        axes=("h", "w"),
-        prefix_rows=0 if model.no_embed_class else model.num_prefix_tokens,  # the rows of timm's table
-    )
 
     def install() -> None:
         model.blocks = nn.Sequential(*blocks)
 
-    convert_backbone(
+    convert_vit(
         model,
-        [b.attn for b in blocks],
-        context,
+        blocks,
+        model.embed_dim,
+        model.patch_embed.grid_size,
+        0 if model.no_embed_class else model.num_prefix_tokens,  # the rows of timm's table
         pos,
         pos_kwargs,
         keep_abs_pos,

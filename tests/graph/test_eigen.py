@@ -204,18 +204,22 @@ def test_dense_and_arpack_vectors_agree_on_many_components():
         torch.testing.assert_close(arpack.eigvec, dense.eigvec, atol=1e-8, rtol=0)
 
 
-def test_repeated_eigenvalues_inside_one_component():
-    # three identical paths hanging off node 0 of a random graph: every antisymmetric mode is a double eigenvalue
+def _three_paths_graph(n0: int = 300, length: int = 120):
+    """``(edge_index, num_nodes)``: three identical paths of ``length`` nodes hanging off node 0 of a random
+    directed graph on ``n0`` nodes (every antisymmetric mode of the paths is a double eigenvalue)."""
     rng = np.random.default_rng(4)
-    n0, length = 300, 120
     src, dst = rng.integers(0, n0, 4 * n0), rng.integers(0, n0, 4 * n0)
     parts = [np.stack([np.r_[np.arange(n0 - 1), src], np.r_[np.arange(1, n0), dst]])]
     for b in range(3):
         path = n0 + b * length + np.arange(length)
         parts.append(np.stack([np.r_[0, path[:-1]], path]))
     ei = np.concatenate(parts, axis=1)
-    ei = torch.from_numpy(ei[:, ei[0] != ei[1]])
-    n = n0 + 3 * length
+    return torch.from_numpy(ei[:, ei[0] != ei[1]]), n0 + 3 * length
+
+
+def test_repeated_eigenvalues_inside_one_component():
+    # three identical paths hanging off node 0 of a random graph: every antisymmetric mode is a double eigenvalue
+    ei, n = _three_paths_graph()
     for q in (0.0, 0.1):
         ref = np.linalg.eigvalsh(magnetic_laplacian(ei, n, q).to_dense().numpy())[:12]
         assert np.diff(ref).min() < 1e-10  # the spectrum really is degenerate
@@ -306,16 +310,7 @@ def test_chebyshev_filter_keeps_repeated_eigenvalues(monkeypatch):
     from mmpos.graph import eigen
 
     monkeypatch.setattr(eigen, "_FILTER_MIN", 100)
-    rng = np.random.default_rng(4)
-    n0, length = 300, 120
-    src, dst = rng.integers(0, n0, 4 * n0), rng.integers(0, n0, 4 * n0)
-    parts = [np.stack([np.r_[np.arange(n0 - 1), src], np.r_[np.arange(1, n0), dst]])]
-    for b in range(3):
-        path = n0 + b * length + np.arange(length)
-        parts.append(np.stack([np.r_[0, path[:-1]], path]))
-    ei = np.concatenate(parts, axis=1)
-    ei = torch.from_numpy(ei[:, ei[0] != ei[1]])
-    n = n0 + 3 * length
+    ei, n = _three_paths_graph()
     for q in (0.0, 0.1):
         ref = np.linalg.eigvalsh(magnetic_laplacian(ei, n, q).to_dense().numpy())[:12]
         eig = maglap_eigenpairs(ei, n, 12, q, q_relative=False, solver="arpack")

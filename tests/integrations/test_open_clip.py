@@ -6,7 +6,6 @@ import torch
 
 from mmpos.coords import Coords
 from mmpos.encoders import registry
-from mmpos.encoders.base import BiasEncoder
 from mmpos.integrations import open_clip as mo
 from mmpos.integrations import timm as mt
 
@@ -30,24 +29,6 @@ def _images(h=32, w=32, b=2, seed=1):
 
 def _registered(name):
     return name in {e.name for e in registry.list_encoders()}
-
-
-class SpyBias(BiasEncoder):
-    def __init__(self, dim, head_dim, grid_size, layer):
-        super().__init__()
-        self.context = {"dim": dim, "head_dim": head_dim, "grid_size": grid_size, "layer": layer}
-        self.seen = []
-
-    def bias(self, q, k, coords):
-        self.seen.append(coords)
-        return q.new_zeros(1, 1, q.shape[2], k.shape[2])
-
-
-@pytest.fixture
-def spy(monkeypatch):
-    registry._load()
-    monkeypatch.setitem(registry._REGISTRY, "spy", registry.make_info("spy", SpyBias, "test"))
-    return "spy"
 
 
 # ---------------------------------------------------------------- faithfulness
@@ -115,7 +96,15 @@ def test_encoders_get_context_and_coords(spy):
     visual = model.visual
     assert visual.positional_embedding is not None  # bias only: kept by default
     encoders = [b.attn.pos_encoders["spy"] for b in visual.transformer.resblocks]
-    assert encoders[1].context == {"dim": 64, "head_dim": 16, "grid_size": (4, 4), "layer": 1}
+    assert encoders[1].context == {
+        "dim": 64,
+        "num_heads": 4,
+        "head_dim": 16,
+        "depth": 2,
+        "grid_size": (4, 4),
+        "layer": 1,
+        "axes": ("h", "w"),
+    }
     visual(_images(24, 40))  # the kept table is resampled to the 3 x 5 grid
     coords = encoders[0].seen[-1]
     assert coords.grid_shape == (3, 5) and coords.num_prefix_tokens == 1

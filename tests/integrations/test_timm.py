@@ -7,7 +7,6 @@ from timm.models.vision_transformer import VisionTransformer
 
 from mmpos.coords import Coords
 from mmpos.encoders import registry
-from mmpos.encoders.base import BiasEncoder
 from mmpos.encoders.sincos import sincos_embed
 from mmpos.integrations import timm as mt
 
@@ -27,34 +26,6 @@ def _images(h=32, w=32, b=2, seed=1):
 
 def _registered(name):
     return name in {e.name for e in registry.list_encoders()}
-
-
-class SpyBias(BiasEncoder):
-    """A zero bias that records the coordinates and the context it was built with."""
-
-    def __init__(self, dim, num_heads, head_dim, depth, grid_size, layer, axes):
-        super().__init__()
-        self.context = {
-            "dim": dim,
-            "num_heads": num_heads,
-            "head_dim": head_dim,
-            "depth": depth,
-            "grid_size": grid_size,
-            "layer": layer,
-            "axes": axes,
-        }
-        self.seen = []
-
-    def bias(self, q, k, coords):
-        self.seen.append(coords)
-        return q.new_zeros(1, 1, q.shape[2], k.shape[2])
-
-
-@pytest.fixture
-def spy(monkeypatch):
-    registry._load()
-    monkeypatch.setitem(registry._REGISTRY, "spy", registry.make_info("spy", SpyBias, "test"))
-    return "spy"
 
 
 # ---------------------------------------------------------------- faithfulness

@@ -800,20 +800,7 @@ def build(cfg, encoder, seed, device):
     return Task(model, train_batch, loss, evaluate, metric="acc")
 """
 
-_DDP_RECIPE = {
-    "task": "ddp_toy",
-    "task_module": "ddp_toy_task",
-    "steps": 12,
-    "batch_size": 16,
-    "eval_every": 4,
-    "log_every": 2,
-    "seeds": [0],
-    "encoders": ["none"],
-    "device": "cpu",
-    "progress": False,
-    "threads": 1,
-    "optim": {"lr": 0.02},
-}
+_DDP_RECIPE = _toy(task="ddp_toy", task_module="ddp_toy_task", threads=1)
 
 
 def _torchrun(tmp_path: Path, *args: str, kill: str | None = None):
