@@ -42,14 +42,19 @@ pixel rows against those processors directly.
   :attr:`VideoPatches.timestamps` are Qwen3-VL's per temporal patch (mean of its first and
   last frame's time).
 
-* **Other families** (GLM-4V, GLM-4.6V, ERNIE-4.5-VL, PaddleOCR-VL, Hunyuan-VL): presets of the
-  same functions, their processors' rules as :class:`MediaSpec` fields (``resize``, ``rows``,
-  ``frame_multiple``, ``frames``, ``max_duration``); read for facts in transformers 5.24's
+* **Other families** (GLM-4V, GLM-4.6V, GLM-Image, ERNIE-4.5-VL, PaddleOCR-VL, Hunyuan-VL, HY-V4-VL,
+  Cosmos3-Edge): presets of the same functions, their processors' rules as :class:`MediaSpec` fields
+  (``resize``, ``rows``, ``patch_layout``, ``frame_multiple``, ``frames``, ``max_duration``,
+  ``max_frame_pixels``, ``timestamp_font``); read for facts in transformers 5.24's
   ``models/glm4v/{image_processing_pil_glm4v,video_processing_glm4v}.py``,
-  ``models/glm46v/video_processing_glm46v.py``, ``models/ernie4_5_vl_moe/*processing*.py``,
-  ``models/paddleocr_vl/image_processing_pil_paddleocr_vl.py`` and
-  ``models/hunyuan_vl/image_processing_pil_hunyuan_vl.py``; ``tests/test_media_families.py``
-  compares against those processors.
+  ``models/glm46v/video_processing_glm46v.py``, ``models/glm_image/image_processing_pil_glm_image.py``,
+  ``models/ernie4_5_vl_moe/*processing*.py``, ``models/paddleocr_vl/image_processing_pil_paddleocr_vl.py``,
+  ``models/hunyuan_vl/image_processing_pil_hunyuan_vl.py``, ``models/hy_v4_vl/video_processing_hy_v4_vl.py``
+  and ``models/cosmos3_edge/{image_processing_pil_cosmos3_edge,video_processing_cosmos3_edge}.py``;
+  ``tests/test_media_families*.py`` compare against those processors.
+* **MiniCPM-V 4.6 / 4.7** slice an image into a grid of crops plus a thumbnail: :func:`image_slices`
+  (``models/minicpmv4_6/image_processing_pil_minicpmv4_6.py``) returns the crops' rows and the
+  ``target_sizes`` that :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index` reads.
 
 Shapes: ``pixel_values`` ``(t * h * w, 3 * temporal_patch_size * patch_size ** 2)`` with
 ``(t, h, w) = segment.grid_thw`` in patches before the spatial merge.

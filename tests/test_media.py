@@ -418,7 +418,7 @@ def test_docs_example(tmp_path, monkeypatch):
     """Every ``python`` block of docs/media.md, in order, in one namespace (files written to tmp_path)."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "media.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-    assert len(blocks) == 6  # the Qwen walk-through (5) and the other families' presets (1)
+    assert len(blocks) == 7  # the Qwen walk-through (5), the other families' presets (1), MiniCPM-V slices (1)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
