@@ -613,6 +613,7 @@ class _RotaryBuilder:
     head_sections: list[int] | None
     scaling: Any
     device: torch.device
+    encoder_options: Mapping[str, Any] = field(default_factory=dict)  # use_rope's, for mmpos.create
 
     def __call__(self, probe: Any, layer_type: str | None = None) -> HFRotaryEmbedding:
         cfg, name = self.cfg, self.encoder
@@ -653,6 +654,10 @@ class _RotaryBuilder:
                 num_kv_heads=cfg.num_key_value_heads,
                 head_sections=self.head_sections,
             )
+        clash = sorted(set(self.encoder_options) & {*kwargs, "dim", "num_heads", "head_dim", "scaling"})
+        if clash:
+            raise ValueError(f"encoder_options must not set {clash}: use_rope reads them from the model")
+        kwargs.update(self.encoder_options)
         encoder = create(name, **kwargs, **({} if scaling is None else {"scaling": scaling}))
         per_head = encoder.weight.dim() == 3
         cos_sin_shape = _rotary_cos_sin_shape(probe, rows, self.device)
@@ -672,6 +677,7 @@ def use_rope(
     advance: str | None = None,
     visual_stride: float | None = None,
     scaling: RopeScaling | Mapping[str, Any] | str | None = "own",
+    encoder_options: Mapping[str, Any] | None = None,
     **scheme_options: Any,
 ) -> nn.Module:
     """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V (or :data:`FAMILY_ROTARY`) model use ``scheme``
@@ -707,6 +713,9 @@ def use_rope(
             to whichever scheme is installed; ``None`` no scaling; or a :class:`~mmpos.scaling.RopeScaling` (or a
             mapping of its arguments) for the installed scheme. The attention factor and dynamic rules travel
             with it (:class:`HFRotaryEmbedding`).
+        encoder_options: more arguments of the scheme's rotary encoder (``mmpos.create``), beyond those ``use_rope``
+            reads from the model (``head_dim``, ``theta``, ``mrope_section``, ``scaling``, ...), e.g.
+            ``{"log_freq_scale": 2.0}`` for ``grape`` / ``grape-i``; recorded in the config with the others.
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared. The scheme and the arguments given are
@@ -714,6 +723,8 @@ def use_rope(
         ``save_pretrained`` stores them in ``config.json`` and :func:`from_pretrained` restores
         the swap.
     """
+    if encoder_options is not None and not isinstance(encoder_options, Mapping):
+        raise TypeError(f"encoder_options must be a mapping of encoder argument -> value, got {encoder_options!r}")
     given = {
         "mrope_section": None if mrope_section is None else list(mrope_section),
         "head_sections": None if head_sections is None else list(head_sections),
@@ -722,6 +733,7 @@ def use_rope(
         "training": training or None,
         "advance": advance,
         "visual_stride": visual_stride,
+        "encoder_options": None if encoder_options is None else dict(encoder_options),
         **scheme_options,
     }
     scaling_entry = _scaling_entry(scaling)  # checks scaling; None where it is the default "own"
@@ -810,6 +822,7 @@ def use_rope(
         head_sections=head_sections,
         scaling=scaling,
         device=text.embed_tokens.weight.device,
+        encoder_options=dict(encoder_options or {}),
     )
     layer_types = _rotary_layer_types(text.rotary_emb, cfg)
     if layer_types is None:
