@@ -134,6 +134,7 @@ class HFRotaryEmbedding(nn.Module):
         axes: tuple[str, ...],
         per_head: bool = False,
         per_channel: bool = False,
+        cos_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_choice(cos_sin_shape, "cos_sin_shape", _COS_SIN_SHAPES)
@@ -147,6 +148,7 @@ class HFRotaryEmbedding(nn.Module):
         self.cos_sin_shape = cos_sin_shape
         self.per_head = per_head
         self.per_channel = per_channel
+        self.cos_dtype = cos_dtype  # None: x.dtype (most families); ERNIE-4.5-VL's rotary returns float32
         self.per_head_angles: tuple[Tensor, Tensor] | None = None
         self.register_buffer("rows_to_axes", rows_to_axes, persistent=False)
         self._float32 = (encoder.weight.detach().float().cpu(), self.rows_to_axes.clone())  # masters, see _apply
@@ -162,6 +164,7 @@ class HFRotaryEmbedding(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        out_dtype = x.dtype if self.cos_dtype is None else self.cos_dtype
         if position_ids.dim() == 2:
             position_ids = position_ids.unsqueeze(0)
         if position_ids.dim() != 3 or position_ids.shape[0] not in (1, self.rows):
@@ -186,13 +189,13 @@ class HFRotaryEmbedding(nn.Module):
             self.per_head_angles = (cos.to(x.dtype), sin.to(x.dtype))
             b, _, n, p = cos.shape
             cos, sin = (
-                torch.ones(b, n, 2 * p, dtype=x.dtype, device=x.device),
-                torch.zeros(b, n, 2 * p, dtype=x.dtype, device=x.device),
+                torch.ones(b, n, 2 * p, dtype=out_dtype, device=x.device),
+                torch.zeros(b, n, 2 * p, dtype=out_dtype, device=x.device),
             )
         elif self.per_channel:  # the plan's pairs are the channels of cos / sin (HunYuan-VL)
-            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+            cos, sin = cos.to(out_dtype), sin.to(out_dtype)
         else:
-            cos, sin = torch.cat((cos, cos), -1).to(x.dtype), torch.cat((sin, sin), -1).to(x.dtype)
+            cos, sin = torch.cat((cos, cos), -1).to(out_dtype), torch.cat((sin, sin), -1).to(out_dtype)
         if self.cos_sin_shape == "rows":
             cos, sin = cos.expand(3, *cos.shape), sin.expand(3, *sin.shape)
         return cos, sin
@@ -503,6 +506,15 @@ def _rotary_cos_sin_shape(rotary: Any, rows: int, device: torch.device) -> str:
     raise ValueError(f"{_name(rotary)} returns cos of shape {tuple(cos.shape)}: unknown cos / sin shape")
 
 
+def _rotary_cos_dtype(rotary: Any, rows: int, device: torch.device) -> torch.dtype | None:
+    """Call the model's own rotary module once with a bfloat16 ``x``: ``None`` where its ``cos`` / ``sin`` take
+    ``x.dtype`` (most families), else the dtype they keep (ERNIE-4.5-VL's float32, which its attention reads)."""
+    x = torch.zeros(1, dtype=torch.bfloat16, device=device)
+    with torch.no_grad():
+        cos, _ = rotary(x, torch.zeros(rows, 1, 1, dtype=torch.long, device=device))
+    return None if cos.dtype == x.dtype else cos.dtype
+
+
 def _name(rotary: Any) -> str:
     return type(getattr(rotary, "func", rotary)).__name__  # a module, or a partial of one (its layer type)
 
@@ -636,7 +648,9 @@ class _RotaryBuilder:
                 )
             encoder = _SectionsOverRows(rotary_dim, own_section, axes, theta)
             shape = _rotary_cos_sin_shape(probe, rows, self.device)
-            return HFRotaryEmbedding(encoder, shape, torch.eye(rows), axes, per_channel=True).to(self.device)
+            cos_dtype = _rotary_cos_dtype(probe, rows, self.device)
+            rotary = HFRotaryEmbedding(encoder, shape, torch.eye(rows), axes, per_channel=True, cos_dtype=cos_dtype)
+            return rotary.to(self.device)
         if encoder_info(name).mrope_section:  # the record says it takes mrope_section
             own_order, wants_order = _axis_order(self.own_encoder), _axis_order(name)
             section = self.mrope_section
@@ -662,7 +676,8 @@ class _RotaryBuilder:
         per_head = encoder.weight.dim() == 3
         cos_sin_shape = _rotary_cos_sin_shape(probe, rows, self.device)
         rotary_cls = _InterleavedRotaryEmbedding if convention == "interleaved" else HFRotaryEmbedding
-        return rotary_cls(encoder, cos_sin_shape, rows_to_axes, axes, per_head).to(self.device)
+        cos_dtype = _rotary_cos_dtype(probe, rows, self.device)
+        return rotary_cls(encoder, cos_sin_shape, rows_to_axes, axes, per_head, cos_dtype=cos_dtype).to(self.device)
 
 
 def use_rope(

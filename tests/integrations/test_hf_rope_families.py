@@ -360,6 +360,97 @@ def test_text_only_prompts_keep_the_model_logits(family):
     use_rope(model, "own")
 
 
+#: the families tested with videos, and how their processors write one: "frames" (Qwen3-VL's: every frame a
+#: block between the vision start / end tokens, a timestamp before it), "merged" (ERNIE-4.5-VL: one block between the
+#: video start / end tokens, t merged by temporal_merge_size 2), "glm" (GLM-4V's: the frames image tokens between the
+#: image start / end tokens, a timestamp after each, all between the video start / end tokens; its forward places
+#: image and video features by the same image-token mask, so its batch holds videos only)
+VIDEO_FAMILIES = {
+    "glm4v": "glm",
+    "glm4v_moe": "glm",
+    "glm46v": "glm",
+    "glm_ocr": "glm",
+    "cosmos3_edge": "frames",
+    "qwen3_5": "frames",
+    "qwen3_5_moe": "frames",
+    "cosmos3_omni": "frames",
+    "qwen4_exp": "frames",
+    "cohere_compass": "frames",
+    "ernie4_5_vl_moe": "merged",
+}
+
+
+def _video_batch(name):
+    """:func:`_batch` with a 4-frame 8 x 8-pixel video (grid (2, 4, 4): 2 x 4 tokens, 4 after ERNIE's temporal
+    merge) after the first prompt's image and as the second prompt's only vision input."""
+    g = torch.Generator().manual_seed(3)
+    kind, row = VIDEO_FAMILIES[name], FAMILIES[name][3]
+    image = [] if kind == "glm" else [(ISTART, 0)] + [(IMG, 1)] * 6 + [(IEND, 0)]  # (token, mm_token_type)
+    if kind == "frames":
+        frame = [(ISTART, 0)] + [(VID, 2)] * 4 + [(IEND, 0)]
+        video = [(40, 0), *frame, (41, 0), *frame]
+    elif kind == "glm":
+        frame = [(ISTART, 0)] + [(IMG, 2)] * 4 + [(IEND, 0)]
+        video = [(VSTART, 0), *frame, (40, 0), *frame, (41, 0), (VEND, 0)]
+    else:
+        video = [(VSTART, 0)] + [(VID, 2)] * 4 + [(VEND, 0)]
+    first = [(5, 0), (6, 0), *image, (7, 0), *video, (30, 0), (9, 0), (10, 0)]
+    second = [(11, 0), *video, (12, 0), (13, 0)]
+    ids, mask = left_padded([t for t, _ in first], [t for t, _ in second], PAD)
+    types, _ = left_padded([k for _, k in first], [k for _, k in second], 0)
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "pixel_values_videos": torch.randn(2 * 32, *row, generator=g),  # 2 videos of 2 x 4 x 4 patches
+        "video_grid_thw": torch.tensor([[2, 4, 4], [2, 4, 4]]),
+    }
+    if NEW:
+        batch["mm_token_type_ids"] = types
+    if image:
+        batch.update(pixel_values=torch.randn(24, *row, generator=g), image_grid_thw=torch.tensor([[1, 4, 6]]))
+    return batch
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", list(VIDEO_FAMILIES))
+def test_video_batches(name):
+    """Videos (and an image) in a left-padded batch: the own scheme exact, swapped schemes' cached ``generate`` equal
+    to a full forward."""
+    build, cls, own, _ = FAMILIES[name]
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    torch.manual_seed(0)
+    model = build().eval()
+    inputs = _video_batch(name)
+    assert_own_scheme_is_exact(model, inputs, own, SUPPRESS)
+    ref = model(**inputs).logits
+    for scheme, options in (("videorope", {}), ("vrope", {}), ("hope", {"temporal_scale": 0.75})):
+        use_rope(model, scheme, **options)
+        assert not torch.allclose(model(**inputs).logits, ref), scheme
+        assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
+    use_rope(model, "own")
+
+
+def _bfloat16(inputs):
+    return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in inputs.items()}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_own_scheme_in_bfloat16(name, tmp_path):
+    """In bfloat16 (the tiny model saved and loaded with ``from_pretrained(..., dtype=torch.bfloat16)``, which keeps
+    the rotary's ``inv_freq`` float32, as mmpos keeps its plan): ``cos`` / ``sin`` in the dtype the model's own rotary
+    returns (``x.dtype``; ERNIE-4.5-VL's float32, read by its float32 rotation)."""
+    build, cls, own, _ = FAMILIES[name]
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    torch.manual_seed(0)
+    build().save_pretrained(tmp_path)
+    model = getattr(transformers, cls).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert_own_scheme_is_exact(model, _bfloat16(_batch(name)), own, SUPPRESS)
+
+
 # ------------------------------------------------------------------------- the Omni thinkers (TMRoPE positions)
 OMNI_TOKENS = {
     "audio_token_id": 110,
@@ -452,6 +543,19 @@ def _omni_batch():
 def test_omni_own_scheme_through_mmpos_gives_the_model_logits(omni):
     name, model = omni
     assert_own_scheme_is_exact(model, _omni_batch(), OMNI[name][2], SUPPRESS)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", list(OMNI))
+def test_omni_own_scheme_in_bfloat16(name, tmp_path):
+    """As :func:`test_own_scheme_in_bfloat16`, with an audio clip in each prompt."""
+    build, cls, own = OMNI[name]
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    torch.manual_seed(0)
+    build().save_pretrained(tmp_path)
+    model = getattr(transformers, cls).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert_own_scheme_is_exact(model, _bfloat16(_omni_audio_batch(model)), own, SUPPRESS)
 
 
 OMNI_SWAPS = [

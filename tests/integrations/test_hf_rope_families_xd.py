@@ -217,6 +217,22 @@ def test_hy_v4_vl_own_scheme_gives_the_model_logits(index_topk):
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("family", ["hunyuan_vl", "hy_v4_vl"])
+def test_own_scheme_in_bfloat16(family, tmp_path):
+    """Loaded with ``from_pretrained(..., dtype=torch.bfloat16)`` (the rotary's ``inv_freq`` stays float32, as
+    mmpos's plan): the own scheme is exact in bfloat16 too."""
+    model, inputs, own = (
+        (_hunyuan(SECTIONS["n4"]), _hunyuan_batch(), "hunyuan-vl")
+        if family == "hunyuan_vl"
+        else (_hy_v4_vl(4), _hy_v4_vl_batch(), "hy-v4-vl")
+    )
+    model.save_pretrained(tmp_path)
+    model = type(model).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in inputs.items()}
+    assert_own_scheme_is_exact(model, inputs, own, SUPPRESS)
+
+
+@torch.no_grad()
 @pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
 def test_hy_v4_vl_swapped_scheme_cached_generate(hy_v4_vl, scheme, options):
     inputs = _hy_v4_vl_batch()
