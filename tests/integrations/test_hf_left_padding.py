@@ -216,7 +216,8 @@ def _qwen3_omni_moe():
 
 
 #: model_type -> (tiny model, transformers class, the family's own scheme, pixel row shape, video layout)
-#: video layout: "block" (one run of video tokens), "frames" (a timestamped run per frame), None (images only)
+#: video layout: "block" (one run of video tokens), "merged" (ERNIE: 2 frames merged in time), "frames" (a
+#: timestamped run per frame), None (images only: GLM-4V's processors write frames as image tokens)
 MODELS = {
     "qwen2_vl": (lambda: _qwen("qwen2_vl"), "Qwen2VLForConditionalGeneration", "qwen2-vl", (24,), "block"),
     "qwen2_5_vl": (lambda: _qwen("qwen2_5_vl"), "Qwen2_5_VLForConditionalGeneration", "qwen2.5-vl", (24,), "block"),
@@ -238,12 +239,15 @@ MODELS = {
     "qwen3_5": (lambda: _qwen3_5(False), "Qwen3_5ForConditionalGeneration", "qwen3-vl", (24,), "frames"),
     "qwen3_5_moe": (lambda: _qwen3_5(True), "Qwen3_5MoeForConditionalGeneration", "qwen3-vl", (24,), "frames"),
     "qwen4_exp": (_qwen4_exp, "Qwen4ExpForConditionalGeneration", "qwen3-vl", (24,), "frames"),
-    "cosmos3_edge": (_cosmos3_edge, "Cosmos3EdgeForConditionalGeneration", "qwen3-vl", (12,), None),
+    "cosmos3_edge": (_cosmos3_edge, "Cosmos3EdgeForConditionalGeneration", "qwen3-vl", (12,), "frames"),
     "cosmos3_omni": (_cosmos3_omni, "Cosmos3OmniForConditionalGeneration", "qwen3-vl", (24,), "frames"),
-    "ernie4_5_vl_moe": (_ernie4_5_vl_moe, "Ernie4_5_VLMoeForConditionalGeneration", "qwen2-vl", (12,), None),
-    "qwen2_5_omni": (_qwen2_5_omni, "Qwen2_5OmniThinkerForConditionalGeneration", "qwen2.5-omni", (24,), None),
-    "qwen3_omni_moe": (_qwen3_omni_moe, "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3-omni", (24,), None),
+    "ernie4_5_vl_moe": (_ernie4_5_vl_moe, "Ernie4_5_VLMoeForConditionalGeneration", "qwen2-vl", (12,), "merged"),
+    "qwen2_5_omni": (_qwen2_5_omni, "Qwen2_5OmniThinkerForConditionalGeneration", "qwen2.5-omni", (24,), "block"),
+    "qwen3_omni_moe": (_qwen3_omni_moe, "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3-omni", (24,), "block"),
 }  # fmt: skip
+if not NEW:  # transformers 4.57.1's Qwen3-Omni thinker fails on a batch with images and videos (its deepstack joint
+    # masks index (B, L, D) masks by a (B, L) one, modeling_qwen3_omni_moe.py): images only there
+    MODELS["qwen3_omni_moe"] = (*MODELS["qwen3_omni_moe"][:4], None)
 OMNI = {"qwen2_5_omni", "qwen3_omni_moe"}
 
 
@@ -254,6 +258,8 @@ def _prompts(video: str | None):
     second = ([11, START] + [IMG] * 4 + [END, 12, 13], [[1, 4, 4]], [])
     if video == "block":  # 2 temporal patches of 4 x 4: 8 tokens
         third = ([14, 15, 16, START] + [VID] * 8 + [END, 17], [], [[2, 4, 4]])
+    elif video == "merged":  # ERNIE-4.5-VL: the 2 frames merged in time (temporal_merge_size 2): 4 tokens
+        third = ([14, 15, 16, START] + [VID] * 4 + [END, 17], [], [[2, 4, 4]])
     elif video == "frames":  # Qwen3-VL: each frame after its timestamp text
         third = ([14, 15, 40, START] + [VID] * 4 + [END, 41, START] + [VID] * 4 + [END, 17], [], [[2, 4, 4]])
     else:
@@ -280,6 +286,8 @@ def _inputs(name, prompts, gen):
         out["pixel_values_videos"] = gen["videos"][: int(out["video_grid_thw"].prod(-1).sum())].view(-1, *shape)
         if name == "qwen2_5_vl":
             out["second_per_grid_ts"] = torch.tensor([0.5] * len(videos))
+        elif name in OMNI:
+            out["video_second_per_grid"] = torch.tensor([0.5] * len(videos))
     if NEW and name not in OMNI:
         out["mm_token_type_ids"] = (ids == IMG).long() + 2 * (ids == VID).long()
     return out

@@ -587,12 +587,13 @@ def test_packed_forward_of_every_tiny_family(name, mode):
     cu = torch.cat([torch.zeros(1, dtype=torch.int32), real.sum(1).cumsum(0).to(torch.int32)])
     if name in LP.OMNI:
         ids, _ = hf_omni.packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"),
-                                           batch.get("video_grid_thw"))  # fmt: skip
+                                           batch.get("video_grid_thw"),
+                                           second_per_grids=batch.get("video_second_per_grid"))  # fmt: skip
     else:
         types = batch["mm_token_type_ids"][real].view(1, -1) if "mm_token_type_ids" in batch else None
         ids, _ = packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"), batch.get("video_grid_thw"),
                                    batch.get("second_per_grid_ts"), types, rule="installed")  # fmt: skip
-    packed = dict(batch, input_ids=row, position_ids=torch.cat([_text_row(cu)[None], ids.to(torch.long)]))
+    packed = dict(batch, input_ids=row, position_ids=torch.cat([_text_row(cu)[None].to(ids.dtype), ids]))
     if "mm_token_type_ids" in batch:
         packed["mm_token_type_ids"] = batch["mm_token_type_ids"][real].view(1, -1)
     logits = model(**packed, use_cache=False).logits[0]
