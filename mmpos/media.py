@@ -53,8 +53,9 @@ pixel rows against those processors directly.
   and ``models/cosmos3_edge/{image_processing_pil_cosmos3_edge,video_processing_cosmos3_edge}.py``;
   ``tests/test_media_families*.py`` compare against those processors.
 * **MiniCPM-V 4.6 / 4.7** slice an image into a grid of crops plus a thumbnail: :func:`image_slices`
-  (``models/minicpmv4_6/image_processing_pil_minicpmv4_6.py``) returns the crops' rows and the
-  ``target_sizes`` that :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index` reads.
+  and :func:`video_slices` (``models/minicpmv4_6/{image_processing_pil,video_processing}_minicpmv4_6.py``)
+  return the crops' rows and the ``target_sizes`` that
+  :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index` reads.
 
 Shapes: ``pixel_values`` ``(t * h * w, 3 * temporal_patch_size * patch_size ** 2)`` with
 ``(t, h, w) = segment.grid_thw`` in patches before the spatial merge.
@@ -85,20 +86,24 @@ with requires("media"):  # one line naming the package and the extra when it is 
 __all__ = [
     "IMAGE_SPECS",
     "SLICE_SPECS",
+    "VIDEO_SLICE_SPECS",
     "VIDEO_SPECS",
     "ImagePatches",
     "ImageSlices",
     "MediaSpec",
     "SliceSpec",
     "VideoPatches",
+    "VideoSlices",
     "image_patches",
     "image_slices",
     "load_image",
+    "minicpm_frame_indices",
     "read_video",
     "sample_frame_indices",
     "smart_resize",
     "smart_resize_video",
     "video_patches",
+    "video_slices",
 ]
 
 ImageSource = str | os.PathLike | bytes | PILImage.Image | np.ndarray
@@ -757,9 +762,17 @@ def read_video(
     is not positive or fewer decodable frames than the container reports raise ``ValueError``
     naming the file.
     """
+    spec = _resolve(spec, VIDEO_SPECS, overrides)
+    return _decode(path, lambda total, fps: sample_frame_indices(total, fps, spec))
+
+
+def _decode(
+    path: str | os.PathLike, sample: Callable[[int, float], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """:func:`read_video`'s decoding: ``sample(total, fps)`` gives the indices to keep (a ``ValueError`` it
+    raises is re-raised naming the file)."""
     import cv2
 
-    spec = _resolve(spec, VIDEO_SPECS, overrides)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"video path must be a str or os.PathLike, got {type(path).__name__}")
     name = _name(path)
@@ -778,7 +791,7 @@ def read_video(
         if not (math.isfinite(fps) and fps > 0):
             raise ValueError(f"video file {name} has frame rate {fps}; a positive frame rate is needed for timestamps")
         try:
-            indices = sample_frame_indices(total, fps, spec)
+            indices = sample(total, fps)
         except ValueError as err:
             raise ValueError(f"video file {name}: {err}") from err
         wanted, frames = set(indices.tolist()), {}  # decoded in order up to the last index: exact, no seeking
@@ -954,6 +967,7 @@ class SliceSpec:
         slice_mode: slice images larger than ``S * S`` (``False``: the thumbnail only).
         mean, std: per-channel normalisation (RGB).
         resample: ``"pil"`` or ``"torch"`` bicubic (see the module docstring).
+        max_frames: videos: the most frames sampled (``max_num_frames``, see :func:`minicpm_frame_indices`).
     """
 
     patch_size: int = 14
@@ -964,9 +978,10 @@ class SliceSpec:
     mean: tuple[float, float, float] = HALF
     std: tuple[float, float, float] = HALF
     resample: str = "pil"
+    max_frames: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("patch_size", "scale_resolution", "max_slices"):
+        for name in ("patch_size", "scale_resolution", "max_slices", "max_frames"):
             check_int(getattr(self, name), f"SliceSpec.{name}", 1)
         if self.downsample_mode not in DOWNSAMPLE_MODES:
             raise ValueError(
@@ -991,6 +1006,8 @@ def _row_spec(spec: SliceSpec) -> MediaSpec:
 
 #: slicing processors: ``MiniCPMV4_6ImageProcessor`` defaults (MiniCPM-V 4.7 uses the same class)
 SLICE_SPECS: dict[str, SliceSpec] = {"minicpm-v4.6": SliceSpec(), "minicpm-v4.7": SliceSpec()}
+#: ``MiniCPMV4_6VideoProcessor`` defaults: the same slicing, torchvision's bicubic, at most 128 frames
+VIDEO_SLICE_SPECS: dict[str, SliceSpec] = {name: SliceSpec(resample="torch") for name in SLICE_SPECS}
 
 
 def _fit(height: float, width: float, spec: SliceSpec, upscale: bool) -> tuple[int, int]:
@@ -1071,9 +1088,14 @@ class ImageSlices:
 
     def navit(self) -> Tensor:
         """``pixel_values`` in the processor's layout ``(1, 3, P, N * P)`` (patch ``k`` at columns ``k P .. (k + 1) P``)."""
-        n, d = self.pixel_values.shape
-        p = math.isqrt(d // 3)
-        return self.pixel_values.view(n, 3, p, p).permute(1, 2, 0, 3).reshape(1, 3, p, n * p)
+        return _navit(self.pixel_values)
+
+
+def _navit(rows: Tensor) -> Tensor:
+    """Rows ``(N, 3 * P * P)`` -> MiniCPM-V's NaViT layout ``(1, 3, P, N * P)``."""
+    n, d = rows.shape
+    p = math.isqrt(d // 3)
+    return rows.view(n, 3, p, p).permute(1, 2, 0, 3).reshape(1, 3, p, n * p)
 
 
 def image_slices(source: ImageSource, spec: str | SliceSpec = "minicpm-v4.6", **overrides) -> ImageSlices:
@@ -1090,18 +1112,13 @@ def image_slices(source: ImageSource, spec: str | SliceSpec = "minicpm-v4.6", **
         spec: a key of :data:`SLICE_SPECS` or a :class:`SliceSpec`.
         **overrides: :class:`SliceSpec` fields to change (``max_slices=4``, ``downsample_mode="4x"``).
     """
-    if isinstance(spec, str):
-        if spec not in SLICE_SPECS:
-            raise ValueError(f"spec must be a SliceSpec or one of {tuple(SLICE_SPECS)}, got {spec!r}")
-        spec = SLICE_SPECS[spec]
-    elif not isinstance(spec, SliceSpec):
-        raise TypeError(f"spec must be a SliceSpec or a model name, got {type(spec).__name__}")
-    known = {f.name for f in fields(SliceSpec)}
-    if unknown := sorted(set(overrides) - known):
-        raise TypeError(f"unknown SliceSpec field(s) {unknown}; valid: {sorted(known)}")
-    spec = replace(spec, **overrides)
+    spec = _resolve_slices(spec, SLICE_SPECS, overrides)
+    return _slice(np.array(load_image(source)), spec)
+
+
+def _slice(rgb: np.ndarray, spec: SliceSpec) -> ImageSlices:
+    """One uint8 ``(H, W, 3)`` image (or video frame) as MiniCPM-V crops (see :func:`image_slices`)."""
     rows_spec, p = _row_spec(spec), spec.patch_size
-    rgb = np.array(load_image(source))  # (H, W, 3) uint8
     height, width = rgb.shape[:2]
     grid = _slice_grid(height, width, spec) if spec.slice_mode else None
     thumb = _fit(height, width, spec, upscale=grid is None)
@@ -1118,3 +1135,115 @@ def image_slices(source: ImageSource, spec: str | SliceSpec = "minicpm-v4.6", **
     target_sizes = torch.tensor([(h // p, w // p) for h, w in sizes], dtype=torch.int32)
     tokens = tuple(h * w // (p * p * spec.merge**2) for h, w in sizes)
     return ImageSlices(pixel_values, target_sizes, grid, tokens)
+
+
+def _resolve_slices(spec: str | SliceSpec, table: dict[str, SliceSpec], overrides: dict) -> SliceSpec:
+    if isinstance(spec, str):
+        if spec not in table:
+            raise ValueError(f"spec must be a SliceSpec or one of {tuple(table)}, got {spec!r}")
+        spec = table[spec]
+    elif not isinstance(spec, SliceSpec):
+        raise TypeError(f"spec must be a SliceSpec or a model name, got {type(spec).__name__}")
+    known = {f.name for f in fields(SliceSpec)}
+    if unknown := sorted(set(overrides) - known):
+        raise TypeError(f"unknown SliceSpec field(s) {unknown}; valid: {sorted(known)}")
+    return replace(spec, **overrides)
+
+
+def minicpm_frame_indices(total_frames: int, video_fps: float, max_frames: int = 128) -> np.ndarray:
+    """MiniCPM-V 4.6 / 4.7's sampled frames (``MiniCPMV4_6VideoProcessor.sample_frames``, ``stack_frames=1``):
+    one frame a second, ``int(s * video_fps)`` for ``s < ceil(duration)``; a clip longer than ``max_frames``
+    seconds: every 0.1 s (``min(int(t * video_fps), last)``), thinned to ``max_frames`` with
+    ``linspace(..., dtype=int)``. ``(F,)`` int64; may repeat in the long-clip rule."""
+    check_int(total_frames, "total_frames", 1)
+    check_float(video_fps, "video_fps")
+    check_int(max_frames, "max_frames", 1)
+    duration, last = total_frames / video_fps, total_frames - 1
+    if duration > max_frames:
+        times = [round(i * 0.1, 1) for i in range(int(duration / 0.1))]
+        indices = [min(int(t * video_fps), last) for t in times]
+        if len(indices) > max_frames:
+            indices = [indices[i] for i in np.linspace(0, len(indices) - 1, max_frames, dtype=int).tolist()]
+    else:
+        indices = [int(s * video_fps) for s in range(math.ceil(duration))]
+    return np.array(indices, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class VideoSlices:
+    """One clip as MiniCPM-V crops: each sampled frame sliced as an image (:class:`ImageSlices`).
+
+    Attributes:
+        frames: one :class:`ImageSlices` per sampled frame (all with the same grid).
+        frame_indices: ``(F,)`` indices of the sampled frames in the clip.
+        video_fps: the clip's frame rate.
+    """
+
+    frames: tuple[ImageSlices, ...]
+    frame_indices: np.ndarray
+    video_fps: float
+
+    @property
+    def pixel_values(self) -> Tensor:
+        """``(N, 3 * P * P)`` rows of every frame's crops, frame after frame (thumbnail first in each)."""
+        return torch.cat([f.pixel_values for f in self.frames])
+
+    @property
+    def target_sizes(self) -> Tensor:
+        """``(K, 2)`` int32 ``(h, w)`` in patches of every crop (the model's ``target_sizes_videos``)."""
+        return torch.cat([f.target_sizes for f in self.frames])
+
+    def placeholder_ids(
+        self, video: int, image_start: int, image_end: int, slice_start: int, slice_end: int, newline: int
+    ) -> list[int]:
+        """The clip's tokens as ``MiniCPMV4_7Processor`` writes them: each frame as
+        :meth:`ImageSlices.placeholder_ids` with the video token, frames one after the other."""
+        return [
+            i
+            for f in self.frames
+            for i in f.placeholder_ids(video, image_start, image_end, slice_start, slice_end, newline)
+        ]
+
+    def navit(self) -> Tensor:
+        """:attr:`pixel_values` in the processor's layout ``(1, 3, P, N * P)`` (its ``pixel_values_videos``)."""
+        return _navit(self.pixel_values)
+
+
+def video_slices(
+    source: str | os.PathLike | np.ndarray,
+    spec: str | SliceSpec = "minicpm-v4.6",
+    *,
+    video_fps: float | None = None,
+    **overrides,
+) -> VideoSlices:
+    """Sample a clip and slice each frame as MiniCPM-V 4.6 / 4.7 do (``MiniCPMV4_6VideoProcessor``, its
+    default ``stack_frames=1``; the sub-second frames stacked into composites of ``stack_frames > 1``
+    are not covered).
+
+    Args:
+        source: a video file (OpenCV), or decoded frames ``(F, H, W, 3)`` uint8 RGB with ``video_fps``.
+        spec: a key of :data:`VIDEO_SLICE_SPECS` or a :class:`SliceSpec`.
+        video_fps: frame rate of an array ``source``.
+        **overrides: :class:`SliceSpec` fields to change (``max_frames=32``, ``slice_mode=False``).
+    """
+    spec = _resolve_slices(spec, VIDEO_SLICE_SPECS, overrides)
+    if isinstance(source, np.ndarray):
+        if source.dtype != np.uint8 or source.ndim != 4 or source.shape[3] != 3 or 0 in source.shape:
+            raise ValueError(f"video array must be non-empty uint8 (F, H, W, 3), got {source.dtype} {source.shape}")
+        if video_fps is None:
+            raise ValueError("video_fps must be given for an array video (a positive number: its frame rate)")
+        check_float(video_fps, "video_fps (the frame rate of an array video)")
+        fps = float(video_fps)
+        indices = minicpm_frame_indices(source.shape[0], fps, spec.max_frames)
+        frames = source[indices]
+    elif isinstance(source, (str, os.PathLike)):
+        if video_fps is not None:
+            raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
+        frames, indices, fps, _ = _decode(
+            source, lambda total, rate: minicpm_frame_indices(total, rate, spec.max_frames)
+        )
+    else:
+        raise TypeError(
+            f"video must be a file path (str / os.PathLike) or uint8 frames (F, H, W, 3), got {type(source).__name__}"
+        )
+    return VideoSlices(tuple(_slice(frame, spec) for frame in frames), indices, fps)

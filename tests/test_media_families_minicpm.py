@@ -1,6 +1,7 @@
-"""mmpos.media.image_slices (MiniCPM-V 4.6 / 4.7 slicing) against the installed ``MiniCPMV4_6ImageProcessor``
-(PIL and torchvision classes): rows, ``target_sizes``, grid; and image -> slices -> token ids -> position ids equal
-to the model's own ``get_rope_index`` on the processor's ``target_sizes``."""
+"""mmpos.media.image_slices / video_slices (MiniCPM-V 4.6 / 4.7 slicing) against the installed
+``MiniCPMV4_6ImageProcessor`` (PIL and torchvision classes) and ``MiniCPMV4_6VideoProcessor``: rows, ``target_sizes``,
+grids, sampled frames; and image / clip -> slices -> token ids -> position ids equal to the model's own
+``get_rope_index`` on the processor's ``target_sizes``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from PIL import Image as PILImage
 from mmpos import media
 
 transformers = pytest.importorskip("transformers", reason="parity with the HF processors needs transformers")
-pytest.importorskip("torchvision", reason="the HF torchvision image processor needs torchvision")
+pytest.importorskip("torchvision", reason="the HF torchvision image / video processors need torchvision")
+VideoMetadata = importlib.import_module("transformers.video_utils").VideoMetadata
 
 
 def _processor(resample: str):
@@ -88,37 +90,138 @@ def test_grid_worked_example():
     assert media.image_slices(_noise(300, 400)).grid is None  # under one slice's area: the thumbnail only
 
 
-def test_image_to_position_ids_equals_the_model():
-    """image -> image_slices -> placeholder ids -> minicpmv4_7_rope_index equals MiniCPMV4_7Model.get_rope_index
-    on the ids and the HF processor's target_sizes."""
-    from mmpos.integrations.hf_families import minicpmv4_7_rope_index
-
+def _model():
     try:
         cm = importlib.import_module("transformers.models.minicpmv4_7.configuration_minicpmv4_7")
         mm = importlib.import_module("transformers.models.minicpmv4_7.modeling_minicpmv4_7")
     except ImportError:
         pytest.skip(f"transformers {transformers.__version__} has no minicpmv4_7 (the family is newer)")
     names = ("image_token_id", "video_token_id", "image_start_id", "image_end_id", "slice_start_id", "slice_end_id")
-    ids = dict(zip((*names, "newline_id"), range(5001, 5008), strict=True))
-    config = cm.MiniCPMV4_7Config(**ids)
+    config = cm.MiniCPMV4_7Config(**dict(zip((*names, "newline_id"), range(5001, 5008), strict=True)))
     owner = SimpleNamespace(config=config)
     for name in ("get_vision_position_ids", "_group_visual_frames"):
         setattr(owner, name, types.MethodType(getattr(mm.MiniCPMV4_7Model, name), owner))
     owner._frame_end_idx = mm.MiniCPMV4_7Model._frame_end_idx
+    return config, mm.MiniCPMV4_7Model, owner
+
+
+MARKERS = (5003, 5004, 5005, 5006, 5007)  # image_start, image_end, slice_start, slice_end, newline
+
+
+def test_image_to_position_ids_equals_the_model():
+    """image -> image_slices -> placeholder ids -> minicpmv4_7_rope_index equals MiniCPMV4_7Model.get_rope_index
+    on the ids and the HF processor's target_sizes."""
+    from mmpos.integrations.hf_families import minicpmv4_7_rope_index
+
+    config, model, owner = _model()
     images = [_noise(1200, 1700), _noise(37, 91, seed=1), _noise(2000, 300, seed=2)]
     prompt, sizes = [11, 12], []
     for image in images:
         s = media.image_slices(image)
-        prompt += [21, 22] + s.placeholder_ids(5001, 5003, 5004, 5005, 5006, 5007) + [13]  # text (an image id)
+        prompt += [21, 22] + s.placeholder_ids(5001, *MARKERS) + [13]  # text (an image id) before it
         sizes.append(s.target_sizes)
     out = _processor("pil")()(images=[PILImage.fromarray(i) for i in images], return_tensors="pt")
     assert torch.equal(torch.cat(sizes), out["target_sizes"])
     input_ids = torch.tensor([prompt])
     mm_types = (input_ids == 5001).long()
-    ref, ref_deltas = mm.MiniCPMV4_7Model.get_rope_index(
+    ref, ref_deltas = model.get_rope_index(
         owner, input_ids, mm_types, out["target_sizes"], None, downsample_mode="16x", attention_mask=None
     )
     pos, deltas = minicpmv4_7_rope_index(config, input_ids, target_sizes=torch.cat(sizes))
+    assert torch.equal(pos, ref) and torch.equal(deltas, ref_deltas)
+
+
+# --------------------------------------------------------------------------- videos
+def _video_processor(**kwargs):
+    try:
+        module = importlib.import_module("transformers.models.minicpmv4_6.video_processing_minicpmv4_6")
+    except ImportError:
+        pytest.skip(f"transformers {transformers.__version__} has no minicpmv4_6 (the family is newer)")
+    return module.MiniCPMV4_6VideoProcessor(**kwargs)
+
+
+def _hf_video(frames: np.ndarray, fps: float, **kwargs):
+    proc = _video_processor(**kwargs)
+    total = frames.shape[0]
+    meta = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=frames.shape[2])
+    meta.height = frames.shape[1]
+    indices = list(proc.sample_frames(meta))
+    video = torch.from_numpy(frames).permute(0, 3, 1, 2)
+    return indices, proc(videos=[video], video_metadata=[meta], do_sample_frames=True, return_tensors="pt")
+
+
+# (frames, fps, height, width, overrides): one frame a second (fractional duration, under 1 s), sliced frames,
+# a clip longer than max_frames seconds (every 0.1 s, thinned), max_frames lowered, slicing off
+VIDEO_CASES = [
+    (25, 10.0, 50, 70, {}),
+    (3, 24.0, 300, 500, {}),
+    (16, 8.0, 500, 700, {}),
+    (700, 4.0, 30, 40, {}),
+    (40, 2.0, 60, 60, {"max_frames": 8}),
+    (12, 4.0, 480, 640, {"slice_mode": False}),
+]
+
+
+@pytest.mark.parametrize("case", VIDEO_CASES, ids=lambda c: f"{c[0]}f{c[1]:g}fps{c[2]}x{c[3]}")
+def test_video_slices_parity_with_hf(case):
+    total, fps, h, w, overrides = case
+    rng = np.random.default_rng(total)
+    frames = np.stack([_noise(h, w, seed=int(s)) for s in rng.integers(0, 10**6, total)])
+    ours = media.video_slices(frames, video_fps=fps, **overrides)
+    names = {"max_frames": "max_num_frames", "slice_mode": "slice_mode"}
+    indices, out = _hf_video(frames, fps, **{names[k]: v for k, v in overrides.items()})
+    assert ours.frame_indices.tolist() == [int(i) for i in indices]
+    assert out["num_frames_per_video"] == [len(ours.frames)]
+    assert torch.equal(ours.target_sizes, out["target_sizes_videos"])
+    assert [list(f.grid or (0, 0)) for f in ours.frames] == out["grids_videos"].tolist()
+    torch.testing.assert_close(ours.navit(), out["pixel_values_videos"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("total", "fps", "max_frames", "want"),
+    [
+        (25, 10.0, 128, [0, 10, 20]),  # 2.5 s: seconds 0, 1, 2
+        (3, 24.0, 128, [0]),  # 1/8 s: one frame
+        (10, 2.0, 4, [0, 3, 6, 9]),  # 5 s > 4: every 0.1 s, int(t * 2) = 0 x 5, 1 x 5, ...; entries 0, 16, 32, 49
+    ],
+)
+def test_minicpm_frame_indices_worked_examples(total, fps, max_frames, want):
+    """MiniCPM-V's sampling by hand: one frame a second, or every 0.1 s thinned (``sample_frames``)."""
+    assert media.minicpm_frame_indices(total, fps, max_frames).tolist() == want
+
+
+def test_video_file_equals_its_frames(tmp_path):
+    """A file is decoded (OpenCV) and sampled as the array of its decoded frames."""
+    import cv2
+
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 4.0, (80, 48))
+    for i in range(10):
+        writer.write(_noise(48, 80, seed=i))
+    writer.release()
+    from_file = media.video_slices(path)
+    frames, _, fps, _ = media.read_video(path, "qwen2-vl")  # every frame
+    from_array = media.video_slices(frames, video_fps=fps)
+    assert from_file.frame_indices.tolist() == [0, 4, 8] == from_array.frame_indices.tolist()  # 2.5 s
+    torch.testing.assert_close(from_file.pixel_values, from_array.pixel_values, rtol=0, atol=0)
+
+
+def test_video_to_position_ids_equals_the_model():
+    """clip -> video_slices -> placeholder ids -> minicpmv4_7_rope_index equals the model's get_rope_index on the
+    HF processor's target_sizes_videos (sliced frames: each a thumbnail and 1 x 2 slices)."""
+    from mmpos.integrations.hf_families import minicpmv4_7_rope_index
+
+    config, model, owner = _model()
+    frames = np.stack([_noise(500, 700, seed=i) for i in range(12)])
+    clip = media.video_slices(frames, video_fps=4.0)
+    _, out = _hf_video(frames, 4.0)
+    assert torch.equal(clip.target_sizes, out["target_sizes_videos"]) and clip.frames[0].grid == (1, 2)
+    input_ids = torch.tensor([[11, 12] + clip.placeholder_ids(5002, *MARKERS) + [13]])
+    mm_types = 2 * (input_ids == 5002).long()
+    ref, ref_deltas = model.get_rope_index(
+        owner, input_ids, mm_types, None, out["target_sizes_videos"], downsample_mode="16x", attention_mask=None
+    )
+    pos, deltas = minicpmv4_7_rope_index(config, input_ids, target_sizes_videos=clip.target_sizes)
     assert torch.equal(pos, ref) and torch.equal(deltas, ref_deltas)
 
 
@@ -133,3 +236,9 @@ def test_slice_spec_errors():
         media.image_slices(_noise(10, 10), max_slice_nums=4)
     with pytest.raises(ValueError, match="spec must be a SliceSpec or one of"):
         media.image_slices(_noise(10, 10), "minicpm-v2")
+    with pytest.raises(ValueError, match="video_fps must be given for an array video"):
+        media.video_slices(np.zeros((4, 20, 20, 3), np.uint8))
+    with pytest.raises(ValueError, match="video_fps applies to array videos only"):
+        media.video_slices("clip.avi", video_fps=2.0)
+    with pytest.raises(TypeError, match="video must be a file path"):
+        media.video_slices([1, 2])
