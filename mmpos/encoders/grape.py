@@ -152,6 +152,10 @@ class GRAPEInterleaved(GRAPE):
 _NO_COS_SIN = "grape-learned turns q and k in learned planes (rotate); it has no cos / sin of channel pairs to share"
 
 
+def _narrower(new: torch.dtype, old: torch.dtype) -> bool:
+    return new.is_floating_point and old.is_floating_point and torch.finfo(new).bits < torch.finfo(old).bits
+
+
 def _orthonormal(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """``a`` normalised, ``b`` orthogonalised to it and normalised (the reference's ``get_orthonormal_planes``)."""
     a = F.normalize(a, dim=-1)
@@ -325,8 +329,20 @@ class GRAPELearned(RotaryEncoder):
                 i = torch.arange(flat.shape[0])
                 flat[i, i % 3] = 1.0
 
-    def _apply(self, fn, recurse=True):  # a plain module: the RotaryEncoder plan bookkeeping does not apply
-        return nn.Module._apply(self, fn, recurse)
+    def _apply(self, fn, recurse=True):
+        # model.to(torch.bfloat16) moves the frequencies and the phase directions but keeps them float32: they
+        # multiply positions (in the thousands), where bfloat16's 8 bits would misplace the angle by radians.
+        # The planes a, b follow the module (the turn runs in q's dtype).
+        # (.double() raises them: only a cast to fewer bits is undone.)
+        freq, direction = self.freq, None if self.axis_weight is None else self.axis_weight.data  # the masters
+        nn.Module._apply(self, fn, recurse)
+        if _narrower(self.freq.dtype, freq.dtype):
+            self.freq = freq.to(self.freq.device)
+        if direction is not None and _narrower(self.axis_weight.dtype, direction.dtype):
+            self.axis_weight.data = direction.to(self.axis_weight.device)
+            if self.axis_weight.grad is not None:
+                self.axis_weight.grad = self.axis_weight.grad.to(direction.dtype)
+        return self
 
     positions = MRoPE.positions  # a 1-D ("seq",) sequence reads as the same position on t, h, w
 
@@ -344,7 +360,7 @@ class GRAPELearned(RotaryEncoder):
         freq = self.freq.to(pos.dtype)
         if self.mode == "axis":
             return pos[..., None] * freq  # bank i turns by its axis' position
-        u = F.normalize(self.axis_weight, dim=-1).to(pos.dtype)  # (P, 3) or (K, P, 3): the phase directions
+        u = F.normalize(self.axis_weight.to(pos.dtype), dim=-1)  # (P, 3) or (K, P, 3): the phase directions
         return torch.einsum("bnc,kpc->bnkp", pos, u if self.mode == "block_mixed" else u[None]) * freq
 
     def _turn_heads(self, x: Tensor, a: Tensor, b: Tensor, angle: Tensor) -> Tensor:

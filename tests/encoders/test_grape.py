@@ -372,3 +372,18 @@ def test_learned_angles_and_static_scaling(mode):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="static scaling rules without an attention factor"):
         create("grape-learned", scaling={"rule": "yarn", "factor": 4.0, "original_size": 16}, **kw)
+
+
+def test_learned_keeps_frequencies_and_directions_float32_under_a_cast():
+    """``model.to(torch.bfloat16)``: the planes follow, the frequencies and phase directions stay float32 (they
+    multiply positions in the thousands); the bf16 turn stays close to the float32 one at position ~3000."""
+    enc = create("grape-learned", head_dim=32, mode="mixed")
+    coords = _thw(_positions(b=1, n=6, high=3000))
+    q, k = _qk(b=1, hq=2, hkv=2, n=6, d=32)
+    want = enc.rotate(q, k, coords)
+    enc.to(torch.bfloat16)
+    assert enc.a.dtype == torch.bfloat16 and enc.freq.dtype == torch.float32 and enc.axis_weight.dtype == torch.float32
+    for got, ref in zip(enc.rotate(q.bfloat16(), k.bfloat16(), coords), want):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), ref, rtol=0.05, atol=0.05)
+    assert enc.double().freq.dtype == torch.float64  # a cast to more bits is kept
