@@ -9,7 +9,12 @@ Cases (files written once to a temporary folder with Pillow / OpenCV):
 * ``video-qwen2``: a 4 s 640 x 360 MJPG clip at 30 fps, 2 fps sampling (8 frames),
   ``video_patches(path, "qwen2-vl", fps=2)`` against ``read_video_opencv`` with the
   processor's ``sample_frames`` then ``Qwen2VLVideoProcessor``;
-* ``video-qwen3``: the same clip with the Qwen3-VL rules (``Qwen3VLVideoProcessor``).
+* ``video-qwen3``: the same clip with the Qwen3-VL rules (``Qwen3VLVideoProcessor``);
+* families (transformers 5.x, where the classes exist): ``image-cosmos3-edge`` (the JPEG,
+  ``"cosmos3-edge"`` against ``Cosmos3EdgeImageProcessorPil``), ``slices-minicpm`` (the JPEG,
+  ``image_slices`` against ``MiniCPMV4_6ImageProcessorPil``: a thumbnail and 2 x 3 slices, compared in
+  the processor's layout), ``video-hy-v4-vl`` (the clip, ``"hy-v4-vl"`` against ``read_video_opencv``
+  with the processor's ``sample_frames``, then ``HYV4VLVideoProcessor``).
 
 Time: median of ``--repeats`` calls, the two sides interleaved call by call, both **wall time**
 (``time.perf_counter``: what a data loader waits; decoders may use threads) and process CPU time
@@ -104,6 +109,40 @@ def _cases(image: Path, clip: Path) -> dict:
             return media.video_patches(clip, rule, fps=fps).pixel_values
 
         cases[f"video-{rule.split('-')[0]}"] = (ours_video, hf_video)
+    if HF5:
+        cases.update(_family_cases(image, clip))
+    return cases
+
+
+def _family_cases(image: Path, clip: Path) -> dict:
+    from transformers.video_utils import read_video_opencv
+
+    def module(name: str, kind: str):
+        return importlib.import_module(f"transformers.models.{name}.{kind}_{name}")
+
+    cases = {}
+    try:
+        cosmos = module("cosmos3_edge", "image_processing_pil").Cosmos3EdgeImageProcessorPil()
+        minicpm = module("minicpmv4_6", "image_processing_pil").MiniCPMV4_6ImageProcessorPil()
+        hy = module("hy_v4_vl", "video_processing").HYV4VLVideoProcessor()
+    except ImportError:  # a 5.x release before these families
+        return cases
+
+    def hf_cosmos():
+        return cosmos(images=[media.load_image(image)], return_tensors="pt")["pixel_values"]
+
+    def hf_minicpm():
+        return minicpm(images=[media.load_image(image)], return_tensors="pt")["pixel_values"]
+
+    def hf_hy():
+        frames, _ = read_video_opencv(str(clip), sample_indices_fn=lambda metadata, **kw: hy.sample_frames(
+            metadata))  # fmt: skip
+        video = torch.from_numpy(np.asarray(frames)).permute(0, 3, 1, 2)
+        return hy(videos=[video], return_tensors="pt")["pixel_values_videos"]
+
+    cases["image-cosmos3-edge"] = (lambda: media.image_patches(image, "cosmos3-edge").pixel_values, hf_cosmos)
+    cases["slices-minicpm"] = (lambda: media.image_slices(image).navit(), hf_minicpm)
+    cases["video-hy-v4-vl"] = (lambda: media.video_patches(clip, "hy-v4-vl").pixel_values, hf_hy)
     return cases
 
 
