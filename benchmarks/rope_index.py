@@ -35,18 +35,26 @@ import time
 import types
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 import transformers
 from _env import header
 from _memory import map_large_blocks, peak_mib
 
 from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, minicpmv4_7_rope_index, video_markers
+from mmpos.integrations.hf_omni import audio_token_counts
+from mmpos.integrations.hf_omni import get_rope_index as omni_rope_index
 from mmpos.integrations.hf_rope_index import get_rope_index, installed_rule
 from mmpos.layout import Image, Text, build
 from mmpos.schemes import SCHEMES, model_types
 
-#: families whose get_rope_index reads audio too (the Omni models and their thinkers): not in this table
-AUDIO_FAMILIES = ("qwen2_5_omni", "qwen3_omni_moe")
+#: families whose get_rope_index reads audio too (the Omni models): their thinker config and the class holding it
+AUDIO_FAMILIES = {
+    "qwen2_5_omni": ("Qwen2_5OmniThinkerConfig", "Qwen2_5OmniPreTrainedModelForConditionalGeneration"),
+    "qwen3_omni_moe": ("Qwen3OmniMoeThinkerConfig", "Qwen3OmniMoePreTrainedModelForConditionalGeneration"),
+}
+#: token ids the Omni thinker configs leave unset (the checkpoints' config.json set them: Qwen2.5-Omni-7B's)
+OMNI_IDS = {"vision_start_token_id": 151652, "vision_end_token_id": 151653, "audio_end_token_id": 151648}
 #: per family, the config arguments its get_rope_index needs that the defaults lack
 CONFIG_KWARGS = {
     "hunyuan_vl": {
@@ -57,13 +65,11 @@ CONFIG_KWARGS = {
     },
     # MiniCPM-V's default config leaves its marker tokens unset (the tokenizer's); any distinct ids do
     "minicpmv4_7": {
-        "image_token_id": 5001,
-        "video_token_id": 5002,
-        "image_start_id": 5003,
-        "image_end_id": 5004,
-        "slice_start_id": 5005,
-        "slice_end_id": 5006,
-        "newline_id": 5007,
+        name: 5001 + k
+        for k, name in enumerate(
+            ("image_token_id", "video_token_id", "image_start_id", "image_end_id")
+            + ("slice_start_id", "slice_end_id", "newline_id")
+        )
     },
 }
 
@@ -75,6 +81,13 @@ def family(model_type: str):
         mm = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     except ImportError:
         return f"transformers {transformers.__version__} has no {model_type}"
+    if model_type in AUDIO_FAMILIES:  # the thinker config holds the token ids, the pretrained class get_rope_index
+        config_name, owner_name = AUDIO_FAMILIES[model_type]
+        config = getattr(cm, config_name)()
+        for name, value in OMNI_IDS.items():
+            if getattr(config, name, None) is None:
+                setattr(config, name, value)
+        return config, getattr(mm, owner_name)
     configs = [
         c
         for c in vars(cm).values()
@@ -139,10 +152,75 @@ def minicpm_batch(config, samples: int, images: int, videos: int, seed: int = 0)
     }
 
 
+def omni_batch(model_type: str, config, samples: int, images: int, videos: int, seed: int = 0) -> dict:
+    """An Omni batch (``use_audio_in_video=True``): per sample ``images`` images, ``videos`` videos with their
+    audio (interleaved by time as the processor does: Qwen3-Omni by position, video first on ties; Qwen2.5-Omni
+    in chunks of ``seconds_per_chunk``) and one audio alone, between runs of text, left padded."""
+    rng = random.Random(seed)
+    m, pps = config.vision_config.spatial_merge_size, config.position_id_per_seconds
+    vs, ve, a_s, a_e = (
+        getattr(config, f"{n}_token_id") for n in ("vision_start", "vision_end", "audio_start", "audio_end")
+    )
+    special = {vs, ve, a_s, a_e, config.image_token_id, config.video_token_id, config.audio_token_id}
+    text_ids = [i for i in range(10, 2000) if i not in special]
+    rows, image_grids, video_grids, seconds, seqlens = [], [], [], [], []
+    for _ in range(samples):
+        ids = []
+        blocks = ["image"] * images + ["video"] * videos + ["audio"]
+        rng.shuffle(blocks)
+        for kind in blocks:
+            ids += [rng.choice(text_ids) for _ in range(rng.randint(5, 40))]
+            if kind == "image":
+                g = (1, m * rng.randint(4, 16), m * rng.randint(4, 16))
+                image_grids.append(g)
+                ids += [vs] + [config.image_token_id] * (g[1] * g[2] // m**2) + [ve]
+                continue
+            n = rng.randint(200, 1500)  # mel frames
+            seqlens.append(n)
+            n_audio = int(audio_token_counts(config, torch.tensor([n]))[0])
+            if kind == "audio":
+                ids += [a_s] + [config.audio_token_id] * n_audio + [a_e]
+                continue
+            g = (rng.randint(2, 6), m * rng.randint(4, 10), m * rng.randint(4, 10))
+            s = rng.choice((0.5, 1.0, 2.0))
+            video_grids.append(g)
+            seconds.append(s)
+            hw = g[1] * g[2] // m**2
+            t = torch.arange(g[0]).repeat_interleave(hw).float() * s * pps  # (video tokens,) positions
+            a = torch.arange(n_audio).float()
+            kinds = torch.cat([torch.zeros_like(t), torch.ones_like(a)])
+            if model_type == "qwen2_5_omni":  # chunks: video chunk 0, audio chunk 0, video chunk 1, ...
+                per = int(pps * config.seconds_per_chunk)
+                key = torch.cat([t.long() // per, a.long() // per]).double()
+            else:
+                key = torch.cat([t, a]).double()
+            order = torch.from_numpy(np.lexsort((kinds.numpy(), key.numpy())))  # stable: index order kept
+            content = torch.where(kinds[order] == 0, config.video_token_id, config.audio_token_id)
+            ids += [vs, a_s] + content.tolist() + [a_e, ve]
+        ids += [rng.choice(text_ids) for _ in range(rng.randint(5, 40))]
+        rows.append(ids)
+    length = max(map(len, rows))
+    input_ids = torch.zeros(samples, length, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, r in enumerate(rows):
+        input_ids[i, length - len(r) :], mask[i, length - len(r) :] = torch.tensor(r), 1
+    return {
+        "input_ids": input_ids,
+        "image_grid_thw": torch.tensor(image_grids).view(-1, 3) if image_grids else None,
+        "video_grid_thw": torch.tensor(video_grids).view(-1, 3) if video_grids else None,
+        "attention_mask": mask,
+        "use_audio_in_video": True,
+        "audio_seqlens": torch.tensor(seqlens),
+        "second_per_grids": torch.tensor(seconds) if seconds else None,
+    }
+
+
 def make_batch(model_type: str, config, samples: int, images: int, videos: int, seed: int = 0) -> dict:
     """Token ids, types, mask and grids of a left-padded batch tokenised as ``model_type``'s processor does."""
     if model_type == "minicpmv4_7":
         return minicpm_batch(config, samples, images, videos, seed)
+    if model_type in AUDIO_FAMILIES:
+        return omni_batch(model_type, config, samples, images, videos, seed)
     rng = random.Random(seed)
     own = FAMILY_ROPE_INDEX.get(model_type)
     m = getattr(config.vision_config, "spatial_merge_size", 2)
@@ -239,6 +317,11 @@ def calls(model_type: str, config, model_cls, batch: dict, rule: str):
     owner = SimpleNamespace(config=config)
     if hasattr(model_cls, "get_vision_position_ids"):
         owner.get_vision_position_ids = types.MethodType(model_cls.get_vision_position_ids, owner)
+    if model_type in AUDIO_FAMILIES:
+        owner.spatial_merge_size = config.vision_config.spatial_merge_size
+        for name in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
+            setattr(owner, name, types.MethodType(getattr(model_cls, name), owner))
+        return (lambda: model_cls.get_rope_index(owner, **batch)), (lambda: omni_rope_index(config, **batch))
     params = inspect.signature(model_cls.get_rope_index).parameters
     ref_kwargs = {k: v for k, v in batch.items() if k in params}
     ours = {k: v for k, v in batch.items() if k != "mm_token_type_ids"}
@@ -274,7 +357,7 @@ def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True) -> tuple[di
 
 def families_table(args) -> None:
     rule = installed_rule()
-    chosen = sorted(m for m in model_types() if not m.startswith(AUDIO_FAMILIES))
+    chosen = sorted(m for m in model_types() if not m.endswith("_thinker"))  # a thinker: its Omni model's rule
     if args.families:
         chosen = [m for m in args.families.split(",") if m]
     print(header("cpu", transformers, note=f"timings; rule {rule}; {args.repeats} shuffled rounds per family"))
@@ -307,6 +390,9 @@ def families_table(args) -> None:
         b, length = batch["input_ids"].shape
         if model_type == "minicpmv4_7":  # crops: thumbnails and slices, video frames
             n_img, n_vid = batch["target_sizes"].shape[0], batch["target_sizes_videos"].shape[0]
+        elif model_type in AUDIO_FAMILIES:  # videos with their audio, and the audios alone
+            n_img, n_vid = batch["image_grid_thw"].shape[0], batch["video_grid_thw"].shape[0]
+            n_vid = f"{n_vid} (+ audio) / {batch['audio_seqlens'].shape[0] - n_vid} audio"
         else:
             n_img = 0 if batch["image_grid_thw"] is None else batch["image_grid_thw"].shape[0]
             n_vid = batch["video_grid_thw"].shape[0] if "video_grid_thw" in batch else 0
@@ -319,7 +405,6 @@ def families_table(args) -> None:
         )
     for reason in skipped:
         print(f"skipped: {reason}")
-    print(f"not in this table (audio): {', '.join(AUDIO_FAMILIES)}")
     print(header("cpu", transformers, note="end"))
 
 

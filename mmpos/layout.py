@@ -376,7 +376,7 @@ def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptio
     if options.training and name in sch.draws:
         choices = torch.tensor(sch.draws[name], dtype=torch.float64)
         return choices[torch.randint(len(choices), (k,), generator=generator)]
-    return torch.full((k,), 1.0 if value is None else float(value), dtype=torch.float64)
+    return torch.from_numpy(np.full(k, 1.0 if value is None else float(value)))
 
 
 def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -689,7 +689,7 @@ def _pack(
     parts = None
     if not exact:  # float64 positions of the coordinates (ids may be float32)
         parts = (torch.from_numpy(pos), torch.from_numpy(np.stack(kept)), torch.from_numpy(is_vision))
-    n_real = real.sum(1)
+    n_real = np.count_nonzero(real, axis=1)
     if rule.deltas == "max-real":
         np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's
         deltas = np.where(n_real > 0, np.maximum(top + 1, nxt), 0) - n_real  # never behind next
@@ -698,7 +698,7 @@ def _pack(
             deltas = np.where(n_real > 0, top32, np.float32(0)) - n_real.astype(np.float32)
     else:
         deltas = nxt - length
-    deltas = torch.from_numpy(deltas.reshape(b, 1)).to(sch.delta_dtype)
+    deltas = torch.from_numpy(deltas.reshape(b, 1).astype(torch.empty(0, dtype=sch.delta_dtype).numpy().dtype))
     ids = ids.view(rows, b, length)
     nv = int(counts.sum())
     return Layout(ids.to(device), deltas.to(device), sch.name, rule, nv, (real, codes), parts)

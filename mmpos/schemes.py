@@ -565,7 +565,8 @@ def _qwen25_rows(g: BlockGeometry, o: SchemeOptions):
         if o.rule.seconds == "interval":
             interval = torch.where(g.is_image, torch.ones_like(interval), interval)
     interval = interval.float().numpy()  # (K,) float32, as the reference multiplies
-    t_base = np.floor(g.row_t.numpy().astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
+    with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused by the packer
+        t_base = np.floor(g.row_t.numpy().astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
     t_max = ((g.t - 1).float() * torch.from_numpy(interval)).floor().double()
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
 

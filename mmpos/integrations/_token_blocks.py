@@ -1,8 +1,10 @@
 """Host-side checks shared by the token-id front ends (:mod:`.hf_rope_index`, :mod:`.hf_families`,
-:mod:`.hf_omni`): grid arguments and the placement of a batch's vision blocks on its placeholder tokens."""
+:mod:`.hf_omni`): grid arguments, packed rows' ``cu_seqlens`` and the placement of a batch's vision blocks
+on its placeholder tokens."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,3 +55,32 @@ def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np
                 "each grid must match one run of placeholder tokens"
             )
     return first
+
+
+def check_cu_seqlens(cu_seqlens: Any, total: int) -> np.ndarray:
+    """``(B + 1,)`` int64 host copy of a packed row's sample offsets: integers rising strictly from 0 to ``total``."""
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
+    cu = host(cu_seqlens).astype(np.int64)
+    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
+        raise ValueError(
+            f"cu_seqlens must rise strictly from 0 to the packed length {total} (no empty sample), got {cu.tolist()}"
+        )
+    return cu
+
+
+def packed_rows(cu_seqlens: Any, total: int, device: torch.device) -> tuple[np.ndarray, Callable[[Tensor], Tensor]]:
+    """A packed row's sample lengths ``(B,)`` (``cu_seqlens`` checked by :func:`check_cu_seqlens`) and
+    ``unpack``: a ``(1, N)`` tensor laid out as the padded ``(B, longest)`` batch (right padding, zeros)."""
+    cu = check_cu_seqlens(cu_seqlens, total)
+    lengths = np.diff(cu)
+    b, longest = lengths.shape[0], int(lengths.max())
+    flat = np.repeat(np.arange(b) * longest - cu[:-1], lengths) + np.arange(total)  # (N,) into (B, longest)
+    flat_t = torch.from_numpy(flat).to(device)
+
+    def unpack(t: Tensor) -> Tensor:
+        return t.new_zeros(b * longest).index_copy_(0, flat_t, t.reshape(-1)).view(b, longest)
+
+    return lengths, unpack

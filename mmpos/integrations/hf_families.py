@@ -45,7 +45,7 @@ from torch import Tensor
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options
-from ._token_blocks import check_grid, host
+from ._token_blocks import check_grid, host, packed_rows
 
 __all__ = [
     "FAMILY_ROPE_INDEX",
@@ -119,12 +119,12 @@ def _row_grid(grid: np.ndarray, m: int, name: str) -> np.ndarray:
 def _runs(marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(R,)`` flat index of the first token and length of every run of marked tokens of a
     ``(B, L)`` bool array, in reading order (a run never crosses samples)."""
-    before = np.zeros_like(marks)
-    before[:, 1:] = marks[:, :-1]
-    after = np.zeros_like(marks)
-    after[:, :-1] = marks[:, 1:]
-    first = np.flatnonzero(marks & ~before)
-    return first, np.flatnonzero(marks & ~after) + 1 - first
+    b, length = marks.shape
+    edged = np.zeros((b, length + 2), dtype=bool)  # each row between two unmarked tokens
+    edged[:, 1:-1] = marks
+    edges = np.flatnonzero(edged[:, 1:] != edged[:, :-1])  # (2R,) per row: start, end, start, end, ...
+    edges -= edges // (length + 1)  # flat index in the (B, L) batch (an end may be L: one past its row)
+    return edges[0::2], edges[1::2] - edges[0::2]
 
 
 def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
@@ -253,10 +253,9 @@ def hunyuan_vl_rope_index(
     lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
     ids, deltas = _returned(lay, input_ids)
     out = torch.empty((axes, *input_ids.shape), dtype=ids.dtype)  # (N, B, L)
-    text = out[0].numpy()  # every real token's index among the real tokens, 0 on padding
-    np.cumsum(real, axis=1, out=text)
-    text -= 1
-    text[~real] = 0
+    mask = torch.from_numpy(real)
+    torch.cumsum(mask, 1, out=out[0])  # every real token's index among the real tokens, 0 on padding
+    out[0].sub_(1).masked_fill_(~mask, 0)
     out[1 : axes - 3] = out[0]
     out[axes - 3 :] = ids.cpu()
     return out.to(input_ids.device), deltas
@@ -634,22 +633,8 @@ def packed_rope_index(config: Any, input_ids: Tensor, cu_seqlens: Tensor, **inpu
     if "attention_mask" in inputs:
         raise ValueError("attention_mask must not be given: a packed row has no padding (cu_seqlens splits it)")
     total = input_ids.shape[1]
-    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
-    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
-        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
-    cu = host(cu_seqlens).astype(np.int64)
-    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
-        raise ValueError(
-            f"cu_seqlens must rise strictly from 0 to the packed length {total} (no empty sample), got {cu.tolist()}"
-        )
-    lengths = np.diff(cu)
+    lengths, unpack = packed_rows(cu_seqlens, total, input_ids.device)  # (1, N) -> (B, longest), right padding
     b, longest = lengths.shape[0], int(lengths.max())
-    flat = np.repeat(np.arange(b) * longest - cu[:-1], lengths) + np.arange(total)  # (N,) into the (B, longest) batch
-    flat_t = torch.from_numpy(flat).to(input_ids.device)
-
-    def unpack(t: Tensor) -> Tensor:  # (1, N) -> (B, longest), right padding
-        return t.new_zeros(b * longest).index_copy_(0, flat_t, t.reshape(-1)).view(b, longest)
 
     types = inputs.pop("mm_token_type_ids", None)
     if types is not None:

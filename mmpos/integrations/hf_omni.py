@@ -38,7 +38,7 @@ from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, host
+from ._token_blocks import block_first, check_grid, host, packed_rows
 
 __all__ = ["audio_token_counts", "get_rope_index", "omni_layout", "packed_rope_index"]
 
@@ -308,21 +308,8 @@ def packed_rope_index(
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must be a packed (1, N) tensor, got {getattr(input_ids, 'shape', input_ids)}")
     total = input_ids.shape[1]
-    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
-    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
-        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
-    cu = host(cu_seqlens).astype(np.int64)
-    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
-        raise ValueError(f"cu_seqlens must rise strictly from 0 to the packed length {total}, got {cu.tolist()}")
-    lengths = np.diff(cu)
-    b, longest = lengths.shape[0], int(lengths.max())
-    flat = np.repeat(np.arange(b) * longest - cu[:-1], lengths) + np.arange(
-        total
-    )  # (N,) index in the (B, longest) batch
-    flat = torch.from_numpy(flat).to(input_ids.device)
-    ids = input_ids.new_zeros(b * longest).index_copy_(0, flat, input_ids.reshape(-1)).view(b, longest)
-    mask = input_ids.new_zeros(b * longest).index_fill_(0, flat, 1).view(b, longest)  # right padding
+    _, unpack = packed_rows(cu_seqlens, total, input_ids.device)
+    ids, mask = unpack(input_ids), unpack(torch.ones_like(input_ids))  # right padding
     lay = omni_layout(
         config, ids, image_grid_thw, video_grid_thw, mask, use_audio_in_video, audio_seqlens, second_per_grids
     )

@@ -51,7 +51,7 @@ from torch import Tensor
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, host
+from ._token_blocks import block_first, check_grid, host, packed_rows
 from .hf_families import FAMILY_ROPE_INDEX, inside_markers, video_markers
 
 __all__ = [
@@ -336,19 +336,6 @@ def _check_id_range(ids: Tensor, deltas: Tensor, dtype: torch.dtype) -> None:
         )
 
 
-def _check_cu_seqlens(cu_seqlens: Any, total: int) -> np.ndarray:
-    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be a 1-D tensor (B + 1,), got {getattr(cu_seqlens, 'shape', cu_seqlens)}")
-    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
-        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
-    cu = host(cu_seqlens).astype(np.int64)
-    if cu[0] != 0 or cu[-1] != total or (np.diff(cu) <= 0).any():
-        raise ValueError(
-            f"cu_seqlens must rise strictly from 0 to the packed length {total} (no empty sample), got {cu.tolist()}"
-        )
-    return cu
-
-
 def packed_rope_index(
     config: Any,
     input_ids: Tensor,
@@ -378,18 +365,8 @@ def packed_rope_index(
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must be a packed (1, N) tensor, got {getattr(input_ids, 'shape', input_ids)}")
     total = input_ids.shape[1]
-    cu = _check_cu_seqlens(cu_seqlens, total)
-    lengths = np.diff(cu)
+    lengths, unpack = packed_rows(cu_seqlens, total, input_ids.device)
     b, longest = lengths.shape[0], int(lengths.max())
-    sample = np.repeat(np.arange(b), lengths)  # (N,) each token's sample and column in the padded batch
-    column = np.arange(total) - np.repeat(cu[:-1], lengths)
-    flat = torch.from_numpy(sample * longest + column).to(input_ids.device)
-
-    def unpack(t: Tensor) -> Tensor:
-        out = torch.zeros(b * longest, dtype=t.dtype, device=t.device)
-        out[flat] = t.reshape(-1)
-        return out.view(b, longest)
-
     if mm_token_type_ids is not None and tuple(mm_token_type_ids.shape) != tuple(input_ids.shape):
         raise ValueError(f"mm_token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}")
     mask = unpack(torch.ones_like(input_ids))  # right padding
