@@ -189,14 +189,14 @@ def _tpe_forward(
         out = multi_order_sdpa(qs, ks, v, positions, mask, True, sequential)
     else:  # every cached token, then causal among the new ones (they follow everything in every order)
         t = past + n
-        allowed = torch.ones(n, t, dtype=torch.bool, device=q.device).tril(past)
-        allowed = allowed if key_mask is None else allowed & key_mask.bool()[:, None, :]
+        allowed = None  # one new token and no padding: it sees every key (no mask: SDPA's fast path)
+        if n > 1 or key_mask is not None:
+            allowed = torch.ones(n, t, dtype=torch.bool, device=q.device).tril(past)
+            allowed = (allowed if key_mask is None else allowed & key_mask.bool()[:, None, :]).unsqueeze(-3)
         gqa = q.shape[1] != v.shape[1]
         out = torch.stack(
             [
-                torch.nn.functional.scaled_dot_product_attention(
-                    qi, ki, v, attn_mask=allowed.unsqueeze(-3), enable_gqa=gqa
-                )
+                torch.nn.functional.scaled_dot_product_attention(qi, ki, v, attn_mask=allowed, enable_gqa=gqa)
                 for qi, ki in zip(qs, ks)
             ]
         )

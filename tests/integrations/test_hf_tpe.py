@@ -128,6 +128,28 @@ def test_preallocated_caches_decode_as_the_full_forward(cache):
         assert layer.keys.data_ptr() == layer._key_buffer.data_ptr()  # a view of the buffer, not a copy
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "preallocated"])
+def test_padded_batch_decodes_chunks_as_the_full_forward(cache):
+    # left padding (tpe_mask) and a chunk of two new tokens: the masked decode path
+    model = install_tpe(_model("llama"), orders=2)
+    layout = build([[Text(2), Table.grid(2, 2)], [Text(1), Table.grid(3, 2), Text(1)]], ("row", "col"), "left")
+    pos, mask = layout.order_coords.pos.permute(2, 0, 1).long(), layout.mask  # (2, 2, L), (2, L)
+    b, n = mask.shape
+    ids = torch.randint(64, (b, n + 3))
+    new = (layout.next_position[:, None] + torch.arange(3)).expand(2, b, 3)
+    full_pos, full_mask = torch.cat([pos, new], -1), torch.cat([mask, torch.ones(b, 3, dtype=torch.bool)], 1)
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    made = {} if cache == "dynamic" else {name: PreallocatedCache(capacity=n + 1)}
+    with torch.no_grad():
+        full = model(ids, tpe_positions=full_pos, tpe_mask=full_mask).logits
+        out = model(ids[:, :n], tpe_positions=pos, tpe_mask=mask, use_cache=True, **made)
+        c, steps = out.past_key_values, [out.logits]
+        for lo, hi in ((n, n + 2), (n + 2, n + 3)):
+            kw = {"tpe_positions": full_pos[..., lo:hi], "tpe_mask": full_mask[:, :hi], name: c}
+            steps.append(model(ids[:, lo:hi], use_cache=True, **kw).logits)
+    torch.testing.assert_close(torch.cat(steps, 1)[full_mask], full[full_mask], rtol=0, atol=1e-5)
+
+
 def test_preallocated_cache_writes_in_place_and_survives_reassigned_layers():
     model = install_tpe(_model("llama"), orders=2)
     pos = torch.arange(12).expand(2, 1, 12)
