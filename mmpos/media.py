@@ -207,6 +207,11 @@ class MediaSpec:
             raise ValueError(f"MediaSpec.patch_layout must be one of {PATCH_LAYOUTS}, got {self.patch_layout!r}")
         if self.max_frame_pixels is not None:
             check_int(self.max_frame_pixels, "MediaSpec.max_frame_pixels (or None)", 1)
+            if self.resize != "hy-v4-vl":
+                raise ValueError(
+                    f'MediaSpec.max_frame_pixels is read by resize="hy-v4-vl" only (got resize={self.resize!r}): '
+                    "set max_frame_pixels=None"
+                )
         if self.timestamp_font is not None:
             object.__setattr__(self, "timestamp_font", _check_font(self.timestamp_font))
         if self.frame_multiple is not None:
@@ -620,6 +625,8 @@ def image_patches(source: ImageSource, spec: str | MediaSpec = "qwen2-vl", **ove
         **overrides: :class:`MediaSpec` fields to change (``min_pixels=...``, ``resample="torch"``).
     """
     spec = _resolve(spec, IMAGE_SPECS, overrides)
+    if spec.timestamp_font is not None:
+        raise ValueError("MediaSpec.timestamp_font draws the times of video frames: set it to None for an image")
     rgb = np.array(load_image(source))  # (H, W, 3) uint8
     size = _target_size(spec.temporal_patch_size, rgb.shape[0], rgb.shape[1], spec)
     rows, grid = _patchify(_resize_normalize(rgb[None], size, spec), spec)

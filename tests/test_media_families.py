@@ -246,6 +246,10 @@ def test_family_spec_errors():
         media.MediaSpec(14, 1, 10, media.CLIP_MEAN, media.CLIP_STD, "pil", resize="bilinear")
     with pytest.raises(ValueError, match="MediaSpec.rows must be one of"):
         media.MediaSpec(14, 1, 10, media.CLIP_MEAN, media.CLIP_STD, "pil", rows="column")
+    with pytest.raises(ValueError, match='max_frame_pixels is read by resize="hy-v4-vl" only'):
+        media.MediaSpec(14, 1, 10, media.CLIP_MEAN, media.CLIP_STD, "pil", max_frame_pixels=100)
+    with pytest.raises(ValueError, match="MediaSpec.patch_layout must be one of"):
+        media.MediaSpec(14, 1, 10, media.CLIP_MEAN, media.CLIP_STD, "pil", patch_layout="hwc")
     with pytest.raises(ValueError, match="frame_multiple"):
         media.MediaSpec(14, 1, 10, media.CLIP_MEAN, media.CLIP_STD, "pil", frame_multiple=0)
     with pytest.raises(ValueError, match='frames="glm4v" samples by fps only'):

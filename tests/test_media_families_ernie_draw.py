@@ -104,5 +104,7 @@ def test_font_errors():
         replace(media.VIDEO_SPECS["ernie4.5-vl"], timestamp_font=__file__)
     with pytest.raises(TypeError, match="timestamp_font must be None or a font file path"):
         replace(media.VIDEO_SPECS["ernie4.5-vl"], timestamp_font=3)
+    with pytest.raises(ValueError, match="timestamp_font draws the times of video frames"):
+        media.image_patches(np.zeros((28, 28, 3), np.uint8), "ernie4.5-vl", timestamp_font=FONT)
     with pytest.raises(ValueError, match="need frames of at least 10 pixels"):
         media.video_patches(np.zeros((16, 9, 40, 3), np.uint8), "ernie4.5-vl", video_fps=2.0, timestamp_font=FONT)
