@@ -169,13 +169,14 @@ def _turn(x: Tensor, a: Tensor, b: Tensor, angle: Tensor) -> Tensor:
     ``x`` ``(B, H, N, K, C)`` (``K`` channel blocks of width ``C``), ``a``, ``b`` ``(K, P, C)`` orthonormal
     per plane, ``angle`` ``(B or 1, N, K, P)`` float.
     """
-    a, b = a.to(x.dtype), b.to(x.dtype)
-    xa = torch.einsum("bhnkc,kpc->bhnkp", x, a)  # coordinates in each plane
-    xb = torch.einsum("bhnkc,kpc->bhnkp", x, b)
+    p = a.shape[-2]
+    ab = torch.cat([a, b], -2).to(x.dtype)  # (K, 2P, C): both vectors of every plane, one projection each way
+    xab = torch.einsum("bhnkc,kqc->bhnkq", x, ab)  # coordinates in each plane: x_a, then x_b
+    xa, xb = xab[..., :p], xab[..., p:]
     cos, sin = angle.cos().to(x.dtype).unsqueeze(1), angle.sin().to(x.dtype).unsqueeze(1)  # (B, 1, N, K, P)
-    da = xa * cos - xb * sin - xa  # the turned coordinates minus the old ones, as the reference computes them
-    db = xa * sin + xb * cos - xb
-    return x + torch.einsum("bhnkp,kpc->bhnkc", da, a) + torch.einsum("bhnkp,kpc->bhnkc", db, b)
+    # the turned coordinates minus the old ones, as the reference computes them
+    d = torch.cat([xa * cos - xb * sin - xa, xa * sin + xb * cos - xb], -1)
+    return x + torch.einsum("bhnkq,kqc->bhnkc", d, ab)
 
 
 @register_encoder(
