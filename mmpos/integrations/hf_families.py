@@ -410,11 +410,23 @@ def _canvas_axis(canvas: int, tokens: int) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _crop_grid(canvas_h: int, canvas_w: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(h * w,)`` row and column coordinates of a crop of ``h x w`` tokens stretched over a
+    ``canvas_h x canvas_w`` canvas (:func:`_canvas_axis`), raster order; cached, read-only."""
+    rows = np.repeat(_canvas_axis(canvas_h, h), w)
+    cols = np.tile(_canvas_axis(canvas_w, w), h)
+    rows.flags.writeable = cols.flags.writeable = False
+    return rows, cols
+
+
 def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int, markers: tuple[int, ...]):
     """``(3, n)`` int64 positions of one unpadded MiniCPM-V 4.7 sequence; ``grids`` per modality
     ``[[(h, w) in tokens, ...], cursor]`` (consumed crop by crop, in order, across the batch)."""
     n = ids.shape[0]
-    is_marker = np.isin(ids, markers)
+    is_marker = ids == markers[0]
+    for marker in markers[1:]:
+        is_marker |= ids == marker
     non_marker = np.concatenate([[0], np.cumsum(~is_marker)])  # non-marker tokens before each index
     # the next non-marker index at or after each index (n past the end): where a frame's markers stop
     nxt = np.where(~is_marker, np.arange(n), n)
@@ -464,10 +476,10 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
             cols = rows = 0
             if slices:
                 cols = len(slices)
-                gaps = np.array([slices[k + 1][0] - slices[k][1] for k in range(len(slices) - 1)], dtype=np.int64)
-                wide = np.flatnonzero(gaps > 2)  # a newline between two slices ends a row of the canvas
-                if wide.size:
-                    cols = int(wide[0]) + 1
+                # a newline between two slices ends a row of the canvas
+                wide = next((k for k in range(len(slices) - 1) if slices[k + 1][0] - slices[k][1] > 2), None)
+                if wide is not None:
+                    cols = wide + 1
                 rows = len(slices) // cols
                 if rows * cols != len(slices):
                     rows, cols = 1, len(slices)
@@ -486,10 +498,9 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
                 )
             # the thumbnail stretched over the canvas: (origin, origin + row, origin + column)
             pos[0, thumb_start:thumb_end] = origin
-            pos[1, thumb_start:thumb_end].reshape(th, tw)[:] = (origin + _canvas_axis(ch, th))[
-                :, None
-            ]  # (th, tw) views
-            pos[2, thumb_start:thumb_end].reshape(th, tw)[:] = origin + _canvas_axis(cw, tw)
+            rows_at, cols_at = _crop_grid(ch, cw, th, tw)
+            np.add(rows_at, origin, out=pos[1, thumb_start:thumb_end])
+            np.add(cols_at, origin, out=pos[2, thumb_start:thumb_end])
             for k, (a, b) in enumerate(slices):
                 sh_k, sw_k = table[0][table[1]]
                 table[1] += 1
@@ -501,8 +512,9 @@ def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int,
                 if b < frame_end:  # </slice>: its bottom-right corner
                     pos[1, b], pos[2, b] = origin + h_off + sh_k - 1, origin + w_off + sw_k - 1
                 pos[0, a:b] = origin
-                pos[1, a:b].reshape(sh_k, sw_k)[:] = origin + h_off + _canvas_axis(sh_k, sh_k)[:, None]
-                pos[2, a:b].reshape(sh_k, sw_k)[:] = origin + w_off + _canvas_axis(sw_k, sw_k)
+                rows_at, cols_at = _crop_grid(sh_k, sw_k, sh_k, sw_k)
+                np.add(rows_at, origin + h_off, out=pos[1, a:b])
+                np.add(cols_at, origin + w_off, out=pos[2, a:b])
             for k in range(len(slices) - 1):  # the newline after a row of slices: past its right edge
                 a, b = slices[k][1], slices[k + 1][0]
                 if b - a > 2:
