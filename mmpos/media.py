@@ -975,6 +975,8 @@ class SliceSpec:
         mean, std: per-channel normalisation (RGB).
         resample: ``"pil"`` or ``"torch"`` bicubic (see the module docstring).
         max_frames: videos: the most frames sampled (``max_num_frames``, see :func:`minicpm_frame_indices`).
+        stack_frames: videos: ``k > 1`` adds ``k - 1`` frames a second, pasted into one composite image per
+            second that follows that second's frame (``1``: none, the processor's default).
     """
 
     patch_size: int = 14
@@ -986,9 +988,10 @@ class SliceSpec:
     std: tuple[float, float, float] = HALF
     resample: str = "pil"
     max_frames: int = 128
+    stack_frames: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("patch_size", "scale_resolution", "max_slices", "max_frames"):
+        for name in ("patch_size", "scale_resolution", "max_slices", "max_frames", "stack_frames"):
             check_int(getattr(self, name), f"SliceSpec.{name}", 1)
         if self.downsample_mode not in DOWNSAMPLE_MODES:
             raise ValueError(
@@ -1157,14 +1160,28 @@ def _resolve_slices(spec: str | SliceSpec, table: dict[str, SliceSpec], override
     return replace(spec, **overrides)
 
 
-def minicpm_frame_indices(total_frames: int, video_fps: float, max_frames: int = 128) -> np.ndarray:
-    """MiniCPM-V 4.6 / 4.7's sampled frames (``MiniCPMV4_6VideoProcessor.sample_frames``, ``stack_frames=1``):
-    one frame a second, ``int(s * video_fps)`` for ``s < ceil(duration)``; a clip longer than ``max_frames``
-    seconds: every 0.1 s (``min(int(t * video_fps), last)``), thinned to ``max_frames`` with
-    ``linspace(..., dtype=int)``. ``(F,)`` int64; may repeat in the long-clip rule."""
+def _sub_times(duration: float, stack: int, max_frames: int) -> list[float]:
+    """MiniCPM-V's stacked sub-frame times: ``sec + j / stack`` (``j = 1 .. stack - 1``) before the clip's end,
+    thinned to ``max_frames * (stack - 1)`` with ``linspace(..., dtype=int)``."""
+    times = [t for sec in range(math.ceil(duration)) for j in range(1, stack) if (t := sec + j / stack) < duration]
+    most = max_frames * (stack - 1)
+    if len(times) > most:
+        times = [times[i] for i in np.linspace(0, len(times) - 1, most, dtype=int).tolist()]
+    return times
+
+
+def minicpm_frame_indices(
+    total_frames: int, video_fps: float, max_frames: int = 128, stack_frames: int = 1
+) -> np.ndarray:
+    """MiniCPM-V 4.6 / 4.7's sampled frames (``MiniCPMV4_6VideoProcessor.sample_frames``): one frame a second,
+    ``int(s * video_fps)`` for ``s < ceil(duration)``; a clip longer than ``max_frames`` seconds: every 0.1 s
+    (``min(int(t * video_fps), last)``), thinned to ``max_frames`` with ``linspace(..., dtype=int)``. With
+    ``stack_frames = k > 1`` the frames at ``sec + j / k`` (``j = 1 .. k - 1``, at most ``max_frames * (k - 1)``)
+    follow the main ones. ``(F,)`` int64; may repeat in the long-clip rule."""
     check_int(total_frames, "total_frames", 1)
     check_float(video_fps, "video_fps")
     check_int(max_frames, "max_frames", 1)
+    check_int(stack_frames, "stack_frames", 1)
     duration, last = total_frames / video_fps, total_frames - 1
     if duration > max_frames:
         times = [round(i * 0.1, 1) for i in range(int(duration / 0.1))]
@@ -1173,7 +1190,56 @@ def minicpm_frame_indices(total_frames: int, video_fps: float, max_frames: int =
             indices = [indices[i] for i in np.linspace(0, len(indices) - 1, max_frames, dtype=int).tolist()]
     else:
         indices = [int(s * video_fps) for s in range(math.ceil(duration))]
+    if stack_frames > 1:
+        indices += [min(int(t * video_fps), last) for t in _sub_times(duration, stack_frames, max_frames)]
     return np.array(indices, dtype=np.int64)
+
+
+def _composite(frames: np.ndarray) -> np.ndarray:
+    """MiniCPM-V's sub-frames of one second on one black canvas (``concat_frames_as_image``): 4 frames 2 x 2,
+    3 or 2 in the row or column whose canvas is nearer to square (2 on a tie: a row if ``w >= h``), else one
+    row; 6-pixel black lines between them. ``(n, h, w, 3)`` -> ``(H, W, 3)`` uint8."""
+    n, h, w, _ = frames.shape
+    line = 6
+
+    def off_square(rows: int, cols: int) -> float:
+        return abs((cols * w + (cols - 1) * line) / max(1, rows * h + (rows - 1) * line) - 1.0)
+
+    if n == 4:
+        rows, cols = 2, 2
+    elif n in (2, 3) and not (n == 2 and off_square(1, 2) == off_square(2, 1)):
+        rows, cols = min([(1, n), (n, 1)], key=lambda rc: off_square(*rc))  # the first on a tie, as argmin
+    elif n == 2:
+        rows, cols = (1, 2) if w / h >= 1.0 else (2, 1)
+    else:
+        rows, cols = 1, n
+    canvas = np.zeros((rows * h + (rows - 1) * line, cols * w + (cols - 1) * line, 3), np.uint8)
+    for k, frame in enumerate(frames):
+        r, c = divmod(k, cols)
+        canvas[r * (h + line) : r * (h + line) + h, c * (w + line) : c * (w + line) + w] = frame
+    return canvas
+
+
+def _units(frames: np.ndarray, total: int, fps: float, spec: SliceSpec) -> list[np.ndarray]:
+    """The images MiniCPM-V slices: each main frame, then (``stack_frames > 1``) that second's sub-frames as one
+    :func:`_composite` (``MiniCPMV4_6VideoProcessor._preprocess``)."""
+    if spec.stack_frames == 1:
+        return list(frames)
+    duration = total / fps
+    times = _sub_times(duration, spec.stack_frames, spec.max_frames)
+    main, sub = (frames[: len(frames) - len(times)], frames[len(frames) - len(times) :]) if times else (frames, [])
+    composites, cursor = [], 0
+    for sec in range(math.ceil(duration)):
+        start = cursor
+        while cursor < len(times) and times[cursor] < sec + 1:
+            cursor += 1
+        composites.append(_composite(sub[start:cursor]) if cursor > start else None)
+    units = []
+    for i, frame in enumerate(main):
+        units.append(frame)
+        if i < len(composites) and composites[i] is not None:
+            units.append(composites[i])
+    return units
 
 
 @dataclass(frozen=True, eq=False)
@@ -1181,7 +1247,8 @@ class VideoSlices:
     """One clip as MiniCPM-V crops: each sampled frame sliced as an image (:class:`ImageSlices`).
 
     Attributes:
-        frames: one :class:`ImageSlices` per sampled frame (all with the same grid).
+        frames: one :class:`ImageSlices` per sampled frame, and per composite of sub-frames
+            (``stack_frames > 1``), in the processor's order.
         frame_indices: ``(F,)`` indices of the sampled frames in the clip.
         video_fps: the clip's frame rate.
     """
@@ -1223,9 +1290,9 @@ def video_slices(
     video_fps: float | None = None,
     **overrides,
 ) -> VideoSlices:
-    """Sample a clip and slice each frame as MiniCPM-V 4.6 / 4.7 do (``MiniCPMV4_6VideoProcessor``, its
-    default ``stack_frames=1``; the sub-second frames stacked into composites of ``stack_frames > 1``
-    are not covered).
+    """Sample a clip and slice each frame as MiniCPM-V 4.6 / 4.7 do (``MiniCPMV4_6VideoProcessor``): the frames of
+    :func:`minicpm_frame_indices`, each sliced as :func:`image_slices` slices an image; with ``stack_frames > 1``
+    each second's sub-frames pasted into one composite image (sliced too) after that second's frame.
 
     Args:
         source: a video file (OpenCV), or decoded frames ``(F, H, W, 3)`` uint8 RGB with ``video_fps``.
@@ -1240,17 +1307,17 @@ def video_slices(
         if video_fps is None:
             raise ValueError("video_fps must be given for an array video (a positive number: its frame rate)")
         check_float(video_fps, "video_fps (the frame rate of an array video)")
-        fps = float(video_fps)
-        indices = minicpm_frame_indices(source.shape[0], fps, spec.max_frames)
+        fps, total = float(video_fps), source.shape[0]
+        indices = minicpm_frame_indices(total, fps, spec.max_frames, spec.stack_frames)
         frames = source[indices]
     elif isinstance(source, (str, os.PathLike)):
         if video_fps is not None:
             raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
-        frames, indices, fps, _ = _decode(
-            source, lambda total, rate: minicpm_frame_indices(total, rate, spec.max_frames)
+        frames, indices, fps, total = _decode(
+            source, lambda total, rate: minicpm_frame_indices(total, rate, spec.max_frames, spec.stack_frames)
         )
     else:
         raise TypeError(
             f"video must be a file path (str / os.PathLike) or uint8 frames (F, H, W, 3), got {type(source).__name__}"
         )
-    return VideoSlices(tuple(_slice(frame, spec) for frame in frames), indices, fps)
+    return VideoSlices(tuple(_slice(unit, spec) for unit in _units(frames, total, fps, spec)), indices, fps)

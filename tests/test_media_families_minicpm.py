@@ -151,7 +151,8 @@ def _hf_video(frames: np.ndarray, fps: float, **kwargs):
 
 
 # (frames, fps, height, width, overrides): one frame a second (fractional duration, under 1 s), sliced frames,
-# a clip longer than max_frames seconds (every 0.1 s, thinned), max_frames lowered, slicing off
+# a clip longer than max_frames seconds (every 0.1 s, thinned), max_frames lowered, slicing off; stacked
+# sub-frames: 1 a second (the frame itself), 2 (a row or a column), 3, 4 (2 x 2), 6 (one row), thinned, sliced
 VIDEO_CASES = [
     (25, 10.0, 50, 70, {}),
     (3, 24.0, 300, 500, {}),
@@ -159,16 +160,25 @@ VIDEO_CASES = [
     (700, 4.0, 30, 40, {}),
     (40, 2.0, 60, 60, {"max_frames": 8}),
     (12, 4.0, 480, 640, {"slice_mode": False}),
+    (25, 10.0, 50, 70, {"stack_frames": 2}),
+    (16, 8.0, 60, 40, {"stack_frames": 3}),
+    (30, 6.0, 40, 60, {"stack_frames": 4}),
+    (30, 6.0, 64, 64, {"stack_frames": 5}),
+    (30, 6.0, 40, 60, {"stack_frames": 7}),
+    (50, 2.0, 30, 30, {"stack_frames": 3, "max_frames": 8}),
+    (9, 4.0, 300, 500, {"stack_frames": 3}),
 ]
 
 
-@pytest.mark.parametrize("case", VIDEO_CASES, ids=lambda c: f"{c[0]}f{c[1]:g}fps{c[2]}x{c[3]}")
+@pytest.mark.parametrize(
+    "case", VIDEO_CASES, ids=lambda c: f"{c[0]}f{c[1]:g}fps{c[2]}x{c[3]}-{len(c[4])}{sum(c[4].values())}"
+)
 def test_video_slices_parity_with_hf(case):
     total, fps, h, w, overrides = case
     rng = np.random.default_rng(total)
     frames = np.stack([_noise(h, w, seed=int(s)) for s in rng.integers(0, 10**6, total)])
     ours = media.video_slices(frames, video_fps=fps, **overrides)
-    names = {"max_frames": "max_num_frames", "slice_mode": "slice_mode"}
+    names = {"max_frames": "max_num_frames", "slice_mode": "slice_mode", "stack_frames": "stack_frames"}
     indices, out = _hf_video(frames, fps, **{names[k]: v for k, v in overrides.items()})
     assert ours.frame_indices.tolist() == [int(i) for i in indices]
     assert out["num_frames_per_video"] == [len(ours.frames)]
@@ -188,6 +198,22 @@ def test_video_slices_parity_with_hf(case):
 def test_minicpm_frame_indices_worked_examples(total, fps, max_frames, want):
     """MiniCPM-V's sampling by hand: one frame a second, or every 0.1 s thinned (``sample_frames``)."""
     assert media.minicpm_frame_indices(total, fps, max_frames).tolist() == want
+
+
+def test_stacked_frames_by_hand():
+    """``stack_frames=3`` on 2.5 s at 10 fps: main frames 0, 10, 20, then the sub-frames at 1/3, 2/3, 4/3, 5/3, 7/3 s
+    (int(t * 10): 3, 6, 13, 16, 23); seconds 0 and 1 get a composite of two frames, second 2 of one (the frame)."""
+    assert media.minicpm_frame_indices(25, 10.0, stack_frames=3).tolist() == [0, 10, 20, 3, 6, 13, 16, 23]
+    frames = np.stack([_noise(40, 60, seed=i) for i in range(25)])
+    clip = media.video_slices(frames, video_fps=10.0, stack_frames=3)
+    assert len(clip.frames) == 6  # main 0, composite (3, 6), main 10, composite (13, 16), main 20, composite (23)
+    # two 40 x 60 frames make a column (60 / 86 is nearer to square than 126 / 40), a 6-pixel black line between
+    column = np.zeros((86, 60, 3), np.uint8)
+    column[:40], column[46:] = frames[13], frames[16]
+    want = media.image_slices(column, "minicpm-v4.6", resample="torch")
+    torch.testing.assert_close(clip.frames[3].pixel_values, want.pixel_values, rtol=0, atol=0)
+    alone = media.image_slices(frames[23], resample="torch")  # one sub-frame: the frame itself
+    torch.testing.assert_close(clip.frames[5].pixel_values, alone.pixel_values, rtol=0, atol=0)
 
 
 def test_video_file_equals_its_frames(tmp_path):
