@@ -1,4 +1,4 @@
-"""Swap another multimodal rotary scheme into a Hugging Face Qwen2-VL-family or GLM-4V model.
+"""Swap another multimodal rotary scheme into a Hugging Face Qwen2-VL-family model (or :data:`FAMILY_ROTARY`'s).
 
 :func:`use_rope` ``(model, scheme)`` re-points, on that model *instance* only, the two
 places where a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (and Qwen3-VL-MoE) model decides positions:
@@ -40,6 +40,17 @@ PaddleOCR-VL (Qwen2-VL's rotation), Qwen3.5 / Qwen3.5-MoE (partial rotary, full-
 and ERNIE-4.5-VL (VideoRoPE's allocation, adjacent pairs, ``mrope_section`` ordered h, w, t) are in the same table,
 with Cosmos3-Omni (a Qwen3-VL text model) and Qwen4-Exp (Qwen3.5's rotation; its QSA indexer scores keys with the
 same ``cos`` / ``sin``, so MHRoPE, which has no shared rotation, is refused there).
+
+Cohere-Compass has one frequency set per layer type (``rope_parameters[layer_type]``: theta and interleaved
+sections, ``None`` for a layer type without positions) and calls its rotary as ``rotary_emb(x, position_ids,
+layer_type)``: it gets one :class:`HFRotaryEmbedding` per layer type (``_LayerTypeRotary``), each built from that
+layer type's config and probed with it. HunYuan-VL's ids are ``(N, B, L)``, ``N = len(mrope_section)``: its own
+rotation cuts the ``2 P`` channels of ``cos`` / ``sin`` into ``N`` chunks of ``2 * section[k]`` channels, chunk ``k``
+reading row ``k`` (the two channels that ``rotate_half`` pairs may read different rows; ``per_channel``), and another
+scheme's three rows go into the last three (``rows_to_axes`` ``(A, N)``). HunYuan-VL and HY-V4-VL (XD-RoPE: a newline
+token ends every merged row) take their own positions from :mod:`~mmpos.integrations.hf_families`; another scheme
+packs the same blocks, in tokens with the newline column, by its rule (HunYuan-VL's two boundary tokens as text).
+``cos`` / ``sin`` take the dtype the model's own rotary returns (``x.dtype``; ERNIE-4.5-VL keeps float32).
 
 The Omni thinkers (Qwen2.5-Omni, Qwen3-Omni-MoE; ``*ThinkerForConditionalGeneration``) take their TMRoPE positions
 from :mod:`mmpos.integrations.hf_omni` with the model's own arguments (audio included): the thinker and its inner
@@ -85,6 +96,7 @@ from ..schemes import (
     scheme_for_model_type,
 )
 from . import hf_omni
+from .hf_families import glm_image_decode_position_ids
 from .hf_rope_index import RopeIndexOptions, get_rope_index, installed_rule, scheme_rope_index
 
 __all__ = [
@@ -108,13 +120,16 @@ class HFRotaryEmbedding(nn.Module):
     """Drop-in for a Qwen-VL text rotary embedding computing the angles of an mmpos rotary
     encoder's plan.
 
-    ``forward(x, position_ids)``: ``position_ids`` ``(3, B, L)`` (or ``(B, L)``, read as text)
-    -> ``(cos, sin)`` in ``x.dtype``, shaped as the model's attention consumes them
+    ``forward(x, position_ids)``: ``position_ids`` ``(R, B, L)`` (``R = 3``; HunYuan-VL's ``N``), or ``(B, L)``
+    read as text -> ``(cos, sin)`` in ``x.dtype`` (``cos_dtype`` where the model's rotary keeps another: ERNIE-4.5-VL's
+    float32), shaped as the model's attention consumes them
     (``cos_sin_shape``): ``"rows"`` ``(3, B, L, D)`` (three equal rows), ``"flat"`` ``(B, L, D)``.
     With ``per_head=True`` (MHRoPE) it returns the identity rotation in that shape and keeps the
     per-head ``cos``/``sin`` ``(B, Hkv, L, D/2)`` in :attr:`per_head_angles` for the
     projection hooks. Angles are float32, float64 for float64 ids. ``rows_to_axes``
-    ``(A, 3)``: how the scheme's ``axes`` are read from the three rows (the plan reads a subset).
+    ``(A, R)``: how the scheme's ``axes`` are read from the ``R`` rows (the plan reads a subset). With
+    ``per_channel=True`` the plan's "pairs" are the ``cos`` / ``sin`` channels themselves, not repeated
+    (HunYuan-VL's own rotation, whose two halves read different rows).
 
     A scaled encoder (``scaling=``, :mod:`mmpos.scaling`) is carried whole: ``cos`` / ``sin`` are multiplied
     by its ``attention_factor`` (YaRN's ``mscale``, LongRoPE's factor), as Hugging Face multiplies them by
@@ -362,6 +377,29 @@ class _FamilyIndex:
         return torch.cat([ids[:1].expand(self.rows - 3, -1, -1), ids]), deltas  # (rows, B, L)
 
 
+class _GlmImageIndex:
+    """Bound to a GLM-Image model as ``get_rope_index`` (its own scheme only): the prompt's positions from
+    :func:`mmpos.integrations.hf_rope_index.get_rope_index` and, as the model's own method does, the positions of the
+    images it generates written to ``_cached_decode_position_ids`` (``hf_families.glm_image_decode_position_ids``)
+    with ``_prefill_len``, which its decoding reads."""
+
+    def __init__(self, original: Any, core: nn.Module) -> None:
+        self.signature = inspect.signature(original)
+        self.core = core
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        names = ("input_ids", "image_grid_thw", "images_per_sample", "attention_mask")
+        input_ids, grids, per_sample, mask = (arguments.get(n) for n in names)
+        config = self.core.config
+        ids, deltas = get_rope_index(config, input_ids, grids, None, mask, images_per_sample=per_sample)
+        decode = None if grids is None else glm_image_decode_position_ids(config, input_ids, grids, per_sample, mask)
+        self.core._cached_decode_position_ids = decode  # (B, 3, D): the generated images' positions
+        self.core._prefill_len = input_ids.shape[1]
+        return ids, deltas
+
+
 # ------------------------------------------------------------------------- use_rope
 @dataclass
 class _Installed:
@@ -405,10 +443,15 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     # last three (w, h, image) (Scheme.encoder_kwargs); HY-V4-VL: XD-RoPE positions, Qwen3-VL's interleaved rotation
     "hunyuan_vl": ("mrope", "half"),
     "hy_v4_vl": ("mrope-i", "half"),
+    # GLM-Image: chunked sections on its partial rotary (its own scheme only: _GlmImageIndex)
+    "glm_image": ("mrope", "half"),
 }
 #: the families whose own ``mrope_section`` cuts the ``2 P`` channels of ``cos`` / ``sin`` rather than the ``P`` pairs
 #: (HunYuan-VL, :class:`_SectionsOverRows`)
 _CHANNEL_SECTIONS = ("hunyuan_vl",)
+#: the families whose rotary reads ``rope_type "dynamic"`` with an ``alpha`` as a fixed stretch of theta,
+#: ``theta * alpha ** (d / (d - 2))`` (HunYuan-VL's ``compute_ntk_alpha_rope_parameters``), not as dynamic NTK
+_NTK_ALPHA = ("hunyuan_vl",)
 #: the order of a family's config ``mrope_section`` where it is not (t, h, w): the indices of t, h, w in it
 _SECTION_ORDER: dict[str, tuple[int, int, int]] = {"ernie4_5_vl_moe": (2, 0, 1)}
 
@@ -630,9 +673,15 @@ class _RotaryBuilder:
     def __call__(self, probe: Any, layer_type: str | None = None) -> HFRotaryEmbedding:
         cfg, name = self.cfg, self.encoder
         theta, _, own_section = _rope_config(cfg, layer_type)
-        scaling = (
-            _model_scaling(cfg, layer_type) if isinstance(self.scaling, str) else as_scaling(self.scaling)
-        )  # "own": the model's
+        params = getattr(cfg, "rope_parameters", None) or {}
+        ntk = self.model_type in _NTK_ALPHA and params.get("rope_type") == "dynamic"
+        alpha = params.get("alpha") if ntk else None
+        if isinstance(self.scaling, str) and alpha:  # HunYuan-VL's "dynamic" with a fixed alpha: theta stretched
+            theta, scaling = theta * alpha ** (cfg.head_dim / (cfg.head_dim - 2)), None
+        elif isinstance(self.scaling, str):  # "own": the model's
+            scaling = _model_scaling(cfg, layer_type)
+        else:
+            scaling = as_scaling(self.scaling)
         # the rows of the model's position ids: one per mrope_section entry (HunYuan-VL's N >= 3), else 3
         rows = len(own_section) if own_section is not None and len(own_section) > 3 else 3
         rotary_dim, convention = _rotary_channels(probe, rows, self.device)  # partial rotary: the plan spans it
@@ -776,7 +825,14 @@ def use_rope(
             if advance == base.advance
             else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
         )
-        if core.config.model_type in _NEWLINE_FAMILIES:  # their own token layout (hf_families)
+        if core.config.model_type == "glm_image":
+            if scheme not in ("own", own_scheme.name):
+                raise ValueError(
+                    f"scheme must be 'own' or {own_scheme.name!r} for model_type 'glm_image' (its generated images "
+                    f"take the positions of _cached_decode_position_ids, placed by its own rule), got {scheme!r}"
+                )
+            model_scheme = own_scheme.name
+        elif core.config.model_type in _NEWLINE_FAMILIES:  # their own token layout (hf_families)
             model_scheme = own_scheme.name
             family_options = (
                 None
@@ -861,6 +917,9 @@ def use_rope(
             original = type(module).get_rope_index.__get__(module)
             module.get_rope_index = _OmniIndex(original, thinker, index_scheme, omni_options)
             installed.patched.append(module)
+    elif core.config.model_type == "glm_image":
+        core.get_rope_index = _GlmImageIndex(type(core).get_rope_index.__get__(core), core)
+        installed.patched.append(core)
     elif core.config.model_type in _NEWLINE_FAMILIES:
         original = type(core).get_rope_index.__get__(core)
         core.get_rope_index = _FamilyIndex(original, core.config, family_options, scheme, rotary.rows)

@@ -124,3 +124,19 @@ def assert_own_scheme_is_exact(model, inputs: dict, own: str, suppress: list[int
     assert torch.equal(seq, ref_seq) and torch.equal(steps, ref_steps)
     use_rope(model, "own")
     assert torch.equal(model(**inputs).logits, ref)
+
+
+def assert_swap_is_consistent(model, inputs: dict, scheme: str, options: dict, suppress: list[int]) -> None:
+    """``use_rope(model, scheme, **options)`` moves the logits (finite, not close to the model's own) and its cached
+    greedy ``generate`` equals a full forward (:func:`assert_cached_generate_is_a_full_forward`); ``"own"`` then
+    restores the logits."""
+    from mmpos.integrations.hf_rope import use_rope
+
+    use_rope(model, "own")
+    ref = model(**inputs).logits
+    use_rope(model, scheme, **options)
+    logits = model(**inputs).logits
+    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref), scheme
+    assert_cached_generate_is_a_full_forward(model, inputs, suppress)
+    use_rope(model, "own")
+    assert torch.equal(model(**inputs).logits, ref)  # restored

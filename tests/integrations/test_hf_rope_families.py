@@ -21,6 +21,7 @@ from _tiny_hf import (
     TEXT,
     assert_cached_generate_is_a_full_forward,
     assert_own_scheme_is_exact,
+    assert_swap_is_consistent,
     greedy,
     left_padded,
 )
@@ -571,14 +572,7 @@ OMNI_SWAPS = [
 @pytest.mark.parametrize("scheme, options", OMNI_SWAPS, ids=[s for s, _ in OMNI_SWAPS])
 def test_omni_swapped_scheme_cached_generate(omni, scheme, options):
     _, model = omni
-    inputs = _omni_batch()
-    use_rope(model, "own")
-    ref = model(**inputs).logits
-    use_rope(model, scheme, **options)
-    assert not torch.allclose(model(**inputs).logits, ref)
-    assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
-    use_rope(model, "own")
-    assert torch.equal(model(**inputs).logits, ref)
+    assert_swap_is_consistent(model, _omni_batch(), scheme, options, SUPPRESS)
 
 
 def test_omni_refuses_advance(omni):
@@ -625,4 +619,43 @@ def test_omni_audio_prompts(omni):
     use_rope(model, "vrope")
     assert not torch.allclose(model(**inputs).logits, ref)
     assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
+    use_rope(model, "own")
+
+
+def _omni_av_batch(name, model):
+    """Two left-padded prompts, each a 4-frame 8 x 8-pixel video (grid (2, 4, 4), 0.5 s per grid: 2 frames of 4
+    tokens) with its audio (100 mel frames), ``use_audio_in_video=True``: the video and audio tokens in the
+    processor's order (Qwen2.5-Omni: both frames then the audio, all in the first 2-s chunk; Qwen3-Omni: by time,
+    the audio between the two frames)."""
+    from mmpos.integrations.hf_omni import audio_token_counts
+
+    n = int(audio_token_counts(model.config, torch.tensor([100]))[0])
+    body = [VID] * 8 + [110] * n if name == "qwen2_5_omni" else [VID] * 4 + [110] * n + [VID] * 4
+    video = [ISTART, 111, *body, 112, IEND]
+    ids, mask = left_padded([5, 6, *video, 7, 8], [9, *video, 10], PAD)
+    g = torch.Generator().manual_seed(4)
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "pixel_values_videos": torch.randn(2 * 32, 24, generator=g),
+        "video_grid_thw": torch.tensor([[2, 4, 4], [2, 4, 4]]),
+        "video_second_per_grid": torch.tensor([0.5, 0.5]),
+        "input_features": torch.randn(2, 16, 100, generator=g),
+        "feature_attention_mask": torch.ones(2, 100, dtype=torch.long),
+        "use_audio_in_video": True,
+    }
+
+
+@torch.no_grad()
+def test_omni_videos_with_their_audio(omni):
+    """``use_audio_in_video=True``: the own scheme exact (forward and ``generate``). A non-Omni scheme has no rule for
+    a block that interleaves a video's tokens with its audio's (``mmpos.layout.pack`` places audio-visual blocks by
+    the Omni schemes only): a clear ``ValueError`` at the forward, naming the schemes that take them."""
+    name, model = omni
+    inputs = _omni_av_batch(name, model)
+    assert_own_scheme_is_exact(model, inputs, OMNI[name][2], SUPPRESS)
+    for scheme in ("mrope-i", "vrope"):
+        use_rope(model, scheme)
+        with pytest.raises(ValueError, match=r"audio-visual blocks\) applies only to schemes \['qwen2.5-omni'"):
+            model(**inputs)
     use_rope(model, "own")

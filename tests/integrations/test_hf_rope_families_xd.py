@@ -13,7 +13,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from _tiny_hf import TEXT as TINY_TEXT
-from _tiny_hf import assert_cached_generate_is_a_full_forward, assert_own_scheme_is_exact, left_padded
+from _tiny_hf import assert_own_scheme_is_exact, assert_swap_is_consistent, left_padded
 
 from mmpos.integrations.hf_rope import current_rope, use_rope
 
@@ -53,12 +53,12 @@ def _need(cls):
 SECTIONS = {"n3": [2, 3, 3], "n4": [2, 2, 2, 2], "n5": [2, 2, 2, 1, 1]}
 
 
-def _hunyuan(section):
+def _hunyuan(section, **rope):
     _need("HunYuanVLForConditionalGeneration")
     text = dict(
         TEXT,
         head_dim=16,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": section},
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": section, **rope},
     )
     cfg = transformers.HunYuanVLConfig(
         text_config=text, vision_config=VISION, image_token_id=IMG, im_start_id=START, im_end_id=END
@@ -100,14 +100,7 @@ def test_hunyuan_vl_own_scheme_gives_the_model_logits(hunyuan):
 def test_hunyuan_vl_swapped_scheme_cached_generate(hunyuan, scheme, options):
     """The image blocks in tokens (newline column included), the boundary tokens as text; the scheme's three rows in
     the model's last three."""
-    inputs = _hunyuan_batch()
-    use_rope(hunyuan, "own")
-    ref = hunyuan(**inputs).logits
-    use_rope(hunyuan, scheme, **options)
-    logits = hunyuan(**inputs).logits
-    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
-    assert_cached_generate_is_a_full_forward(hunyuan, inputs, SUPPRESS)
-    use_rope(hunyuan, "own")
+    assert_swap_is_consistent(hunyuan, _hunyuan_batch(), scheme, options, SUPPRESS)
 
 
 @torch.no_grad()
@@ -121,6 +114,16 @@ def test_hunyuan_vl_text_prompts_keep_the_model_logits(hunyuan):
         use_rope(hunyuan, scheme)
         assert torch.equal(hunyuan(**inputs).logits, ref), scheme
     use_rope(hunyuan, "own")
+
+
+@torch.no_grad()
+def test_hunyuan_vl_ntk_alpha():
+    """The checkpoints' ``rope_type "dynamic"`` with a fixed ``alpha`` (transformers' ``ntk_alpha``: theta stretched by
+    ``alpha ** (d / (d - 2))``, static) under ``scaling="own"``: the own scheme exact, a swapped scheme consistent."""
+    model = _hunyuan(SECTIONS["n4"], rope_type="dynamic", alpha=1000.0, factor=1.0)
+    assert model.model.language_model.rotary_emb.rope_type == "ntk_alpha"
+    assert_own_scheme_is_exact(model, _hunyuan_batch(), "hunyuan-vl", SUPPRESS)
+    assert_swap_is_consistent(model, _hunyuan_batch(), "mrope-i", {}, SUPPRESS)
 
 
 def test_hunyuan_vl_errors():
@@ -235,14 +238,7 @@ def test_own_scheme_in_bfloat16(family, tmp_path):
 @torch.no_grad()
 @pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
 def test_hy_v4_vl_swapped_scheme_cached_generate(hy_v4_vl, scheme, options):
-    inputs = _hy_v4_vl_batch()
-    use_rope(hy_v4_vl, "own")
-    ref = hy_v4_vl(**inputs).logits
-    use_rope(hy_v4_vl, scheme, **options)
-    logits = hy_v4_vl(**inputs).logits
-    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
-    assert_cached_generate_is_a_full_forward(hy_v4_vl, inputs, SUPPRESS)
-    use_rope(hy_v4_vl, "own")
+    assert_swap_is_consistent(hy_v4_vl, _hy_v4_vl_batch(), scheme, options, SUPPRESS)
 
 
 def test_hy_v4_vl_refuses_mhrope(hy_v4_vl):
@@ -250,3 +246,16 @@ def test_hy_v4_vl_refuses_mhrope(hy_v4_vl):
     with pytest.raises(ValueError, match="scheme 'mhrope' cannot reach HYV4VLAttention"):
         use_rope(hy_v4_vl, "mhrope", head_sections=[1, 1, 2])
     assert current_rope(hy_v4_vl) == "own"
+
+
+@pytest.mark.parametrize("model_type", ["minicpmv4_7"])
+def test_families_without_use_rope_are_refused(model_type):
+    """MiniCPM-V 4.7 (its index reads ``target_sizes``) is not patched: a clear error naming the families
+    ``use_rope`` takes."""
+    from types import SimpleNamespace
+
+    model = torch.nn.Module()
+    model.config = SimpleNamespace(model_type=model_type)
+    model.get_rope_index = lambda *a, **k: None
+    with pytest.raises(ValueError, match=rf"model_type one of .*got Module with model_type '{model_type}'"):
+        use_rope(model, "mrope-i")
