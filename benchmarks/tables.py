@@ -32,7 +32,18 @@ CUDA ``max_memory_allocated`` above the inputs; on CPU the rise of the resident-
 mark during one step (``VmHWM``, reset through ``/proc/self/clear_refs``; large blocks mapped
 for that measurement only, ``_memory.map_large_blocks``).
 
-    python benchmarks/tables.py [--device cpu|cuda] [--repeats 5] [--threads 1] [--json out.json]
+``--hf``: decoding through :func:`mmpos.integrations.hf_tpe.install_tpe` on a one-layer transformers
+Llama (hidden 512, 8 heads of 64, ``sdpa``; the whole ``LlamaForCausalLM`` call, vocabulary 64): a
+prefill of the ``L`` tokens (``tpe_positions`` = the order coordinates of ``table.build``), then one
+token a step into transformers' default ``DynamicCache`` (``hf-dynamic``: concatenates every cached
+key a step), :class:`mmpos.integrations.hf_tpe.PreallocatedCache` ``(capacity=L + steps)``
+(``hf-preallocated``) and, where its layers size keys and values apart (transformers 5),
+``StaticCache(max_cache_len=L + steps)`` (``hf-static``); the reference: the same Llama without 2D-TPE
+(sequential positions) with its ``DynamicCache`` (``hf-plain``) and a ``StaticCache`` (``hf-plain-static``).
+Each round prefills fresh caches (not timed), then times the caches' steps interleaved step by step;
+decode peak memory of one step from ``L + 1`` cached tokens.
+
+    python benchmarks/tables.py [--device cpu|cuda] [--repeats 5] [--threads 1] [--json out.json] [--hf]
 """
 
 from __future__ import annotations
@@ -280,6 +291,108 @@ def measure(length: int, device: str, repeats: int, steps: int) -> dict[str, dic
     return out
 
 
+HF_CACHES = ("hf-dynamic", "hf-preallocated", "hf-static", "hf-plain", "hf-plain-static")
+
+
+class HFBench:
+    """``install_tpe`` on a one-layer Llama, decoding from ``L`` cached tokens into each cache kind."""
+
+    def __init__(self, length: int, device: str, steps: int) -> None:
+        import inspect
+
+        import transformers
+
+        from mmpos.integrations.hf_tpe import PreallocatedCache, install_tpe
+
+        self.transformers, self.make_preallocated = transformers, PreallocatedCache
+        config = transformers.LlamaConfig(
+            vocab_size=64, hidden_size=DIM, intermediate_size=2 * DIM, num_hidden_layers=1,
+            num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=2 * length + steps,
+        )  # fmt: skip
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(0)
+        self.model = install_tpe(transformers.LlamaForCausalLM(config).eval().to(device), orders=2)
+        torch.manual_seed(0)
+        self.plain = transformers.LlamaForCausalLM(config).eval().to(device)  # the same model without 2D-TPE
+        self.config, self.length, self.steps, self.device = config, length, steps, device
+        layout = table_layout(length)
+        self.pos = layout.order_coords.pos.permute(2, 0, 1).long().to(device)  # (2, 1, L)
+        self.new_pos = layout.decode(steps).permute(2, 0, 1).long().to(device)  # (2, 1, steps)
+        self.ids = torch.randint(64, (1, length + steps), device=device)
+        params = inspect.signature(self.model.forward).parameters
+        self.name = "cache" if "cache" in params else "past_key_values"  # 5.x / 4.x
+        static = getattr(transformers.cache_utils, "StaticLayer", None)
+        apart = static is not None and "value_states" in inspect.signature(static.lazy_initialization).parameters
+        self.caches = tuple(k for k in HF_CACHES if apart or k != "hf-static")
+
+    def _new(self, kind: str):
+        if kind in ("hf-dynamic", "hf-plain"):
+            return None  # the model's own (DynamicCache)
+        if kind == "hf-preallocated":
+            return self.make_preallocated(capacity=self.length + self.steps)
+        return self.transformers.StaticCache(config=self.config, max_cache_len=self.length + self.steps)
+
+    @torch.no_grad()
+    def prefill(self, kind: str):
+        cache = self._new(kind)
+        extra = {} if cache is None else {self.name: cache}
+        if kind.startswith("hf-plain"):  # sequential positions (the model's own)
+            return self.plain(self.ids[:, : self.length], use_cache=True, **extra).past_key_values
+        out = self.model(self.ids[:, : self.length], tpe_positions=self.pos, use_cache=True, **extra)
+        return out.past_key_values
+
+    @torch.no_grad()
+    def step(self, kind: str, cache, i: int) -> torch.Tensor:
+        n = self.length + i
+        new = self.ids[:, n : n + 1]
+        if kind.startswith("hf-plain"):
+            return self.plain(new, use_cache=True, **{self.name: cache}).logits
+        return self.model(new, tpe_positions=self.new_pos[..., i : i + 1], use_cache=True, **{self.name: cache}).logits
+
+
+def hf_measure(length: int, device: str, repeats: int, steps: int) -> dict[str, dict[str, float]]:
+    bench = HFBench(length, device, steps)
+    times = {k: [] for k in bench.caches}
+    for r in range(repeats + 1):  # round 0 warms up
+        caches = {k: bench.prefill(k) for k in bench.caches}
+        spent = dict.fromkeys(bench.caches, 0.0)
+        for i in range(steps):
+            for k in bench.caches:  # interleaved step by step
+                sync(device)
+                t0 = clock(device)
+                bench.step(k, caches[k], i)
+                sync(device)
+                spent[k] += clock(device) - t0
+        if r:
+            for k in bench.caches:
+                times[k].append(spent[k] / steps)
+        del caches
+    if device == "cpu":
+        map_large_blocks()
+    out = {}
+    for k in bench.caches:
+        cache = bench.prefill(k)
+        bench.step(k, cache, 0)  # warm-up step; the peak is one step from L + 1 cached tokens
+        out[k] = {
+            "decode_ms": 1e3 * statistics.median(times[k]),
+            "decode_peak_mib": peak_mib(lambda k=k, c=cache: bench.step(k, c, 1), device),
+        }
+        del cache
+    return out
+
+
+def hf_table(results: dict[int, dict[str, dict[str, float]]]) -> str:
+    lines = ["| L | cache | decode ms/token | x hf-dynamic | x hf-plain | decode peak MiB |", "|" + "---|" * 6]
+    for length, res in results.items():
+        base, plain = res["hf-dynamic"]["decode_ms"], res["hf-plain"]["decode_ms"]
+        for k, r in res.items():
+            lines.append(
+                f"| {length} | {k} | {r['decode_ms']:.3f} | {_ratio(r['decode_ms'], base)} "
+                f"| {_ratio(r['decode_ms'], plain)} | {r['decode_peak_mib']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -317,10 +430,23 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=list(TABLES), choices=list(TABLES))
     parser.add_argument("--steps", type=int, default=20, help="decode steps per round (from L cached tokens)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--hf", action="store_true", help="decoding through install_tpe on a transformers Llama")
     args = parser.parse_args()
     if args.repeats < 1 or args.steps < 1:
         parser.error("--repeats and --steps must be >= 1")
     torch.set_num_threads(args.threads)
+    if args.hf:
+        import transformers
+
+        before = header(args.device, transformers, note=f"median of {args.repeats} rounds, {args.steps} steps a round")
+        results = {n: hf_measure(n, args.device, args.repeats, args.steps) for n in args.lengths}
+        print(before)
+        print(f"<!-- after: {load()} -->")
+        print(hf_table(results))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"header": before, "device": args.device, "hf": results}, f, indent=1)
+        return
     before = header(args.device, note=f"median of {args.repeats} rounds, {args.steps} decode steps a round")
     results = {n: measure(n, args.device, args.repeats, args.steps) for n in args.lengths}
     print(before)
