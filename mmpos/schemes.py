@@ -1136,20 +1136,66 @@ def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
     last_max = np.where((audio > 0) & audio_last, n_audio - 1, v_max)
     extent = _f32_extent(g.start, last_max)  # the end token(s) / the text after the block
     a_pos = a_local.astype(np.float64)
-    parts = [(video, v_block, v_key, 0, v_local), (np.stack([a_pos] * 3), a_block, a_key, 1, a_local)]
-    if markers:  # the audio start token first (the video start's position), the end token last (the video end's)
-        av = np.flatnonzero(audio > 0)
-        end = last_max[av] + 1
-        parts.append((np.full((3, av.shape[0]), -1.0), av, np.full(av.shape, -np.inf), 0, np.zeros_like(av)))
-        parts.append((np.stack([end] * 3), av, np.full(av.shape, np.inf), 0, np.zeros_like(av)))
-    offsets = np.concatenate([p[0] for p in parts], axis=1)  # (3, N): video, audio, markers
-    block = np.concatenate([p[1] for p in parts])
-    key = np.concatenate([np.asarray(p[2], dtype=np.float64) for p in parts])
-    kind = np.concatenate([np.full(p[1].shape, p[3]) for p in parts])
-    local = np.concatenate([p[4] for p in parts])
-    order = np.lexsort((local, kind, key, block))  # block, then time (chunk), video before audio, then index
+    v_key, a_key = np.asarray(v_key, dtype=np.float64), np.asarray(a_key, dtype=np.float64)
+    end = last_max + 1  # (K,) the end token's offset (Qwen2.5-Omni's audio-visual blocks)
+    order = _merge_by_time(grid[:, 0] * hw, n_audio, markers * (audio > 0), v_key, a_key)
+    if order is None:  # keys too fine to merge by offsets: sort them
+        parts = [(video, v_block, v_key, 0, v_local), (np.stack([a_pos] * 3), a_block, a_key, 1, a_local)]
+        if markers:  # the audio start token first (the video start's position), the end token last (the video end's)
+            av = np.flatnonzero(audio > 0)
+            parts.append((np.full((3, av.shape[0]), -1.0), av, np.full(av.shape, -np.inf), 0, np.zeros_like(av)))
+            parts.append((np.stack([end[av]] * 3), av, np.full(av.shape, np.inf), 0, np.zeros_like(av)))
+        offsets = np.concatenate([p[0] for p in parts], axis=1)  # (3, N): video, audio, markers
+        block = np.concatenate([p[1] for p in parts])
+        key = np.concatenate([p[2] for p in parts])
+        kind = np.concatenate([np.full(p[1].shape, p[3]) for p in parts])
+        local = np.concatenate([p[4] for p in parts])
+        order = np.lexsort((local, kind, key, block))  # block, then time (chunk), video before audio, then index
+        out = np.ascontiguousarray(offsets[:, order])
+    else:  # each token's place in the output: written there (no sort)
+        v_at, a_at, start_at, end_at = order
+        out = np.empty((3, v_at.shape[0] + a_at.shape[0] + start_at.shape[0] + end_at.shape[0]))
+        out[:, v_at] = video
+        out[:, a_at] = a_pos
+        out[:, start_at] = -1.0  # the audio start token: the video start's position
+        out[:, end_at] = end[markers * (audio > 0) > 0]  # the end token: the video end's
     ones = torch.ones(3, dtype=torch.float64)
-    return torch.from_numpy(np.ascontiguousarray(offsets[:, order])), torch.from_numpy(extent), ones
+    return torch.from_numpy(out), torch.from_numpy(extent), ones
+
+
+def _merge_by_time(n_v, n_a, marks, v_key, a_key):
+    """Where each token of the blocks goes when every block's video and audio tokens are merged by key
+    (video first on ties; each kind's keys rise along its tokens), a marker token at both ends of the
+    blocks with ``marks`` 1: ``(video, audio, start markers, end markers)`` output indices, or ``None``
+    where the keys cannot be told apart after moving every block above the one before (by whole numbers)."""
+    k = n_v.shape[0]
+    v_start, a_start = np.cumsum(n_v) - n_v, np.cumsum(n_a) - n_a  # (K,) first token of each block, per kind
+    size = n_v + n_a + 2 * marks
+    out_start = np.cumsum(size) - size  # (K,) each block's first output index
+    v_block, a_block = np.repeat(np.arange(k), n_v), np.repeat(np.arange(k), n_a)
+    with np.errstate(invalid="ignore"):  # empty kinds: inf - inf
+        lo = np.full(k, np.inf)
+        hi = np.full(k, -np.inf)
+        has_v, has_a = n_v > 0, n_a > 0
+        lo[has_v], hi[has_v] = v_key[v_start[has_v]], v_key[(v_start + n_v - 1)[has_v]]
+        lo[has_a] = np.minimum(lo[has_a], a_key[a_start[has_a]])
+        hi[has_a] = np.maximum(hi[has_a], a_key[(a_start + n_a - 1)[has_a]])
+        if not (np.isfinite(lo) | (size == 2 * marks)).all():
+            return None
+        lo, hi = np.where(np.isfinite(lo), lo, 0), np.where(np.isfinite(hi), hi, 0)
+        span = np.floor(hi) - np.floor(lo) + 1  # (K,) whole numbers covering each block's keys
+        shift = np.cumsum(span) - span - np.floor(lo)  # block k's keys moved into [sum of spans before, ...)
+        v_moved, a_moved = v_key + shift[v_block], a_key + shift[a_block]
+    if not (np.array_equal(v_moved - shift[v_block], v_key) and np.array_equal(a_moved - shift[a_block], a_key)):
+        return None  # a key rounded when moved: ties could change
+    if (np.diff(v_moved) < 0).any() or (np.diff(a_moved) < 0).any():
+        return None
+    v_local = np.arange(v_block.shape[0]) - v_start[v_block]
+    a_local = np.arange(a_block.shape[0]) - a_start[a_block]
+    v_at = out_start[v_block] + marks[v_block] + v_local + np.searchsorted(a_moved, v_moved, "left") - a_start[v_block]
+    a_at = out_start[a_block] + marks[a_block] + a_local + np.searchsorted(v_moved, a_moved, "right") - v_start[a_block]
+    with_marks = np.flatnonzero(marks > 0)
+    return v_at, a_at, out_start[with_marks], (out_start + size - 1)[with_marks]
 
 
 def _qwen25_omni_block(g: BlockGeometry, o: SchemeOptions):

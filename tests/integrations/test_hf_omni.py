@@ -334,3 +334,29 @@ def test_non_dyadic_seconds_per_grid(model_type, monkeypatch):
         else:
             torch.testing.assert_close(got[0], want[0], rtol=2.4e-7, atol=0)
             torch.testing.assert_close(got[1].view(-1), want[1].view(-1), rtol=2.4e-7, atol=0)
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+@pytest.mark.parametrize("merge", [True, False])
+def test_audio_visual_order_by_merge_and_by_sort(model_type, merge, monkeypatch):
+    """The TMRoPE rule places an audio-visual block's tokens by merging its video and audio keys (no sort),
+    or, where keys cannot be merged exactly, by sorting them: both equal the installed release."""
+    import mmpos.schemes as schemes
+
+    used = []
+    merged = schemes._merge_by_time
+
+    def spy(*args):
+        out = merged(*args) if merge else None
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(schemes, "_merge_by_time", spy)
+    config, _, _ = _family(model_type)
+    rng = random.Random(7)
+    for _ in range(6):
+        batch = _random_batch(rng, model_type, config, 3, "left", True, kinds=("image", "video", "audio", "text"))
+        if batch["video_grid_thw"] is None:
+            continue
+        _assert_equal(hf_omni.get_rope_index(config, **batch), _reference(model_type, config, **batch))
+    assert used and all(u == merge for u in used)
