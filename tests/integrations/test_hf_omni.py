@@ -341,7 +341,7 @@ def test_non_dyadic_seconds_per_grid(model_type, monkeypatch):
 def test_audio_visual_order_by_merge_and_by_sort(model_type, merge, monkeypatch):
     """The TMRoPE rule places an audio-visual block's tokens by merging its video and audio keys (no sort),
     or, where keys cannot be merged exactly, by sorting them: both equal the installed release."""
-    import mmpos.schemes as schemes
+    from mmpos import schemes
 
     used = []
     merged = schemes._merge_by_time
