@@ -573,7 +573,7 @@ def test_packed_forward_of_every_tiny_family(name, mode):
             f"transformers {transformers.__version__}: {name}'s text model hands its multi-row position ids to the "
             "mask as they are (no text row split off): no packed-sequence path"
         )
-    LP.use_rope(model, "own" if mode == "unpatched" else scheme)
+    LP._use(model, name, "own" if mode == "unpatched" else scheme)
     prompts = LP._prompts(video)
     pixels = LP._pixels(prompts, shape)
     alone = []
@@ -585,7 +585,12 @@ def test_packed_forward_of_every_tiny_family(name, mode):
     real = batch.pop("attention_mask").bool()
     row = batch["input_ids"][real].view(1, -1)
     cu = torch.cat([torch.zeros(1, dtype=torch.int32), real.sum(1).cumsum(0).to(torch.int32)])
-    if name in LP.OMNI:
+    if name in CLASSES:  # HY-V4-VL
+        types = batch["mm_token_type_ids"][real].view(1, -1)
+        ids, _ = hf_families.packed_rope_index(model.config, row, cu, image_grid_thw=batch.get("image_grid_thw"),
+                                               video_grid_thw=batch.get("video_grid_thw"),
+                                               mm_token_type_ids=types)  # fmt: skip
+    elif name in LP.OMNI:
         ids, _ = hf_omni.packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"),
                                            batch.get("video_grid_thw"),
                                            second_per_grids=batch.get("video_second_per_grid"))  # fmt: skip
