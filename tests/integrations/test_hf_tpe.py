@@ -174,6 +174,16 @@ def test_preallocated_cache_writes_in_place_and_survives_reassigned_layers():
         PreallocatedCache(0)
 
 
+def test_preallocated_cache_serves_a_plain_model_and_generate():
+    model = _model("llama")  # no 2D-TPE: the cache is a DynamicCache whose layers write in place
+    ids = torch.randint(64, (1, 8))
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        out = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0, **{name: PreallocatedCache(2)})
+    assert torch.equal(out, ref)
+
+
 def test_padding_and_errors():
     model = _model("qwen2")
     install_tpe(model, orders=2)
