@@ -875,7 +875,8 @@ def _draw_timestamps(frames: np.ndarray, indices: np.ndarray, video_fps: float, 
     """ERNIE-4.5-VL's ``draw_on_frames``: frame ``i``'s time ``indices[i] / video_fps`` as :func:`_clock`, black
     with a white outline, at ``(0, 0)``; font size ``int(0.1 * min(h, w))``, outline ``int(0.1 * size)``.
     The time is computed in float32 (an int32 index tensor divided by the rate), as the processor does on the
-    indices its ``sample_frames`` returns (so 1 / 0.004 s is 249.99998 s and can read ``59.99`` or ``60.00``).
+    indices its ``sample_frames`` returns (frame 6 at 0.004 fps is 1499.9999 s and reads ``00:24:60.00``, where the
+    exact 1500 s would read ``00:25:00.00``).
     ``frames`` ``(F, H, W, 3)`` uint8, drawn with Pillow (returns a new array)."""
     size = int(min(frames.shape[1:3]) * 0.1)
     if size < 1:
