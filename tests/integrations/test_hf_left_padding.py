@@ -11,15 +11,13 @@ unpatched and under ``use_rope(model, <the family's own scheme>)``.
 
 The position-level half covers every family of the registry, tiny model or not: the ids of a left-padded
 batch from mmpos's front ends equal, on each sample's real tokens, the installed ``get_rope_index`` of the
-sample alone (the samples of tests/integrations/test_hf_packed.py), with ``rope_deltas`` as above.
+sample alone (the samples of tests/integrations/_hf_samples.py), with ``rope_deltas`` as above.
 A family the installed release lacks is skipped, with the reason.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import pathlib
 import random
 import types
 
@@ -27,27 +25,31 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from _hf_samples import (
+    NEW,
+    OMNI_CLASSES,
+    OWN_CLASSES,
+    QWEN_RULE_FAMILIES,
+    RULE,
+    cat_grids,
+    family_modules,
+    own_family,
+    own_reference,
+    own_sample,
+    qwen_family,
+    qwen_reference,
+    qwen_sample,
+    text_row,
+)
 
 from mmpos.integrations import hf_families, hf_omni
 from mmpos.integrations.hf_rope import current_rope, use_rope
-from mmpos.integrations.hf_rope_index import get_rope_index, installed_rule, scheme_for_config
+from mmpos.integrations.hf_rope_index import get_rope_index, packed_rope_index, scheme_for_config
 from mmpos.schemes import RULES
 
 pytestmark = pytest.mark.hf
-RULE = installed_rule()
-NEW = RULE == "hf-5.3"
 
 
-def _load(name: str):
-    """A sibling test module by path (its sample generators and references), under a private name."""
-    path = pathlib.Path(__file__).with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_mmpos_left_padding_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PACKED = _load("test_hf_packed")
 IMG, VID, START, END, VSTART, VEND, PAD = 120, 121, 122, 123, 124, 125, 0
 SUPPRESS = [1, 2, IMG, VID, START, END, VSTART, VEND, 110, 111, 112]  # bos / eos, vision, GLM video, Omni audio
 
@@ -419,39 +421,39 @@ def _check_against_alone(ids, deltas, mask, alone, relative_to_padded):
         assert torch.equal(deltas[i], want.to(deltas.dtype)), i
 
 
-@pytest.mark.parametrize("model_type", PACKED.QWEN_RULE_FAMILIES)
+@pytest.mark.parametrize("model_type", QWEN_RULE_FAMILIES)
 def test_qwen_rule_left_padded_positions_equal_each_sample_alone(model_type):
-    config, model_cls = PACKED._qwen_family(model_type)
+    config, model_cls = qwen_family(model_type)
     scheme = scheme_for_config(config)
     rng = random.Random(f"left-{model_type}")
     for _ in range(3):
-        parts = [PACKED._qwen_sample(rng, config, scheme) for _ in range(rng.randint(2, 4))]
+        parts = [qwen_sample(rng, config, scheme) for _ in range(rng.randint(2, 4))]
         input_ids, mask = _left_pad([p[0] for p in parts])
         types, _ = _left_pad([p[1] for p in parts])
-        grids = [PACKED._cat(parts, i) for i in (2, 3, 4)]
-        alone = [PACKED._qwen_reference(config, model_cls, *[p[i] for i in (0, 1, 2, 3, 4)]) for p in parts]
+        grids = [cat_grids(parts, i) for i in (2, 3, 4)]
+        alone = [qwen_reference(config, model_cls, *[p[i] for i in (0, 1, 2, 3, 4)]) for p in parts]
         for extra in [{"mm_token_type_ids": types}, {}] if NEW else [{}]:
             ids, deltas = get_rope_index(config, input_ids, grids[0], grids[1], mask, grids[2], rule="installed",
                                          **extra)  # fmt: skip
             _check_against_alone(ids, deltas, mask, alone, RULES[RULE].deltas == "next-padded")
 
 
-@pytest.mark.parametrize("model_type", sorted(PACKED.CLASSES))
+@pytest.mark.parametrize("model_type", sorted(OWN_CLASSES))
 def test_family_left_padded_positions_equal_each_sample_alone(model_type):
     """hy_v4_vl, hunyuan_vl, glm_image, minicpmv4_7. HunYuan-VL's image-index axis counts the images of the
     whole batch (the model's own rule, so a sample's differs from its index alone): that axis is compared with
     the installed ``get_rope_index`` of the batch, its other axes with each sample alone."""
-    config, model_cls, owner = PACKED._own_family(model_type)
+    config, model_cls, owner = own_family(model_type)
     rng = random.Random(f"left-{model_type}")
     for _ in range(3):
-        parts = [PACKED._own_sample(rng, model_type, config) for _ in range(3)]
+        parts = [own_sample(rng, model_type, config) for _ in range(3)]
         input_ids, mask = _left_pad([p[0] for p in parts])
         types, _ = _left_pad([p[1] for p in parts])
         inputs = {}
         for key in parts[0][2]:
             got = [p[2][key] for p in parts if p[2][key] is not None]
             inputs[key] = "16x" if key == "downsample_mode" else (torch.cat(got) if got else None)
-        alone = [PACKED._own_reference(model_type, model_cls, owner, *p) for p in parts]
+        alone = [own_reference(model_type, model_cls, owner, *p) for p in parts]
         if model_type == "minicpmv4_7":
             ids, deltas = hf_families.minicpmv4_7_rope_index(config, input_ids, types, attention_mask=mask, **inputs)
         elif model_type == "glm_image":
@@ -466,18 +468,18 @@ def test_family_left_padded_positions_equal_each_sample_alone(model_type):
 
 
 def _omni_reference(model_type, config, **kwargs):
-    _, mm = PACKED._modules(model_type)
-    model_cls = getattr(mm, PACKED.OMNI[model_type][1])
+    _, mm = family_modules(model_type)
+    model_cls = getattr(mm, OMNI_CLASSES[model_type][1])
     owner = types.SimpleNamespace(config=config, spatial_merge_size=config.vision_config.spatial_merge_size)
     for name in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
         setattr(owner, name, types.MethodType(getattr(model_cls, name), owner))
     return model_cls.get_rope_index(owner, **kwargs)
 
 
-@pytest.mark.parametrize("model_type", sorted(PACKED.OMNI))
+@pytest.mark.parametrize("model_type", sorted(OMNI_CLASSES))
 def test_omni_left_padded_positions_equal_each_sample_alone(model_type):
-    cm, _ = PACKED._modules(model_type)
-    config = getattr(cm, PACKED.OMNI[model_type][0])()
+    cm, _ = family_modules(model_type)
+    config = getattr(cm, OMNI_CLASSES[model_type][0])()
     for key, value in (("vision_start_token_id", 151652), ("vision_end_token_id", 151653),
                        ("audio_end_token_id", 151648)):  # fmt: skip
         if getattr(config, key, None) is None:
@@ -494,3 +496,64 @@ def test_omni_left_padded_positions_equal_each_sample_alone(model_type):
         for r, g in zip(rows, grids)
     ]  # fmt: skip
     _check_against_alone(ids, deltas, mask, alone, False)
+
+
+# --------------------------------------------------------------------------- a packed forward of every tiny model
+#: the models whose text layers carry state across the row (linear attention: its recurrence and short convolution
+#: read no sample boundaries), so a packed row is not each sample alone in the model itself (run here: the later
+#: samples' logits move by up to 0.1 on Qwen3.5, 7e-3 on Qwen4-Exp, with transformers' own positions too)
+RECURRENT = {"qwen3_5", "qwen3_5_moe", "qwen4_exp"}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode", ["unpatched", "own scheme"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_packed_forward_of_every_tiny_family(name, mode):
+    """The packed forward of test_hf_packed.py's ``test_packed_forward_gives_each_sample_its_own_logits`` on the tiny model of
+    every family ``use_rope`` reaches (three prompts: images, and a video where the family takes the Qwen
+    layout), unpatched and under ``use_rope(model, <own scheme>)``: each sample's logits as alone, to 1e-5."""
+    build, cls, scheme, shape, video = MODELS[name]
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (added in a later release)")
+    if name in RECURRENT:
+        pytest.skip(f"{name}: its linear-attention layers carry their state across samples (no packed rows)")
+    torch.manual_seed(0)
+    model = build().eval()
+    text_model = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    if "text_position_ids" not in inspect.getsource(type(text_model).forward):
+        pytest.skip(
+            f"transformers {transformers.__version__}: {name}'s text model hands its multi-row position ids to the "
+            "mask as they are (no text row split off): no packed-sequence path"
+        )
+    _use(model, name, "own" if mode == "unpatched" else scheme)
+    prompts = _prompts(video)
+    pixels = _pixels(prompts, shape)
+    alone = []
+    for i, prompt in enumerate(prompts):
+        inputs = _inputs(name, [prompt], pixels[i])  # (the Omni thinkers place positions only with a mask)
+        alone.append(model(**inputs, use_cache=False).logits[0])
+    cat = {k: torch.cat([p[k] for p in pixels]) for k in ("images", "videos")}
+    batch = _inputs(name, prompts, cat)  # left-padded: its real tokens, sample after sample, are the row
+    real = batch.pop("attention_mask").bool()
+    row = batch["input_ids"][real].view(1, -1)
+    cu = torch.cat([torch.zeros(1, dtype=torch.int32), real.sum(1).cumsum(0).to(torch.int32)])
+    if name in OWN_CLASSES:  # HY-V4-VL
+        types = batch["mm_token_type_ids"][real].view(1, -1)
+        ids, _ = hf_families.packed_rope_index(model.config, row, cu, image_grid_thw=batch.get("image_grid_thw"),
+                                               video_grid_thw=batch.get("video_grid_thw"),
+                                               mm_token_type_ids=types)  # fmt: skip
+    elif name in OMNI:
+        ids, _ = hf_omni.packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"),
+                                           batch.get("video_grid_thw"),
+                                           second_per_grids=batch.get("video_second_per_grid"))  # fmt: skip
+    else:
+        types = batch["mm_token_type_ids"][real].view(1, -1) if "mm_token_type_ids" in batch else None
+        ids, _ = packed_rope_index(model.config, row, cu, batch.get("image_grid_thw"), batch.get("video_grid_thw"),
+                                   batch.get("second_per_grid_ts"), types, rule="installed")  # fmt: skip
+    packed = dict(batch, input_ids=row, position_ids=torch.cat([text_row(cu)[None].to(ids.dtype), ids]))
+    if "mm_token_type_ids" in batch:
+        packed["mm_token_type_ids"] = batch["mm_token_type_ids"][real].view(1, -1)
+    logits = model(**packed, use_cache=False).logits[0]
+    for k, want in enumerate(alone):
+        torch.testing.assert_close(logits[cu[k] : cu[k + 1]], want, rtol=1e-5, atol=1e-5)
+    use_rope(model, "own")
