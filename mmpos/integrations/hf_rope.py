@@ -51,6 +51,8 @@ scheme's three rows go into the last three (``rows_to_axes`` ``(A, N)``). HunYua
 token ends every merged row) take their own positions from :mod:`~mmpos.integrations.hf_families`; another scheme
 packs the same blocks, in tokens with the newline column, by its rule (HunYuan-VL's two boundary tokens as text).
 ``cos`` / ``sin`` take the dtype the model's own rotary returns (``x.dtype``; ERNIE-4.5-VL keeps float32).
+GLM-Image and MiniCPM-V 4.7 take their own scheme only (``_OWN_ONLY``): GLM-Image's patched ``get_rope_index``
+also writes its generated images' positions (``_cached_decode_position_ids``), MiniCPM-V's reads ``target_sizes``.
 
 The Omni thinkers (Qwen2.5-Omni, Qwen3-Omni-MoE; ``*ThinkerForConditionalGeneration``) take their TMRoPE positions
 from :mod:`mmpos.integrations.hf_omni` with the model's own arguments (audio included): the thinker and its inner
@@ -96,7 +98,7 @@ from ..schemes import (
     scheme_for_model_type,
 )
 from . import hf_omni
-from .hf_families import glm_image_decode_position_ids
+from .hf_families import glm_image_decode_position_ids, minicpmv4_7_rope_index
 from .hf_rope_index import RopeIndexOptions, get_rope_index, installed_rule, scheme_rope_index
 
 __all__ = [
@@ -400,6 +402,29 @@ class _GlmImageIndex:
         return ids, deltas
 
 
+class _MiniCPMIndex:
+    """Bound to a MiniCPM-V 4.7 model as ``get_rope_index`` (its own scheme only): its canvas positions from
+    :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`, with the model's own arguments
+    (``target_sizes``, ``target_sizes_videos``, ``downsample_mode``)."""
+
+    def __init__(self, original: Any, config: Any) -> None:
+        self.signature = inspect.signature(original)
+        self.config = config
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        names = ("mm_token_type_ids", "target_sizes", "target_sizes_videos", "downsample_mode", "attention_mask")
+        return minicpmv4_7_rope_index(self.config, arguments["input_ids"], *(arguments.get(n) for n in names))
+
+
+#: the families ``use_rope`` takes with their own scheme only (their blocks are placed by hf_families' own rules)
+_OWN_ONLY = {
+    "glm_image": "its generated images take the positions of _cached_decode_position_ids, placed by its own rule",
+    "minicpmv4_7": "its canvas (thumbnails stretched over their slices, markers at the corners) has its own rule",
+}
+
+
 # ------------------------------------------------------------------------- use_rope
 @dataclass
 class _Installed:
@@ -445,6 +470,8 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     "hy_v4_vl": ("mrope-i", "half"),
     # GLM-Image: chunked sections on its partial rotary (its own scheme only: _GlmImageIndex)
     "glm_image": ("mrope", "half"),
+    # MiniCPM-V 4.7: a Qwen3.5 text backbone (interleaved sections, partial rotary), its own canvas positions only
+    "minicpmv4_7": ("mrope-i", "half"),
 }
 #: the families whose own ``mrope_section`` cuts the ``2 P`` channels of ``cos`` / ``sin`` rather than the ``P`` pairs
 #: (HunYuan-VL, :class:`_SectionsOverRows`)
@@ -825,11 +852,11 @@ def use_rope(
             if advance == base.advance
             else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
         )
-        if core.config.model_type == "glm_image":
+        if core.config.model_type in _OWN_ONLY:
             if scheme not in ("own", own_scheme.name):
                 raise ValueError(
-                    f"scheme must be 'own' or {own_scheme.name!r} for model_type 'glm_image' (its generated images "
-                    f"take the positions of _cached_decode_position_ids, placed by its own rule), got {scheme!r}"
+                    f"scheme must be 'own' or {own_scheme.name!r} for model_type {core.config.model_type!r} "
+                    f"({_OWN_ONLY[core.config.model_type]}), got {scheme!r}"
                 )
             model_scheme = own_scheme.name
         elif core.config.model_type in _NEWLINE_FAMILIES:  # their own token layout (hf_families)
@@ -919,6 +946,9 @@ def use_rope(
             installed.patched.append(module)
     elif core.config.model_type == "glm_image":
         core.get_rope_index = _GlmImageIndex(type(core).get_rope_index.__get__(core), core)
+        installed.patched.append(core)
+    elif core.config.model_type == "minicpmv4_7":
+        core.get_rope_index = _MiniCPMIndex(type(core).get_rope_index.__get__(core), core.config)
         installed.patched.append(core)
     elif core.config.model_type in _NEWLINE_FAMILIES:
         original = type(core).get_rope_index.__get__(core)

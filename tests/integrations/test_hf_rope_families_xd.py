@@ -246,16 +246,3 @@ def test_hy_v4_vl_refuses_mhrope(hy_v4_vl):
     with pytest.raises(ValueError, match="scheme 'mhrope' cannot reach HYV4VLAttention"):
         use_rope(hy_v4_vl, "mhrope", head_sections=[1, 1, 2])
     assert current_rope(hy_v4_vl) == "own"
-
-
-@pytest.mark.parametrize("model_type", ["minicpmv4_7"])
-def test_families_without_use_rope_are_refused(model_type):
-    """MiniCPM-V 4.7 (its index reads ``target_sizes``) is not patched: a clear error naming the families
-    ``use_rope`` takes."""
-    from types import SimpleNamespace
-
-    model = torch.nn.Module()
-    model.config = SimpleNamespace(model_type=model_type)
-    model.get_rope_index = lambda *a, **k: None
-    with pytest.raises(ValueError, match=rf"model_type one of .*got Module with model_type '{model_type}'"):
-        use_rope(model, "mrope-i")
