@@ -471,13 +471,13 @@ def _write_rows(ids, flat, grid, row_block, base, step, use_start, block_start, 
     k_rows = grid[:, 0] * grid[:, 1]
     block_row = np.cumsum(k_rows) - k_rows  # (K,) each block's first row
     row_start = block_start[row_block]  # (R,)
-    low, ramp = np.float64(math.inf), None
+    ramp, row_top, row_low = None, None, None
     for axis in range(base.shape[0]):
         u, s = use_start[axis], step[axis]
         first = base[axis] + (row_start if u == 1 else u * row_start)  # (R,) float64, exact integers (or refused)
-        span = s * (row_w - 1)  # (R,) the last token's value minus the first's
-        np.maximum(block_top, np.maximum.reduceat(first + np.maximum(span, 0), block_row), out=block_top)
-        low = np.minimum(low, (first + np.minimum(span, 0)).min())  # NaN stays NaN
+        top, bottom = (first, first) if s == 0 else (first + max(s, 0) * (row_w - 1), first + min(s, 0) * (row_w - 1))
+        row_top = top if row_top is None else np.maximum(row_top, top)  # (R,) largest value of the row, any axis
+        row_low = bottom if row_low is None else np.minimum(row_low, bottom)  # NaN stays NaN
         start = first.astype(np.int64)
         if s:
             start -= int(s) * row_first
@@ -486,7 +486,8 @@ def _write_rows(ids, flat, grid, row_block, base, step, use_start, block_start, 
             ramp = np.arange(values.shape[0]) if ramp is None else ramp
             values += ramp if s == 1 else int(s) * ramp
         ids[axis][flat] = values  # a masked write (sequential)
-    return low
+    np.maximum(block_top, np.maximum.reduceat(row_top, block_row), out=block_top)
+    return row_low.min()
 
 
 def _audio_or_none(audio: np.ndarray | None) -> Tensor | None:

@@ -212,7 +212,9 @@ class BlockGeometry:
 
     @cached_property
     def row_block(self) -> Tensor:
-        return torch.from_numpy(self._rows[0])
+        if "_rows" in self.__dict__:
+            return torch.from_numpy(self._rows[0])
+        return torch.from_numpy(np.repeat(np.arange(self._grid.shape[0]), self._grid[:, 0] * self._grid[:, 1]))
 
     @cached_property
     def row_t(self) -> Tensor:
