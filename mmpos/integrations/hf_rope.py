@@ -852,28 +852,29 @@ def use_rope(
             if advance == base.advance
             else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
         )
-        if core.config.model_type in _OWN_ONLY:
-            if scheme not in ("own", own_scheme.name):
+        if core.config.model_type in (*_OWN_ONLY, *_NEWLINE_FAMILIES):  # their own token layout (hf_families)
+            model_scheme = own_scheme.name
+            if core.config.model_type in _OWN_ONLY and scheme not in ("own", model_scheme):
                 raise ValueError(
-                    f"scheme must be 'own' or {own_scheme.name!r} for model_type {core.config.model_type!r} "
+                    f"scheme must be 'own' or {model_scheme!r} for model_type {core.config.model_type!r} "
                     f"({_OWN_ONLY[core.config.model_type]}), got {scheme!r}"
                 )
-            model_scheme = own_scheme.name
-        elif core.config.model_type in _NEWLINE_FAMILIES:  # their own token layout (hf_families)
-            model_scheme = own_scheme.name
-            family_options = (
-                None
-                if scheme in ("own", model_scheme)
-                else resolve_options(  # checks delta, temporal_scale and the scheme's options
-                    scheme,
-                    delta=delta,
-                    temporal_scale=temporal_scale,
-                    training=training,
-                    rule=rule,
-                    visual_stride=visual_stride,
-                    **scheme_options,
+            own_layout = scheme in ("own", model_scheme)  # hf_families' one rule: no advance to choose
+            if own_layout and given["advance"] is not None:
+                raise ValueError(
+                    f"advance applies to another scheme's blocks, not to model_type {core.config.model_type!r}'s own "
+                    f"scheme {model_scheme!r} (one rule), got advance={given['advance']!r}"
                 )
+            checked = resolve_options(  # checks delta, temporal_scale and the scheme's options (own ones too)
+                model_scheme if scheme == "own" else scheme,
+                delta=delta,
+                temporal_scale=temporal_scale,
+                training=training,
+                rule=rule,
+                visual_stride=visual_stride,
+                **scheme_options,
             )
+            family_options = None if own_layout else checked
         else:
             options = RopeIndexOptions.from_config(  # checks delta and temporal_scale
                 core.config,

@@ -133,6 +133,11 @@ def test_hunyuan_vl_errors():
     assert current_rope(model) == "own"
     with pytest.raises(ValueError, match="delta"):
         use_rope(model, "v2pe", delta=2.0)
+    with pytest.raises(ValueError, match="delta applies only to schemes"):  # not silently dropped on the own scheme
+        use_rope(model, "hunyuan-vl", delta=0.5)
+    with pytest.raises(ValueError, match="advance applies to another scheme's blocks"):
+        use_rope(model, "hunyuan-vl", advance="max")
+    assert current_rope(model) == "own"
     use_rope(model, "mrope-i")
     inputs = _hunyuan_batch()
     inputs["image_grid_thw"] = torch.tensor([[1, 4, 6], [1, 4, 8]])  # the second run holds 8 tokens, not 10 or 12
