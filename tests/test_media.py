@@ -13,6 +13,7 @@ import torch
 from PIL import Image as PILImage
 
 from mmpos import layout, media
+from mmpos.media._ops import resolve
 
 cv2 = pytest.importorskip("cv2")
 try:
@@ -119,7 +120,7 @@ def test_image_parity_with_hf(tmp_path, model, resample, case):
     h, w, overrides = case
     path = tmp_path / "x.bmp"  # fast to write at the large size
     PILImage.fromarray(_noise(h, w)).save(path)
-    spec = media._resolve(model, media.IMAGE_SPECS, {"resample": resample, **overrides})
+    spec = resolve(model, media.IMAGE_SPECS, {"resample": resample, **overrides})
     ours = media.image_patches(path, spec)
     ref, grid = _hf_image(spec, media.load_image(path))
     assert ours.segment == layout.Image(grid)
@@ -259,7 +260,7 @@ def _hf_sampler(rule):
 @pytest.mark.parametrize("rule", ["qwen2-vl", "qwen3-vl"])
 @pytest.mark.parametrize("want", [{"fps": 2.0}, {"fps": 0.5}, {"num_frames": 6}, {}])
 def test_frame_indices_parity_with_hf(total, video_fps, rule, want):
-    spec = media._resolve(rule, media.VIDEO_SPECS, {"fps": None, "num_frames": None, **want})
+    spec = resolve(rule, media.VIDEO_SPECS, {"fps": None, "num_frames": None, **want})
     proc = _hf_sampler(rule)
     if rule == "qwen2-vl" and not want:  # HF's Qwen2-VL default is do_sample_frames=False: every frame
         np.testing.assert_array_equal(media.sample_frame_indices(total, video_fps, spec), np.arange(total))
@@ -292,7 +293,7 @@ def test_video_parity_with_hf(tmp_path, model, clip):
         pytest.skip("transformers 4.x Qwen3-VL refuses frames smaller than 32 pixels; 5.x scales them up")
     path = tmp_path / "clip.avi"
     _write_clip(path, np.stack([_noise(h, w, seed=i) for i in range(n)]), fps)
-    spec = media._resolve(model, media.VIDEO_SPECS, dict(overrides))
+    spec = resolve(model, media.VIDEO_SPECS, dict(overrides))
     frames, indices, video_fps, total = media.read_video(path, spec)
     assert (total, video_fps) == (n, fps)
     if model == "qwen3-vl" and len(frames) < spec.temporal_patch_size:
@@ -533,7 +534,7 @@ def test_frame_indices_where_the_reference_float_step_overshoots():
     an index past the clip -- 367 frames at 24 fps sampled at 2 fps (n = 30) give 31 indices ending at 367, 291
     frames at 1 fps (n = 290) 291 ending at 291, which fail there: mmpos keeps the n evenly spaced frames."""
     proc = _hf_sampler("qwen2-vl")
-    spec = media._resolve("qwen2-vl", media.VIDEO_SPECS, {"fps": 2.0})
+    spec = resolve("qwen2-vl", media.VIDEO_SPECS, {"fps": 2.0})
     for total, video_fps, n in ((367, 24.0, 30), (291, 1.0, 290)):
         ref = np.asarray(proc.sample_frames(_metadata(total, video_fps), fps=2.0)).astype(np.int64)
         assert len(ref) == n + 1 and ref[-1] == total  # the reference: one index too many, past the last frame
