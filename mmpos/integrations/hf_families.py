@@ -78,7 +78,8 @@ def video_markers(config: Any) -> tuple[int, int] | None:
 def inside_markers(input_ids: np.ndarray, start: int, end: int) -> np.ndarray:
     """``(B, L)`` bool: the tokens after a ``start`` token and before its ``end`` token (GLM-4V's
     ``create_mm_token_type_ids``: more starts than ends so far in the row)."""
-    return np.cumsum(input_ids == start, axis=1) > np.cumsum(input_ids == end, axis=1)
+    opened = (input_ids == start).astype(np.int32) - (input_ids == end)  # (B, L) +1 at a start, -1 at an end
+    return torch.from_numpy(opened).cumsum(1).numpy() > 0  # starts so far minus ends so far (one torch cumsum)
 
 
 # --------------------------------------------------------------------------- shared checks
