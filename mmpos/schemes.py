@@ -6,6 +6,8 @@ Every fact about a scheme lives in its :class:`Scheme` entry of :data:`SCHEMES`:
 * ``axes`` -- the coordinate axes it produces (``coords.axes`` of its :class:`~mmpos.layout.Layout`);
 * ``block`` -- where the tokens of one vision block sit relative to the block start, and
   how far the block moves the running position (its *extent*), see :class:`BlockGeometry`;
+  or ``rows``, the same rule per row of a block (a first value and a step along the row), from
+  which the packer writes integer ids without per-token offsets (:data:`RowRule`);
 * ``options`` / ``check`` -- which options it takes (``delta``, ``temporal_scale``) and their
   validation, shared by :func:`mmpos.layout.build` and the token-id path
   (:mod:`mmpos.integrations.hf_rope_index`), see :func:`resolve_options`;
