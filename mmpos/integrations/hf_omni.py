@@ -40,12 +40,32 @@ from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
 from ._token_blocks import block_first, check_grid, host, packed_rows
 
-__all__ = ["audio_token_counts", "get_rope_index", "omni_layout", "packed_rope_index"]
+__all__ = ["TALKERS", "audio_token_counts", "get_rope_index", "omni_layout", "omni_model_type", "packed_rope_index"]
+
+#: the Omni talkers' config classes -> the model_type of the Omni model whose position rule they take: the talker's
+#: own ``get_rope_index`` runs that rule with the talker config's token ids, over the thinker's token ids
+#: (Qwen3-Omni's talker config has an empty ``model_type`` in transformers 4.57 and 5.24, so the class names it)
+TALKERS = {"Qwen2_5OmniTalkerConfig": "qwen2_5_omni", "Qwen3OmniMoeTalkerConfig": "qwen3_omni_moe"}
+
+
+def omni_model_type(config: Any) -> str | None:
+    """The Omni ``model_type`` whose rule ``config`` takes: its own, that of the Omni model a talker config
+    (:data:`TALKERS`) belongs to, or ``None`` for a config that is neither."""
+    talker = TALKERS.get(type(config).__name__)
+    if talker is not None:
+        return talker
+    model_type = getattr(config, "model_type", None)
+    return (
+        model_type
+        if model_type in get_scheme("qwen2.5-omni").model_types + get_scheme("qwen3-omni").model_types
+        else None
+    )
 
 
 def _thinker(config: Any) -> tuple[Any, str]:
-    """The thinker config (which holds the token ids) and the scheme name of an Omni ``config``."""
-    sch = scheme_for_model_type(getattr(config, "model_type", None))
+    """The config holding the token ids (an Omni model's thinker config, a thinker or talker config itself) and the
+    scheme name of an Omni ``config``."""
+    sch = scheme_for_model_type(omni_model_type(config) or getattr(config, "model_type", None))
     if not sch.audio:
         raise ValueError(
             f"config.model_type {config.model_type!r} is not an Omni model (audio); use "
@@ -130,7 +150,8 @@ def omni_layout(
         not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(input_ids.shape)
     ):
         raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}")
-    merge = thinker.vision_config.spatial_merge_size
+    vision = getattr(thinker, "vision_config", None)  # a talker config holds its own spatial_merge_size
+    merge = thinker.spatial_merge_size if vision is None else vision.spatial_merge_size
     images = check_grid(image_grid_thw, "image_grid_thw", merge)
     videos = check_grid(video_grid_thw, "video_grid_thw", merge)
     if second_per_grids is None:

@@ -458,6 +458,10 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     # Qwen3-Omni as Qwen3-VL
     "qwen2_5_omni_thinker": ("mrope", "half"),
     "qwen3_omni_moe_thinker": ("mrope-i", "half"),
+    # their talkers (the full Omni models' speech decoders): the same positions (their own get_rope_index, the
+    # thinker's token ids with the talker config's) and the same rotation as their thinkers
+    "qwen2_5_omni_talker": ("mrope", "half"),
+    "qwen3_omni_moe_talker": ("mrope-i", "half"),
     # ERNIE-4.5-VL: Qwen2-VL's positions (t merged); h, w alternating on the high frequencies and t on the lowest
     # (VideoRoPE's allocation; its config's mrope_section is ordered h, w, t), adjacent channels paired
     "ernie4_5_vl_moe": ("videorope", "interleaved"),
@@ -491,7 +495,7 @@ def _swappable() -> list[str]:
 def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """``(core, text_model)``: the module holding ``get_rope_index`` and the text model."""
     core = model.model if hasattr(model, "model") and hasattr(model.model, "get_rope_index") else model
-    model_type = getattr(getattr(core, "config", None), "model_type", None)
+    model_type = _model_type(core)
     swappable = _swappable()
     if model_type not in swappable:
         raise ValueError(
@@ -507,7 +511,7 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
             ("get_rope_index", hasattr(core, "get_rope_index")),
             ("language_model", text is not None),
             ("language_model.rotary_emb", hasattr(text, "rotary_emb")),
-            ("language_model.embed_tokens", hasattr(text, "embed_tokens")),
+            ("language_model.embed_tokens", _embedding(text) is not None),  # Qwen3-Omni's talker: codec_embedding
             (
                 "language_model.layers[i].self_attn",  # Qwen3.5: only its full-attention layers have one
                 any(hasattr(layer, "self_attn") for layer in getattr(text, "layers", None) or ()),
@@ -523,9 +527,26 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     return core, text
 
 
+def _model_type(core: nn.Module) -> str | None:
+    """``core.config.model_type``; for an Omni talker (:data:`mmpos.integrations.hf_omni.TALKERS`) its family's
+    ``"<omni model_type>_talker"`` (:data:`FAMILY_ROTARY`), whatever its config's own (Qwen3-Omni's is empty)."""
+    cfg = getattr(core, "config", None)
+    talker = hf_omni.TALKERS.get(type(cfg).__name__)
+    return f"{talker}_talker" if talker is not None else getattr(cfg, "model_type", None)
+
+
+def _embedding(text: nn.Module) -> nn.Module | None:
+    """The text model's token embedding (``embed_tokens``; Qwen3-Omni's talker: ``codec_embedding``)."""
+    return getattr(text, "embed_tokens", None) or getattr(text, "codec_embedding", None)
+
+
+def _device(text: nn.Module) -> torch.device:
+    return _embedding(text).weight.device
+
+
 def current_rope(model: nn.Module) -> str:
-    """The scheme :func:`use_rope` installed on ``model``, or ``"own"``."""
-    core, _ = _parts(model)
+    """The scheme :func:`use_rope` installed on ``model`` (a full Omni model: on its thinker), or ``"own"``."""
+    core, _ = _parts(model.thinker if _is_full_omni(model) else model)
     installed = core.__dict__.get("_mmpos_rope")
     return installed.scheme if installed is not None else "own"
 
@@ -534,7 +555,7 @@ def _restore(core: nn.Module, text: nn.Module) -> None:
     installed = core.__dict__.pop("_mmpos_rope", None)
     if installed is None:
         return
-    device = text.embed_tokens.weight.device  # the model may have moved while swapped
+    device = _device(text)  # the model may have moved while swapped
     text.rotary_emb = installed.rotary_emb.to(device)
     for module in installed.patched:
         del module.get_rope_index  # the class method shows again
@@ -816,6 +837,20 @@ def use_rope(
     """
     if encoder_options is not None and not isinstance(encoder_options, Mapping):
         raise TypeError(f"encoder_options must be a mapping of encoder argument -> value, got {encoder_options!r}")
+    if _is_full_omni(model):  # thinker and talker, the same scheme
+        arguments = {
+            "mrope_section": mrope_section,
+            "head_sections": head_sections,
+            "delta": delta,
+            "temporal_scale": temporal_scale,
+            "training": training,
+            "advance": advance,
+            "visual_stride": visual_stride,
+            "scaling": scaling,
+            "encoder_options": encoder_options,
+            **scheme_options,
+        }
+        return _use_rope_full_omni(model, scheme, arguments)
     given = {
         "mrope_section": None if mrope_section is None else list(mrope_section),
         "head_sections": None if head_sections is None else list(head_sections),
@@ -829,14 +864,15 @@ def use_rope(
     }
     scaling_entry = _scaling_entry(scaling)  # checks scaling; None where it is the default "own"
     core, text = _parts(model)
+    model_type = _model_type(core)
     if scheme != "own" and scheme not in SCHEMES:
         raise ValueError(f"scheme must be 'own' or one of {tuple(SCHEMES)}, got {scheme!r}")
     if advance is not None and advance not in ADVANCES:
         raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
-    own_scheme = scheme_for_model_type(core.config.model_type)
+    own_scheme = scheme_for_model_type(hf_omni.omni_model_type(core.config) or model_type)
     if own_scheme.audio:  # an Omni thinker: TMRoPE positions (hf_omni), the audio blocks' conventions
         if advance is not None:
-            raise ValueError(f"advance applies to the Qwen-VL families, not model_type {core.config.model_type!r}")
+            raise ValueError(f"advance applies to the Qwen-VL families, not model_type {model_type!r}")
         names = ("delta", "temporal_scale", "training", "visual_stride")
         omni_options = {k: given[k] for k in names if given[k] is not None}
         if scheme not in ("own", own_scheme.name):  # checks the options now (the index resolves them per call)
@@ -852,17 +888,17 @@ def use_rope(
             if advance == base.advance
             else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
         )
-        if core.config.model_type in (*_OWN_ONLY, *_NEWLINE_FAMILIES):  # their own token layout (hf_families)
+        if model_type in (*_OWN_ONLY, *_NEWLINE_FAMILIES):  # their own token layout (hf_families)
             model_scheme = own_scheme.name
-            if core.config.model_type in _OWN_ONLY and scheme not in ("own", model_scheme):
+            if model_type in _OWN_ONLY and scheme not in ("own", model_scheme):
                 raise ValueError(
-                    f"scheme must be 'own' or {model_scheme!r} for model_type {core.config.model_type!r} "
-                    f"({_OWN_ONLY[core.config.model_type]}), got {scheme!r}"
+                    f"scheme must be 'own' or {model_scheme!r} for model_type {model_type!r} "
+                    f"({_OWN_ONLY[model_type]}), got {scheme!r}"
                 )
             own_layout = scheme in ("own", model_scheme)  # hf_families' one rule: no advance to choose
             if own_layout and given["advance"] is not None:
                 raise ValueError(
-                    f"advance applies to another scheme's blocks, not to model_type {core.config.model_type!r}'s own "
+                    f"advance applies to another scheme's blocks, not to model_type {model_type!r}'s own "
                     f"scheme {model_scheme!r} (one rule), got advance={given['advance']!r}"
                 )
             checked = resolve_options(  # checks delta, temporal_scale and the scheme's options (own ones too)
@@ -906,12 +942,12 @@ def use_rope(
 
     cfg = getattr(core.config, "text_config", core.config)
     attention = [(i, layer.self_attn) for i, layer in enumerate(text.layers) if hasattr(layer, "self_attn")]
-    family_encoder, pairing = FAMILY_ROTARY.get(core.config.model_type, (None, "half"))
+    family_encoder, pairing = FAMILY_ROTARY.get(model_type, (None, "half"))
     own_encoder = family_encoder or get_scheme(model_scheme).encoder
     own_rotation = scheme == model_scheme  # the model's own scheme name: its own rotation, through mmpos
     build = _RotaryBuilder(
         cfg=cfg,
-        model_type=core.config.model_type,
+        model_type=model_type,
         scheme=get_scheme(scheme),
         own=get_scheme(model_scheme),
         encoder=own_encoder if family_encoder and own_rotation else get_scheme(scheme).encoder,
@@ -920,7 +956,7 @@ def use_rope(
         mrope_section=mrope_section,
         head_sections=head_sections,
         scaling=scaling,
-        device=text.embed_tokens.weight.device,
+        device=_device(text),
         encoder_options=dict(encoder_options or {}),
     )
     layer_types = _rotary_layer_types(text.rotary_emb, cfg)
@@ -945,13 +981,13 @@ def use_rope(
             original = type(module).get_rope_index.__get__(module)
             module.get_rope_index = _OmniIndex(original, thinker, index_scheme, omni_options)
             installed.patched.append(module)
-    elif core.config.model_type == "glm_image":
+    elif model_type == "glm_image":
         core.get_rope_index = _GlmImageIndex(type(core).get_rope_index.__get__(core), core)
         installed.patched.append(core)
-    elif core.config.model_type == "minicpmv4_7":
+    elif model_type == "minicpmv4_7":
         core.get_rope_index = _MiniCPMIndex(type(core).get_rope_index.__get__(core), core.config)
         installed.patched.append(core)
-    elif core.config.model_type in _NEWLINE_FAMILIES:
+    elif model_type in _NEWLINE_FAMILIES:
         original = type(core).get_rope_index.__get__(core)
         core.get_rope_index = _FamilyIndex(original, core.config, family_options, scheme, rotary.rows)
         installed.patched.append(core)
@@ -970,10 +1006,50 @@ def use_rope(
     return model
 
 
+#: the full Omni models (thinker, talker and the speech vocoder): model_type -> the vocoder's attribute
+_FULL_OMNI = {"qwen2_5_omni": "token2wav", "qwen3_omni_moe": "code2wav"}
+
+
+def _is_full_omni(model: nn.Module) -> bool:
+    """A full Omni model (``Qwen2_5OmniForConditionalGeneration``, ``Qwen3OmniMoeForConditionalGeneration``): a
+    ``thinker`` module, and a ``talker`` unless the audio output is disabled."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return model_type in _FULL_OMNI and isinstance(getattr(model, "thinker", None), nn.Module)
+
+
+def _use_rope_full_omni(model: nn.Module, scheme: str, arguments: dict[str, Any]) -> nn.Module:
+    """:func:`use_rope` on a full Omni model: the thinker and the talker (when present) get the same scheme.
+
+    The talker has its own ``get_rope_index`` (the Omni rule over the thinker's token ids -- Qwen2.5-Omni: the
+    prompt, the speaker's start token and the first reply token; Qwen3-Omni: the user turns and the assistant
+    turn -- read with the talker config's token ids) and its own rotary module: both are replaced, as the
+    thinker's, so that the talker's positions come from the same scheme. The vocoder (Qwen2.5-Omni's
+    ``token2wav``: a DiT over mel frames and BigVGAN; Qwen3-Omni's ``code2wav`` and the talker's code predictor)
+    rotates 1-D positions over its own codec / mel sequence, which no multimodal scheme defines: it is not patched.
+    If either part refuses the scheme, both are restored to their own and the error is raised."""
+    parts = [model.thinker] + ([model.talker] if isinstance(getattr(model, "talker", None), nn.Module) else [])
+    done = []
+    try:
+        for part in parts:
+            use_rope(part, scheme, **arguments)
+            done.append(part)
+    except (ValueError, TypeError):
+        for part in done:
+            use_rope(part, "own")
+        raise
+    entry = getattr(_parts(model.thinker)[0].config, CONFIG_KEY, None)
+    if entry is None:
+        if hasattr(model.config, CONFIG_KEY):
+            delattr(model.config, CONFIG_KEY)
+    else:
+        setattr(model.config, CONFIG_KEY, entry)
+    return model
+
+
 def apply_config_rope(model: nn.Module) -> nn.Module:
     """Install the scheme recorded under :data:`CONFIG_KEY` in ``model.config`` (what
     :func:`use_rope` wrote before ``save_pretrained``); a model without the entry is returned as is."""
-    core, _ = _parts(model)
+    core = model if _is_full_omni(model) else _parts(model)[0]
     spec = getattr(core.config, CONFIG_KEY, None)
     if spec is None:
         return model
