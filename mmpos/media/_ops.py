@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
+from .._validate import check_float
 from .resize import smart_resize, smart_resize_video
 from .specs import MediaSpec
 
@@ -203,3 +204,27 @@ def decode(
     finally:
         cap.release()
     return np.stack([frames[i] for i in indices.tolist()]), indices, fps, total
+
+
+def sample_video(
+    source: object, video_fps: float | None, sample: Callable[[int, float], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """The sampled frames of a video file (:func:`decode`) or of decoded frames ``(F, H, W, 3)`` uint8 RGB
+    with their ``video_fps``: ``frames`` ``(F', H, W, 3)``, ``indices`` ``(F',)``, the frame rate and the
+    clip's frame count. ``sample(total, fps)`` gives the indices to keep."""
+    if isinstance(source, np.ndarray):
+        if source.dtype != np.uint8 or source.ndim != 4 or source.shape[3] != 3 or 0 in source.shape:
+            raise ValueError(f"video array must be non-empty uint8 (F, H, W, 3), got {source.dtype} {source.shape}")
+        if video_fps is None:
+            raise ValueError("video_fps must be given for an array video (a positive number: its frame rate)")
+        check_float(video_fps, "video_fps (the frame rate of an array video)")
+        fps, total = float(video_fps), source.shape[0]
+        indices = sample(total, fps)
+        return source[indices], indices, fps, total
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            f"video must be a file path (str / os.PathLike) or uint8 frames (F, H, W, 3), got {type(source).__name__}"
+        )
+    if video_fps is not None:
+        raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
+    return decode(source, sample)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .._validate import check_float, check_int
-from ._ops import decode, patchify, resize_normalize
+from ._ops import patchify, resize_normalize, sample_video
 from .images import ImageSource, load_image
 from .specs import HALF, MediaSpec
 
@@ -376,23 +376,7 @@ def video_slices(
         **overrides: :class:`SliceSpec` fields to change (``max_frames=32``, ``slice_mode=False``).
     """
     spec = _resolve_slices(spec, VIDEO_SLICE_SPECS, overrides)
-    if isinstance(source, np.ndarray):
-        if source.dtype != np.uint8 or source.ndim != 4 or source.shape[3] != 3 or 0 in source.shape:
-            raise ValueError(f"video array must be non-empty uint8 (F, H, W, 3), got {source.dtype} {source.shape}")
-        if video_fps is None:
-            raise ValueError("video_fps must be given for an array video (a positive number: its frame rate)")
-        check_float(video_fps, "video_fps (the frame rate of an array video)")
-        fps, total = float(video_fps), source.shape[0]
-        indices = minicpm_frame_indices(total, fps, spec.max_frames, spec.stack_frames)
-        frames = source[indices]
-    elif isinstance(source, (str, os.PathLike)):
-        if video_fps is not None:
-            raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
-        frames, indices, fps, total = decode(
-            source, lambda total, rate: minicpm_frame_indices(total, rate, spec.max_frames, spec.stack_frames)
-        )
-    else:
-        raise TypeError(
-            f"video must be a file path (str / os.PathLike) or uint8 frames (F, H, W, 3), got {type(source).__name__}"
-        )
+    frames, indices, fps, total = sample_video(
+        source, video_fps, lambda n, rate: minicpm_frame_indices(n, rate, spec.max_frames, spec.stack_frames)
+    )
     return VideoSlices(tuple(_slice(unit, spec) for unit in _units(frames, total, fps, spec)), indices, fps)

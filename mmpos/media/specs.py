@@ -109,16 +109,16 @@ class MediaSpec:
             object.__setattr__(self, name, items)
         if not all(s > 0 for s in self.std):
             raise ValueError(f"MediaSpec.std must be positive, got {self.std!r}")
-        if self.resample not in RESAMPLES:
-            raise ValueError(f"MediaSpec.resample must be one of {RESAMPLES}, got {self.resample!r}")
-        if self.frames not in FRAME_RULES:
-            raise ValueError(f"MediaSpec.frames must be one of {FRAME_RULES}, got {self.frames!r}")
-        if self.resize not in RESIZES:
-            raise ValueError(f"MediaSpec.resize must be one of {RESIZES}, got {self.resize!r}")
-        if self.rows not in ROW_ORDERS:
-            raise ValueError(f"MediaSpec.rows must be one of {ROW_ORDERS}, got {self.rows!r}")
-        if self.patch_layout not in PATCH_LAYOUTS:
-            raise ValueError(f"MediaSpec.patch_layout must be one of {PATCH_LAYOUTS}, got {self.patch_layout!r}")
+        choices = {
+            "resample": RESAMPLES,
+            "frames": FRAME_RULES,
+            "resize": RESIZES,
+            "rows": ROW_ORDERS,
+            "patch_layout": PATCH_LAYOUTS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"MediaSpec.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.max_frame_pixels is not None:
             check_int(self.max_frame_pixels, "MediaSpec.max_frame_pixels (or None)", 1)
             if self.resize != "hy-v4-vl":

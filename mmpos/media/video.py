@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from .._extras import requires
-from .._validate import check_float, check_int
+from .._validate import check_int
 from ..layout import Text, Video
-from ._ops import decode, patchify, resize_normalize, resolve, source_name, target_size
+from ._ops import decode, patchify, resize_normalize, resolve, sample_video, source_name, target_size
 from .frames import sample_frame_indices
 from .specs import VIDEO_SPECS, MediaSpec
 
@@ -153,25 +153,8 @@ def video_patches(
         **overrides: :class:`MediaSpec` fields to change (``fps=1``, ``num_frames=8``, ...).
     """
     spec = resolve(spec, VIDEO_SPECS, overrides)
-    if not isinstance(source, (np.ndarray, str, os.PathLike)):
-        raise TypeError(
-            f"video must be a file path (str / os.PathLike) or uint8 frames (F, H, W, 3), got {type(source).__name__}"
-        )
-    if isinstance(source, np.ndarray):
-        if source.dtype != np.uint8 or source.ndim != 4 or source.shape[3] != 3 or 0 in source.shape:
-            raise ValueError(f"video array must be non-empty uint8 (F, H, W, 3), got {source.dtype} {source.shape}")
-        if video_fps is None:
-            raise ValueError("video_fps must be given for an array video (a positive number: its frame rate)")
-        check_float(video_fps, "video_fps (the frame rate of an array video)")
-        fps, total = float(video_fps), source.shape[0]
-        indices = sample_frame_indices(total, fps, spec)
-        frames = source[indices]
-        name = "<ndarray>"
-    else:
-        if video_fps is not None:
-            raise ValueError("video_fps applies to array videos only; a file's frame rate comes from its container")
-        frames, indices, fps, total = read_video(source, spec)
-        name = source_name(source)
+    frames, indices, fps, total = sample_video(source, video_fps, lambda n, rate: sample_frame_indices(n, rate, spec))
+    name = "<ndarray>" if isinstance(source, np.ndarray) else source_name(source)
     if spec.timestamp_font is not None:  # ERNIE-4.5-VL: each frame's time drawn on it, before resizing
         frames = _draw_timestamps(frames, indices, fps, spec.timestamp_font)
     height, width = frames.shape[1:3]
