@@ -393,15 +393,6 @@ def glm_image_decode_position_ids(
 _MINICPM_MARKERS = ("slice_start_id", "slice_end_id", "image_start_id", "image_end_id", "newline_id")
 
 
-def _crop_runs(types: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(modality, start, end)`` of every maximal run of one non-zero modality code of ``types`` (n,)."""
-    change = np.flatnonzero(np.diff(types)) + 1
-    starts = np.concatenate([[0], change])
-    ends = np.concatenate([change, [types.shape[0]]])
-    keep = types[starts] != 0 if types.size else np.zeros(0, dtype=bool)
-    return list(zip(types[starts[keep]].tolist(), starts[keep].tolist(), ends[keep].tolist()))
-
-
 @functools.lru_cache(maxsize=4096)
 def _canvas_axis(canvas: int, tokens: int) -> np.ndarray:
     """``tokens`` coordinates spread over ``canvas`` positions, rounded as the reference rounds
@@ -409,6 +400,15 @@ def _canvas_axis(canvas: int, tokens: int) -> np.ndarray:
     out = torch.linspace(0, canvas - 1, tokens).round().long().numpy()
     out.flags.writeable = False  # cached: shared by every crop of this size
     return out
+
+
+def _spans(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(T,)`` every index of the ranges ``[starts[k], stops[k])`` in order, and ``(T,)`` the
+    range each belongs to (``stops >= starts``)."""
+    lens = stops - starts
+    owner = np.repeat(np.arange(lens.shape[0]), lens)
+    first = np.cumsum(lens) - lens  # where each range begins in the output
+    return np.arange(owner.shape[0]) + (starts - first)[owner], owner
 
 
 @functools.lru_cache(maxsize=4096)
@@ -421,114 +421,179 @@ def _crop_grid(canvas_h: int, canvas_w: int, h: int, w: int) -> tuple[np.ndarray
     return rows, cols
 
 
-def _minicpm_sample(ids: np.ndarray, types: np.ndarray, grids: dict, merge: int, markers: tuple[int, ...]):
-    """``(3, n)`` int64 positions of one unpadded MiniCPM-V 4.7 sequence; ``grids`` per modality
-    ``[[(h, w) in tokens, ...], cursor]`` (consumed crop by crop, in order, across the batch)."""
+def _minicpm_error(k: int, fmod, ft, flast, cs, ce, hw, bad_table, merge: int) -> ValueError:
+    """The error of frame ``k``, the first bad frame, in the order the reference meets them."""
+    thumb, slices = ft[k], range(ft[k] + 1, flast[k] + 1)
+    if bad_table[thumb]:
+        return ValueError(f"{'target_sizes' if fmod[k] == 1 else 'target_sizes_videos'} holds too few crops")
+    if any(bad_table[c] for c in slices):
+        return ValueError("target sizes hold too few crops for the slices")
+    for c, what in [(thumb, "a thumbnail")] + [(c, "a slice") for c in slices]:
+        h, w = hw[c].tolist()
+        if ce[c] - cs[c] != h * w:
+            return ValueError(f"{what} of {h} x {w} tokens (target size / {merge}) has {ce[c] - cs[c]} tokens")
+    raise AssertionError("frame without an error")  # pragma: no cover
+
+
+def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[int, ...]) -> np.ndarray:
+    """``(3, N)`` int64 positions of the unpadded samples laid end to end (``ids`` / ``types`` ``(N,)``,
+    ``counts`` ``(B,)`` tokens per sample); ``tables`` per modality the ``(h, w)`` in tokens of every
+    crop, consumed in order across the batch. Vectorised over crops and frames: every write of the
+    reference's walk lands on tokens no later write of it touches, once each frame's span is cut where
+    the next frame of its group starts (its base coat covers the rest)."""
     n = ids.shape[0]
-    is_marker = ids == markers[0]
-    for marker in markers[1:]:
-        is_marker |= ids == marker
-    non_marker = np.concatenate([[0], np.cumsum(~is_marker)])  # non-marker tokens before each index
-    # the next non-marker index at or after each index (n past the end): where a frame's markers stop
-    nxt = np.where(~is_marker, np.arange(n), n)
-    nxt = np.minimum.accumulate(nxt[::-1])[::-1] if n else nxt
-    nxt = np.concatenate([nxt, [n]])
-    groups: list[list] = []  # [start, [frame, ...]]; frame = [modality, thumb start, thumb end, slices]
-    open_slices, previous_end = None, 0
-    for modality, start, end in _crop_runs(types):
-        if open_slices is not None and ids[start - 1] == markers[0]:  # a detail slice of the open frame
-            open_slices.append((start, end))
-        else:  # a thumbnail opens a frame, in the group before it if only markers lie between them
-            open_slices = []
-            frame = [modality, start, end, open_slices]
-            gap_start, gap_end = previous_end, start - 1
-            only_markers = gap_end <= gap_start or non_marker[gap_end] == non_marker[gap_start]
-            if groups and only_markers:
-                groups[-1][1].append(frame)
-            else:
-                groups.append([start - 1, [frame]])
-        previous_end = end
+    sample = np.repeat(np.arange(counts.shape[0]), counts)
+    s_start = np.cumsum(counts) - counts  # (B,) first token of each sample
+    s_end = s_start + counts
+    is_marker = np.isin(ids, markers)
     pos = np.empty((3, n), dtype=np.int64)
-    current, index = 0, 0
-
-    def line(a: int, b: int, first: int) -> None:  # tokens a .. b - 1 at first, first + 1, ... on every axis
-        pos[:, a:b] = np.arange(first, first + b - a)
-
-    for group_start, frames in groups:
-        ends = [int(nxt[(f[3][-1][1] if f[3] else f[2])]) for f in frames]  # each frame's end: past its markers
-        group_end = ends[-1]
-        if group_start > index:
-            line(index, group_start, current)
-            current += group_start - index
-        cursor = group_start
-        for (modality, thumb_start, thumb_end, slices), frame_end in zip(frames, ends):
-            table = grids[modality]
-            if table[1] >= len(table[0]):
-                raise ValueError(f"{'target_sizes' if modality == 1 else 'target_sizes_videos'} holds too few crops")
-            th, tw = table[0][table[1]]
-            table[1] += 1
-            frame_start = thumb_start - 1
-            if frame_start > cursor:  # 1-D tokens between two frames, then one step more
-                line(cursor, frame_start, current)
-                current += frame_start - cursor + 1
-            frame_end = min(frame_end, group_end)
-            origin = current
-            ch, cw = th, tw
-            cols = rows = 0
-            if slices:
-                cols = len(slices)
-                # a newline between two slices ends a row of the canvas
-                wide = next((k for k in range(len(slices) - 1) if slices[k + 1][0] - slices[k][1] > 2), None)
-                if wide is not None:
-                    cols = wide + 1
-                rows = len(slices) // cols
-                if rows * cols != len(slices):
-                    rows, cols = 1, len(slices)
-                if table[1] + len(slices) > len(table[0]):
-                    raise ValueError("target sizes hold too few crops for the slices")
-                sh, sw = table[0][table[1]]
-                ch, cw = rows * sh, cols * sw
-            pos[:, frame_start:frame_end] = origin  # the frame's base coat
-            pos[1:, frame_start] = max(origin - 1, 0)  # <image>: just outside the canvas
-            if thumb_end < frame_end:  # </image>: the canvas's far corner
-                pos[1, thumb_end], pos[2, thumb_end] = origin + ch, origin + cw
-            n_thumb = th * tw
-            if thumb_end - thumb_start != n_thumb:
-                raise ValueError(
-                    f"a thumbnail of {th} x {tw} tokens (target size / {merge}) has {thumb_end - thumb_start} tokens"
-                )
-            # the thumbnail stretched over the canvas: (origin, origin + row, origin + column)
-            pos[0, thumb_start:thumb_end] = origin
-            rows_at, cols_at = _crop_grid(ch, cw, th, tw)
-            np.add(rows_at, origin, out=pos[1, thumb_start:thumb_end])
-            np.add(cols_at, origin, out=pos[2, thumb_start:thumb_end])
-            for k, (a, b) in enumerate(slices):
-                sh_k, sw_k = table[0][table[1]]
-                table[1] += 1
-                if b - a != sh_k * sw_k:
-                    raise ValueError(f"a slice of {sh_k} x {sw_k} tokens (target size / {merge}) has {b - a} tokens")
-                h_off, w_off = (k // cols) * sh, (k % cols) * sw
-                if a - 1 >= frame_start:  # <slice>: the slice's top-left corner
-                    pos[1, a - 1], pos[2, a - 1] = origin + h_off, origin + w_off
-                if b < frame_end:  # </slice>: its bottom-right corner
-                    pos[1, b], pos[2, b] = origin + h_off + sh_k - 1, origin + w_off + sw_k - 1
-                pos[0, a:b] = origin
-                rows_at, cols_at = _crop_grid(sh_k, sw_k, sh_k, sw_k)
-                np.add(rows_at, origin + h_off, out=pos[1, a:b])
-                np.add(cols_at, origin + w_off, out=pos[2, a:b])
-            for k in range(len(slices) - 1):  # the newline after a row of slices: past its right edge
-                a, b = slices[k][1], slices[k + 1][0]
-                if b - a > 2:
-                    pos[1, a + 1 : b - 1] = origin + (k // cols + 1) * sh - 1
-                    pos[2, a + 1 : b - 1] = origin + cols * sw
-            current = origin + max(ch, cw) + 1
-            cursor = frame_end
-        if cursor < group_end:
-            line(cursor, group_end, current)
-            current += group_end - cursor
-        index = group_end
-    if index < n:
-        line(index, n, current)
+    # ---- crops: maximal runs of one non-zero type, cut at the samples' edges
+    edge = np.ones(n, dtype=bool)
+    edge[1:] = types[1:] != types[:-1]
+    edge[s_start[counts > 0]] = True
+    run_start = np.flatnonzero(edge)
+    run_end = np.append(run_start[1:], n)
+    keep = types[run_start] != 0
+    cs, ce = run_start[keep], run_end[keep]  # (C,)
+    csample = sample[cs]
+    first = np.ones(cs.shape[0], dtype=bool)  # the first crop of its sample: always a thumbnail
+    first[1:] = csample[1:] != csample[:-1]
+    is_slice = ~first & (ids[np.maximum(cs - 1, 0)] == markers[0])
+    ft = np.flatnonzero(~is_slice)  # (F,) each frame's thumbnail crop
+    nf = ft.shape[0]
+    fid = np.cumsum(~is_slice) - 1  # (C,) frame of each crop
+    flast = np.append(ft[1:], cs.shape[0]) - 1  # (F,) its last crop
+    fmod, fsample = types[cs[ft]], csample[ft]
+    if nf == 0:  # text only: one step per token
+        pos[:] = np.arange(n) - np.repeat(s_start, counts)
+        return pos
+    # ---- each crop's (h, w) in tokens from its frame's modality table, in order
+    tmod = fmod[fid]
+    hw = np.zeros((cs.shape[0], 2), dtype=np.int64)
+    bad_table = np.zeros(cs.shape[0], dtype=bool)
+    for m, table in tables.items():
+        sel = np.flatnonzero(tmod == m)
+        k = min(sel.shape[0], table.shape[0])
+        hw[sel[:k]] = table[:k]
+        bad_table[sel[k:]] = True
+    bad = bad_table | (ce - cs != hw[:, 0] * hw[:, 1])
+    if bad.any():
+        k = int(fid[np.argmax(bad)])
+        raise _minicpm_error(k, fmod, ft, flast, cs, ce, hw, bad_table, merge)
+    # ---- frames: groups, ends, canvas
+    ts, te = cs[ft], ce[ft]
+    fs = ts - 1  # the <image> slot
+    prev_end = ce[np.maximum(ft - 1, 0)]
+    text_at = np.append(np.flatnonzero(~is_marker), n)  # the non-marker tokens, then n
+    only_markers = text_at[np.searchsorted(text_at, prev_end)] >= fs  # nothing but markers in [prev_end, fs)
+    new_group = first[ft] | ~only_markers
+    gfirst = np.flatnonzero(new_group)  # (G,)
+    gid = np.cumsum(new_group) - 1
+    glast = np.append(gfirst[1:], nf) - 1
+    after = ce[flast]  # past each frame's last crop; its end: past the markers that follow (in its sample)
+    nxt = text_at[np.searchsorted(text_at, after)]
+    fe_raw = np.minimum(nxt, s_end[fsample])
+    ge = fe_raw[glast]  # (G,)
+    fe = np.minimum(fe_raw, ge[gid])
+    same_next = np.zeros(nf, dtype=bool)
+    same_next[:-1] = ~new_group[1:]
+    hi = np.where(same_next, np.append(fs[1:], 0), ge[gid])  # the frame's span ends where the next one starts
+    lo = np.maximum(fs, s_start[fsample])
+    th, tw = hw[ft, 0], hw[ft, 1]
+    nsl = flast - ft
+    j = np.arange(cs.shape[0]) - ft[fid] - 1  # (C,) slice index in its frame (-1: the thumbnail)
+    next_slice = np.zeros(cs.shape[0], dtype=bool)
+    next_slice[:-1] = is_slice[1:]
+    gap = np.append(cs[1:], 0) - ce
+    wide = is_slice & next_slice & (gap > 2)  # a newline before the next slice ends a row
+    big = np.iinfo(np.int64).max
+    cols = np.minimum(np.minimum.reduceat(np.where(wide, j + 1, big), ft), nsl) if nf else nsl
+    rows = np.where(cols > 0, nsl // np.maximum(cols, 1), 0)
+    ragged = rows * cols != nsl
+    rows, cols = np.where(ragged, 1, rows), np.where(ragged, nsl, cols)
+    first_slice = np.minimum(ft + 1, cs.shape[0] - 1)
+    sh, sw = np.where(nsl > 0, hw[first_slice, 0], 0), np.where(nsl > 0, hw[first_slice, 1], 0)
+    ch, cw = np.where(nsl > 0, rows * sh, th), np.where(nsl > 0, cols * sw, tw)
+    adv = np.maximum(ch, cw) + 1
+    # ---- the base coat, one cumsum of steps: +1 a text token, 0 inside a frame, the canvas at a frame's
+    # start (the previous frame's) and at the text after a group (the last frame's); 0 at a sample's start
+    glo = lo[gfirst]
+    span = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(span, glo, 1)
+    np.add.at(span, ge, -1)
+    step = 1 - np.cumsum(span[:n])  # 1 on text, 0 inside the groups
+    step[glo] = 1  # a group's first frame: at the step after the text before it
+    lead = s_start[counts > 0]
+    step[lead] = 0
+    later = np.flatnonzero(~new_group)
+    step[lo[later]] += adv[later - 1]  # (+=: a later frame may start at its sample's first token, as its group)
+    tail = ge < s_end[fsample[glast]]
+    step[ge[tail]] = adv[glast[tail]]
+    step[lead[1:]] -= np.add.reduceat(step, lead)[:-1]  # back to 0: minus the sample before's total
+    base = np.cumsum(step)
+    within = np.cumsum(adv) - adv
+    within -= within[gfirst][gid]  # the canvases of its group's frames before it
+    at_start = glo == s_start[fsample[gfirst]]
+    origin = np.where(at_start, 0, base[np.maximum(glo - 1, 0)] + 1)[gid] + within
+    pos[:] = base
+    for k in np.flatnonzero(fs < lo).tolist():  # a thumbnail at its sample's first token (at most one a sample):
+        # the reference's base coat [-1:end] then misses the span, which keeps its first coat, 0, 1, 2, ...
+        a, z = int(lo[k]), int(hi[k])
+        pos[:, a:z] = np.arange(z - a)
+        for c in range(ft[k], flast[k] + 1):  # its crops' t: the origin, 0
+            pos[0, cs[c] : min(ce[c], z)] = 0
+        if z == s_end[fsample[k]]:  # ... but for the sample's last token, where that slice lands (origin 0)
+            pos[:, z - 1] = 0
+    halo = fs >= lo
+    pos[1:, fs[halo]] = np.maximum(origin[halo] - 1, 0)
+    corner = (te < fe) & (te < hi)  # </image>: the canvas's far corner
+    pos[1, te[corner]], pos[2, te[corner]] = (origin + ch)[corner], (origin + cw)[corner]
+    # ---- slices' markers: </slice> at the bottom-right corner, then <slice> at the top-left
+    sl = np.flatnonzero(is_slice)
+    f_sl = fid[sl]
+    h_off = (j[sl] // cols[f_sl]) * sh[f_sl]
+    w_off = (j[sl] % cols[f_sl]) * sw[f_sl]
+    o_sl = origin[f_sl]
+    end = ce[sl]
+    ok = (end < fe[f_sl]) & (end < hi[f_sl])
+    pos[1, end[ok]] = (o_sl + h_off + hw[sl, 0] - 1)[ok]
+    pos[2, end[ok]] = (o_sl + w_off + hw[sl, 1] - 1)[ok]
+    mark = cs[sl] - 1
+    ok = mark < hi[f_sl]
+    pos[1, mark[ok]], pos[2, mark[ok]] = (o_sl + h_off)[ok], (o_sl + w_off)[ok]
+    # ---- crops: the thumbnail stretched over its canvas, a slice at its row and column (cached grids)
+    canvas_h, canvas_w = ch[fid], cw[fid]
+    canvas_h[sl], canvas_w[sl] = hw[sl, 0], hw[sl, 1]
+    base_h, base_w = origin[fid], origin[fid].copy()
+    base_h[sl] += h_off
+    base_w[sl] += w_off
+    shape = np.stack([canvas_h, canvas_w, hw[:, 0], hw[:, 1]])  # (4, C)
+    m = int(shape.max()) + 1
+    if m < 1 << 15:  # one int64 key per shape
+        keys, inverse = np.unique(((shape[0] * m + shape[1]) * m + shape[2]) * m + shape[3], return_inverse=True)
+    else:
+        keys, inverse = np.unique(shape, axis=1, return_inverse=True)
+    first_of = np.zeros(keys.shape[-1], dtype=np.int64)
+    first_of[inverse.reshape(-1)] = np.arange(cs.shape[0])
+    grids = [_crop_grid(*shape[:, c].tolist()) for c in first_of.tolist()]
+    chosen = inverse.reshape(-1).tolist()
+    lens = ce - cs
+    h_val = np.concatenate([grids[i][0] for i in chosen]) + np.repeat(base_h, lens)
+    w_val = np.concatenate([grids[i][1] for i in chosen]) + np.repeat(base_w, lens)
+    if (ce > hi[fid]).any():  # a crop running into the next frame's <image> slot: cut at its span
+        tok = np.flatnonzero(types != 0)
+        inside = tok < np.repeat(hi[fid], lens)
+        tok, h_val, w_val = tok[inside], h_val[inside], w_val[inside]
+    else:
+        tok = types != 0
+    pos[1, tok], pos[2, tok] = h_val, w_val
+    # ---- the newline after a row of slices: past the row's right edge
+    nl = np.flatnonzero(wide)
+    f_nl = fid[nl]
+    tok, owner = _spans(ce[nl] + 1, cs[nl + 1] - 1)
+    o_nl = origin[f_nl]
+    pos[1, tok] = (o_nl + (j[nl] // cols[f_nl] + 1) * sh[f_nl] - 1)[owner]
+    pos[2, tok] = (o_nl + cols[f_nl] * sw[f_nl])[owner]
     return pos
 
 
@@ -552,8 +617,8 @@ def minicpmv4_7_rope_index(
     rows x columns, or the thumbnail) starts at ``origin``; the thumbnail is stretched over it,
     each slice sits at its row and column, the markers at its corners, the newline past its right
     edge; the text after it at ``origin + max(canvas) + 1``. 0 on padding; ``rope_deltas`` = largest
-    position + 1 - real length (transformers' ``MiniCPMV4_7Model.get_rope_index``). Bookkeeping per
-    crop on the host; no Python loop over tokens."""
+    position + 1 - real length (transformers' ``MiniCPMV4_7Model.get_rope_index``). Array ops over all
+    the batch's crops and frames on the host; no Python loop over crops or tokens."""
     _check_rule(rule, "minicpmv4_7")
     _check_ids(input_ids)
     _check_like(attention_mask, "attention_mask", input_ids)
@@ -565,16 +630,16 @@ def minicpmv4_7_rope_index(
     if mode not in ("16x", "4x"):
         raise ValueError(f"downsample_mode must be '16x' or '4x', got {mode!r}")
     merge = 2 if mode == "4x" else 4
-    grids = {}
+    tables = {}
     for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
         if sizes is None:
-            grids[kind] = [[], 0]
+            tables[kind] = np.zeros((0, 2), dtype=np.int64)
             continue
         if not isinstance(sizes, Tensor) or sizes.dim() != 2 or sizes.shape[1] != 2 or sizes.is_floating_point():
             raise ValueError(
                 f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
             )
-        grids[kind] = [(host(sizes).astype(np.int64) // merge).tolist(), 0]  # (h, w) in tokens per crop
+        tables[kind] = host(sizes).astype(np.int64) // merge  # (h, w) in tokens per crop
     ids = host(input_ids)
     if mm_token_type_ids is None:
         types = np.where(ids == config.image_token_id, 1, np.where(ids == config.video_token_id, 2, 0))
@@ -582,12 +647,14 @@ def minicpmv4_7_rope_index(
         types = host(mm_token_type_ids)
     real = _real(attention_mask, input_ids)
     b, length = ids.shape
-    out = np.zeros((3, b, length), dtype=np.int64)  # 0 on padding
-    for i in range(b):  # per sample, the bookkeeping per crop
-        keep = real[i]
-        out[:, i, keep] = _minicpm_sample(ids[i, keep], types[i, keep], grids, merge, markers)
-    n_real = real.sum(1)
-    deltas = out.max(axis=(0, 2)) + 1 - n_real if length else np.zeros(b, dtype=np.int64)
+    counts = real.sum(1)
+    at = np.flatnonzero(real)  # (N,) the real tokens, row by row
+    pos = _minicpm_positions(ids.reshape(-1)[at], types.reshape(-1)[at], counts, tables, merge, markers)
+    out = np.zeros((3, b * length), dtype=np.int64)  # 0 on padding
+    for axis in range(3):
+        np.put(out[axis], at, pos[axis])
+    out = out.reshape(3, b, length)
+    deltas = out.max(axis=(0, 2)) + 1 - counts if length else np.zeros(b, dtype=np.int64)
     device = input_ids.device
     return torch.from_numpy(out).to(device), torch.from_numpy(deltas.reshape(b, 1).astype(np.int64)).to(device)
 

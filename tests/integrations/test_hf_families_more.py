@@ -399,3 +399,28 @@ def test_minicpmv4_7_registry_and_get_rope_index():
     lay = layout.build([[layout.Text(1), layout.Image((1, 2, 3)), layout.Text(1)]], "minicpm-v", spatial_merge_size=1)
     # the token path: the first text token at 0, the <image> slot (here text token 12) at the halo, the crop at 1
     assert torch.equal(pos[:, 0, 2:], lay.position_ids[:, 0, 1:]) and pos[:, 0, 1].tolist() == [1, 0, 0]
+
+
+def test_minicpmv4_7_crops_at_the_first_token_and_against_each_other():
+    """Edge cases of the reference's walk: a thumbnail at a sample's first token (its ``<image>`` slot
+    is index -1: the base coat misses the frame, which keeps the first coat 0, 1, 2, ...), a crop right
+    against one of the other modality (the next frame's slot is the last token of the crop before),
+    text between two slices, a frame running to the sample's end; equal to the installed release."""
+    config, model_cls, owner = _minicpm()
+    c = MINICPM_IDS
+    img, vid = c["image_token_id"], c["video_token_id"]
+    rows = [
+        ([vid, img, img, 11, c["image_start_id"], vid, vid], [2, 1, 1, 0, 0, 2, 2]),
+        ([img] * 4 + [c["slice_start_id"], img, c["slice_end_id"], 12, c["slice_start_id"], img, c["image_end_id"]],
+         [1] * 4 + [0, 1, 0, 0, 0, 1, 0]),
+        ([11, vid, vid, img, c["slice_start_id"], img, img, c["slice_end_id"]], [0, 2, 2, 1, 0, 1, 1, 0]),
+    ]
+    for padding_side in ("left", "right"):
+        input_ids, mm_types, mask = _pad(rows, padding_side)
+        sizes = torch.tensor([[4, 8], [8, 8], [4, 4], [4, 4], [4, 4], [4, 8]])
+        videos = torch.tensor([[4, 4], [4, 8], [4, 8]])
+        ref = model_cls.get_rope_index(owner, input_ids, mm_types, sizes, videos, attention_mask=mask)
+        got = minicpmv4_7_rope_index(
+            config, input_ids, mm_types, target_sizes=sizes, target_sizes_videos=videos, attention_mask=mask
+        )
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), padding_side
