@@ -302,3 +302,23 @@ def test_a_refused_scheme_leaves_both_parts_own(full):
     with pytest.raises(ValueError, match="advance applies"):
         use_rope(full, "mrope-i", advance="max")
     assert current_rope(full) == "own" and current_rope(full.talker) == "own"
+
+
+@torch.no_grad()
+def test_talker_with_audio_in_the_prompt(full):
+    """An audio clip in each prompt (``audio_feature_lengths``, as the full model passes them): the own scheme gives
+    the talker's logits bit for bit, a swapped scheme moves them."""
+    batch = fam._omni_audio_batch(full.thinker)
+    talker = dict(_talker_inputs(full, batch), audio_feature_lengths=batch["feature_attention_mask"].sum(1))
+    use_rope(full, "own")
+    try:
+        ref = _talker_logits(full, talker)
+    except AttributeError as error:  # 5.24's Qwen3-Omni talker reads audio_config.n_window, which its config lacks
+        pytest.skip(f"the unpatched talker cannot take audio in transformers {transformers.__version__}: {error}")
+    use_rope(full, FULL[full.config.model_type][2])
+    assert torch.equal(_talker_logits(full, talker), ref)
+    use_rope(full, "vrope")
+    logits = _talker_logits(full, talker)
+    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
+    use_rope(full, "own")
+    assert torch.equal(_talker_logits(full, talker), ref)
