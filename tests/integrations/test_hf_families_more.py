@@ -411,8 +411,10 @@ def test_minicpmv4_7_crops_at_the_first_token_and_against_each_other():
     img, vid = c["image_token_id"], c["video_token_id"]
     rows = [
         ([vid, img, img, 11, c["image_start_id"], vid, vid], [2, 1, 1, 0, 0, 2, 2]),
-        ([img] * 4 + [c["slice_start_id"], img, c["slice_end_id"], 12, c["slice_start_id"], img, c["image_end_id"]],
-         [1] * 4 + [0, 1, 0, 0, 0, 1, 0]),
+        (
+            [img] * 4 + [c["slice_start_id"], img, c["slice_end_id"], 12, c["slice_start_id"], img, c["image_end_id"]],
+            [1] * 4 + [0, 1, 0, 0, 0, 1, 0],
+        ),
         ([11, vid, vid, img, c["slice_start_id"], img, img, c["slice_end_id"]], [0, 2, 2, 1, 0, 1, 1, 0]),
     ]
     for padding_side in ("left", "right"):
