@@ -58,7 +58,11 @@ The Omni thinkers (Qwen2.5-Omni, Qwen3-Omni-MoE; ``*ThinkerForConditionalGenerat
 from :mod:`mmpos.integrations.hf_omni` with the model's own arguments (audio included): the thinker and its inner
 model both get the index (``generate`` calls the thinker's, ``forward`` the inner model's). Another scheme places
 the same blocks (:func:`~mmpos.integrations.hf_omni.omni_layout` ``scheme=``; audio tokens advance as text), with
-the Omni padding and ``rope_deltas`` conventions.
+the Omni padding and ``rope_deltas`` conventions. On a full Omni model (``Qwen2_5OmniForConditionalGeneration``,
+``Qwen3OmniMoeForConditionalGeneration``) the thinker and the talker take the same scheme: the talker has its own
+``get_rope_index`` (the Omni rule over the thinker's token ids, read with the talker config's token ids) and rotary
+module, both replaced (:data:`mmpos.integrations.hf_omni.TALKERS`); the vocoders (token2wav, code2wav) and Qwen3-Omni's
+code predictor rotate 1-D positions of their own codec sequence and are not patched.
 
 ``use_rope(model, "own")`` restores the model's own modules. The scheme names of the
 models themselves (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) install mmpos's
@@ -798,7 +802,9 @@ def use_rope(
     Args:
         model: ``Qwen2VLForConditionalGeneration`` / ``Qwen2VLModel`` (and the 2.5 / 3 / 3-MoE classes), a
             :data:`FAMILY_ROTARY` family's model, or an Omni thinker (``Qwen2_5OmniThinkerForConditionalGeneration``,
-            ``Qwen3OmniMoeThinkerForConditionalGeneration``; ``advance`` does not apply there).
+            ``Qwen3OmniMoeThinkerForConditionalGeneration``; ``advance`` does not apply there), or a full Omni model
+            (``Qwen2_5OmniForConditionalGeneration``, ``Qwen3OmniMoeForConditionalGeneration``: its thinker and
+            talker take ``scheme``; if either refuses it, both are restored to their own and the error is raised).
         scheme: ``"own"`` (restore the model's modules), one of :data:`SCHEMES`: ``"mrope-i"``,
             ``"mhrope"``, ``"vrope"``, ``"hope"``, ``"v2pe"``, ``"flat"``, or a model's own scheme
             name (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``) implemented by mmpos.
