@@ -7,7 +7,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from _tiny_hf import QWEN2_5_VISION, QWEN2_VISION, QWEN3_VISION, greedy
+from _tiny_hf import QWEN2_5_VISION, QWEN2_VISION, QWEN3_VISION, assert_own_scheme_is_exact, greedy
 from _tiny_hf import TEXT as TINY_TEXT
 from transformers import (
     LlamaConfig,
@@ -417,6 +417,24 @@ def test_plan_stays_float32_when_the_model_is_cast():
         )
     ).logits
     assert low.dtype == torch.bfloat16 and torch.isfinite(low).all()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_own_scheme_in_bfloat16(name, tmp_path):
+    """Loaded in bfloat16 (``from_pretrained(..., dtype=torch.bfloat16)``: the rotary's ``inv_freq`` stays float32,
+    as mmpos's plan), the family's own scheme gives the unpatched logits and greedy ``generate`` bit for bit."""
+    if RULE == "hf-4.57" and name in ("qwen2-vl", "qwen2.5-vl"):
+        pytest.skip(
+            "transformers 4.57.1 reloads this saved config as its text config (model_type '..._text', no "
+            "vision_config) without mmpos too; checked on 5.x"
+        )
+    torch.manual_seed(0)
+    FAMILIES[name]().save_pretrained(tmp_path)
+    model = type(FAMILIES[name]()).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert next(model.parameters()).dtype == torch.bfloat16
+    inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in _batch(name).items()}
+    assert_own_scheme_is_exact(model, inputs, OWN.get(name, name), [IMG, VID, VSTART, VEND])
 
 
 def test_installed_rule_is_detected_from_the_signature():
