@@ -412,13 +412,12 @@ def _spans(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 @functools.lru_cache(maxsize=4096)
-def _crop_grid(canvas_h: int, canvas_w: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(h * w,)`` row and column coordinates of a crop of ``h x w`` tokens stretched over a
+def _crop_grid(canvas_h: int, canvas_w: int, h: int, w: int) -> np.ndarray:
+    """``(2, h * w)`` row and column coordinates of a crop of ``h x w`` tokens stretched over a
     ``canvas_h x canvas_w`` canvas (:func:`_canvas_axis`), raster order; cached, read-only."""
-    rows = np.repeat(_canvas_axis(canvas_h, h), w)
-    cols = np.tile(_canvas_axis(canvas_w, w), h)
-    rows.flags.writeable = cols.flags.writeable = False
-    return rows, cols
+    out = np.stack([np.repeat(_canvas_axis(canvas_h, h), w), np.tile(_canvas_axis(canvas_w, w), h)])
+    out.flags.writeable = False
+    return out
 
 
 def _minicpm_error(k: int, fmod, ft, flast, cs, ce, hw, bad_table, merge: int) -> ValueError:
@@ -484,14 +483,23 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     ts, te = cs[ft], ce[ft]
     fs = ts - 1  # the <image> slot
     prev_end = ce[np.maximum(ft - 1, 0)]
-    text_at = np.append(np.flatnonzero(~is_marker), n)  # the non-marker tokens, then n
-    only_markers = text_at[np.searchsorted(text_at, prev_end)] >= fs  # nothing but markers in [prev_end, fs)
+    marks = np.flatnonzero(is_marker)  # (M,) markers; past each run of markers: the next non-marker
+    run_last = np.flatnonzero(np.append(marks[1:] != marks[:-1] + 1, True))  # last marker of each run
+    past_run = marks[run_last[np.searchsorted(run_last, np.arange(marks.shape[0]))]] + 1  # (M,)
+
+    def next_text(at: np.ndarray) -> np.ndarray:  # the first non-marker index >= at (n past the end)
+        at_c = np.minimum(at, n - 1)
+        k = np.minimum(np.searchsorted(marks, at_c), max(marks.shape[0] - 1, 0))
+        hit = (at < n) & is_marker[at_c]
+        return np.where(hit, past_run[k], at) if marks.size else at
+
+    only_markers = next_text(prev_end) >= fs  # nothing but markers in [prev_end, fs)
     new_group = first[ft] | ~only_markers
     gfirst = np.flatnonzero(new_group)  # (G,)
     gid = np.cumsum(new_group) - 1
     glast = np.append(gfirst[1:], nf) - 1
     after = ce[flast]  # past each frame's last crop; its end: past the markers that follow (in its sample)
-    nxt = text_at[np.searchsorted(text_at, after)]
+    nxt = next_text(after)
     fe_raw = np.minimum(nxt, s_end[fsample])
     ge = fe_raw[glast]  # (G,)
     fe = np.minimum(fe_raw, ge[gid])
@@ -518,10 +526,8 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     # ---- the base coat, one cumsum of steps: +1 a text token, 0 inside a frame, the canvas at a frame's
     # start (the previous frame's) and at the text after a group (the last frame's); 0 at a sample's start
     glo = lo[gfirst]
-    span = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(span, glo, 1)
-    np.add.at(span, ge, -1)
-    step = 1 - np.cumsum(span[:n])  # 1 on text, 0 inside the groups
+    bounds = np.concatenate([[0], np.stack([glo, ge], 1).reshape(-1), [n]])  # text, group, text, ..., text
+    step = np.repeat(np.resize(np.array([1, 0], dtype=np.int64), bounds.shape[0] - 1), np.diff(bounds))
     step[glo] = 1  # a group's first frame: at the step after the text before it
     lead = s_start[counts > 0]
     step[lead] = 0
@@ -575,18 +581,15 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
         keys, inverse = np.unique(shape, axis=1, return_inverse=True)
     first_of = np.zeros(keys.shape[-1], dtype=np.int64)
     first_of[inverse.reshape(-1)] = np.arange(cs.shape[0])
-    grids = [_crop_grid(*shape[:, c].tolist()) for c in first_of.tolist()]
-    chosen = inverse.reshape(-1).tolist()
+    grids = [_crop_grid(*key) for key in shape.T[first_of].tolist()]
     lens = ce - cs
-    h_val = np.concatenate([grids[i][0] for i in chosen]) + np.repeat(base_h, lens)
-    w_val = np.concatenate([grids[i][1] for i in chosen]) + np.repeat(base_w, lens)
+    hw_val = np.concatenate([grids[i] for i in inverse.reshape(-1).tolist()], axis=1)  # (2, T)
+    hw_val += np.repeat(np.stack([base_h, base_w]), lens, axis=1)
+    tok = np.flatnonzero(types != 0)  # the crops' tokens, in order
     if (ce > hi[fid]).any():  # a crop running into the next frame's <image> slot: cut at its span
-        tok = np.flatnonzero(types != 0)
         inside = tok < np.repeat(hi[fid], lens)
-        tok, h_val, w_val = tok[inside], h_val[inside], w_val[inside]
-    else:
-        tok = types != 0
-    pos[1, tok], pos[2, tok] = h_val, w_val
+        tok, hw_val = tok[inside], hw_val[:, inside]
+    pos[1:, tok] = hw_val
     # ---- the newline after a row of slices: past the row's right edge
     nl = np.flatnonzero(wide)
     f_nl = fid[nl]
@@ -640,16 +643,17 @@ def minicpmv4_7_rope_index(
                 f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
             )
         tables[kind] = host(sizes).astype(np.int64) // merge  # (h, w) in tokens per crop
-    ids = host(input_ids)
-    if mm_token_type_ids is None:
-        types = np.where(ids == config.image_token_id, 1, np.where(ids == config.video_token_id, 2, 0))
-    else:
-        types = host(mm_token_type_ids)
     real = _real(attention_mask, input_ids)
-    b, length = ids.shape
+    b, length = real.shape
     counts = real.sum(1)
     at = np.flatnonzero(real)  # (N,) the real tokens, row by row
-    pos = _minicpm_positions(ids.reshape(-1)[at], types.reshape(-1)[at], counts, tables, merge, markers)
+    ids = host(input_ids).reshape(-1)[at]
+    if mm_token_type_ids is None:
+        types = np.where(ids == config.video_token_id, 2, 0)
+        types[ids == config.image_token_id] = 1
+    else:
+        types = host(mm_token_type_ids).reshape(-1)[at]
+    pos = _minicpm_positions(ids, types, counts, tables, merge, markers)
     out = np.zeros((3, b * length), dtype=np.int64)  # 0 on padding
     for axis in range(3):
         np.put(out[axis], at, pos[axis])
