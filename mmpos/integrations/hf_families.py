@@ -441,7 +441,6 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     reference's walk lands on tokens no later write of it touches, once each frame's span is cut where
     the next frame of its group starts (its base coat covers the rest)."""
     n = ids.shape[0]
-    sample = np.repeat(np.arange(counts.shape[0]), counts)
     s_start = np.cumsum(counts) - counts  # (B,) first token of each sample
     s_end = s_start + counts
     is_marker = np.isin(ids, markers)
@@ -454,7 +453,7 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     run_end = np.append(run_start[1:], n)
     keep = types[run_start] != 0
     cs, ce = run_start[keep], run_end[keep]  # (C,)
-    csample = sample[cs]
+    csample = np.searchsorted(s_end, cs, side="right")  # (C,) the sample of each crop
     first = np.ones(cs.shape[0], dtype=bool)  # the first crop of its sample: always a thumbnail
     first[1:] = csample[1:] != csample[:-1]
     is_slice = ~first & (ids[np.maximum(cs - 1, 0)] == markers[0])
@@ -536,7 +535,7 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     tail = ge < s_end[fsample[glast]]
     step[ge[tail]] = adv[glast[tail]]
     step[lead[1:]] -= np.add.reduceat(step, lead)[:-1]  # back to 0: minus the sample before's total
-    base = np.cumsum(step)
+    base = np.cumsum(step, out=step)
     within = np.cumsum(adv) - adv
     within -= within[gfirst][gid]  # the canvases of its group's frames before it
     at_start = glo == s_start[fsample[gfirst]]
