@@ -620,7 +620,8 @@ def minicpmv4_7_rope_index(
     each slice sits at its row and column, the markers at its corners, the newline past its right
     edge; the text after it at ``origin + max(canvas) + 1``. 0 on padding; ``rope_deltas`` = largest
     position + 1 - real length (transformers' ``MiniCPMV4_7Model.get_rope_index``). Array ops over all
-    the batch's crops and frames on the host; no Python loop over crops or tokens."""
+    the batch's crops and frames on the host; no Python loop over tokens (per crop only the list of
+    its cached grid for one ``concatenate``; per sample only a thumbnail at its first token)."""
     _check_rule(rule, "minicpmv4_7")
     _check_ids(input_ids)
     _check_like(attention_mask, "attention_mask", input_ids)
