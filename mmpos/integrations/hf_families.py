@@ -540,38 +540,16 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     within -= within[gfirst][gid]  # the canvases of its group's frames before it
     at_start = glo == s_start[fsample[gfirst]]
     origin = np.where(at_start, 0, base[np.maximum(glo - 1, 0)] + 1)[gid] + within
-    pos[:] = base
-    for k in np.flatnonzero(fs < lo).tolist():  # a thumbnail at its sample's first token (at most one a sample):
-        # the reference's base coat [-1:end] then misses the span, which keeps its first coat, 0, 1, 2, ...
-        a, z = int(lo[k]), int(hi[k])
-        pos[:, a:z] = np.arange(z - a)
-        for c in range(ft[k], flast[k] + 1):  # its crops' t: the origin, 0
-            pos[0, cs[c] : min(ce[c], z)] = 0
-        if z == s_end[fsample[k]]:  # ... but for the sample's last token, where that slice lands (origin 0)
-            pos[:, z - 1] = 0
-    halo = fs >= lo
-    pos[1:, fs[halo]] = np.maximum(origin[halo] - 1, 0)
-    corner = (te < fe) & (te < hi)  # </image>: the canvas's far corner
-    pos[1, te[corner]], pos[2, te[corner]] = (origin + ch)[corner], (origin + cw)[corner]
-    # ---- slices' markers: </slice> at the bottom-right corner, then <slice> at the top-left
     sl = np.flatnonzero(is_slice)
     f_sl = fid[sl]
-    h_off = (j[sl] // cols[f_sl]) * sh[f_sl]
+    h_off = (j[sl] // cols[f_sl]) * sh[f_sl]  # each slice's place on its canvas
     w_off = (j[sl] % cols[f_sl]) * sw[f_sl]
-    o_sl = origin[f_sl]
-    end = ce[sl]
-    ok = (end < fe[f_sl]) & (end < hi[f_sl])
-    pos[1, end[ok]] = (o_sl + h_off + hw[sl, 0] - 1)[ok]
-    pos[2, end[ok]] = (o_sl + w_off + hw[sl, 1] - 1)[ok]
-    mark = cs[sl] - 1
-    ok = mark < hi[f_sl]
-    pos[1, mark[ok]], pos[2, mark[ok]] = (o_sl + h_off)[ok], (o_sl + w_off)[ok]
     # ---- crops: the thumbnail stretched over its canvas, a slice at its row and column (cached grids)
     canvas_h, canvas_w = ch[fid], cw[fid]
     canvas_h[sl], canvas_w[sl] = hw[sl, 0], hw[sl, 1]
-    base_h, base_w = origin[fid], origin[fid].copy()
-    base_h[sl] += h_off
-    base_w[sl] += w_off
+    offset = np.stack([origin[fid], origin[fid]])  # (2, C) each crop's grid offset
+    offset[0, sl] += h_off
+    offset[1, sl] += w_off
     shape = np.stack([canvas_h, canvas_w, hw[:, 0], hw[:, 1]])  # (4, C)
     m = int(shape.max()) + 1
     if m < 1 << 15:  # one int64 key per shape
@@ -581,14 +559,58 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     first_of = np.zeros(keys.shape[-1], dtype=np.int64)
     first_of[inverse.reshape(-1)] = np.arange(cs.shape[0])
     grids = [_crop_grid(*key) for key in shape.T[first_of].tolist()]
+    chosen = inverse.reshape(-1).tolist()
     lens = ce - cs
-    hw_val = np.concatenate([grids[i] for i in inverse.reshape(-1).tolist()], axis=1)  # (2, T)
-    hw_val += np.repeat(np.stack([base_h, base_w]), lens, axis=1)
-    tok = np.flatnonzero(types != 0)  # the crops' tokens, in order
-    if (ce > hi[fid]).any():  # a crop running into the next frame's <image> slot: cut at its span
-        inside = tok < np.repeat(hi[fid], lens)
-        tok, hw_val = tok[inside], hw_val[:, inside]
-    pos[1:, tok] = hw_val
+    # ---- the markers: <image> halo, </image> at the canvas's far corner, </slice> at a slice's
+    # bottom-right corner, then <slice> at its top-left (a crop's grid, written after, wins on its tokens)
+    halo = fs >= lo
+    corner = (te < fe) & (te < hi)
+    o_sl = origin[f_sl]
+    end_ok = (ce[sl] < fe[f_sl]) & (ce[sl] < hi[f_sl])
+    mark_ok = cs[sl] - 1 < hi[f_sl]
+    marks_at = [fs[halo], te[corner], ce[sl][end_ok], (cs[sl] - 1)[mark_ok]]
+
+    def write_markers() -> None:
+        pos[1:, marks_at[0]] = np.maximum(origin[halo] - 1, 0)
+        pos[1, marks_at[1]], pos[2, marks_at[1]] = (origin + ch)[corner], (origin + cw)[corner]
+        pos[1, marks_at[2]] = (o_sl + h_off + hw[sl, 0] - 1)[end_ok]
+        pos[2, marks_at[2]] = (o_sl + w_off + hw[sl, 1] - 1)[end_ok]
+        pos[1, marks_at[3]], pos[2, marks_at[3]] = (o_sl + h_off)[mark_ok], (o_sl + w_off)[mark_ok]
+
+    head = np.flatnonzero(fs < lo).tolist()
+    pos[0] = base
+    on_crops = any((types[at] != 0).any() for at in marks_at)
+    if not head and not on_crops and not (ce > hi[fid]).any():  # axes 1, 2: the coat and the grids in turn
+        gaps = [base[x:y] for x, y in zip(np.append(0, ce).tolist(), np.append(cs, n).tolist())]
+        piece = np.zeros(2 * cs.shape[0] + 1, dtype=np.int64)  # (2C + 1,) gap, crop, gap, ..., gap
+        piece[1::2] = lens
+        piece[0::2] = np.append(cs, n) - np.append(0, ce)
+        for axis in (0, 1):
+            pieces: list = [None] * piece.shape[0]
+            pieces[0::2] = gaps
+            rows = [g[axis] for g in grids]
+            pieces[1::2] = [rows[i] for i in chosen]
+            np.concatenate(pieces, out=pos[1 + axis])
+            shift = np.zeros(piece.shape[0], dtype=np.int64)
+            shift[1::2] = offset[axis]
+            pos[1 + axis] += np.repeat(shift, piece)
+        write_markers()  # on no crop's token
+    else:
+        pos[1:] = base
+        for k in head:  # a thumbnail at its sample's first token (at most one a sample):
+            # the reference's base coat [-1:end] then misses the span, which keeps its first coat, 0, 1, 2, ...
+            a, z = int(lo[k]), int(hi[k])
+            pos[:, a:z] = np.arange(z - a)
+            for c in range(ft[k], flast[k] + 1):  # its crops' t: the origin, 0
+                pos[0, cs[c] : min(ce[c], z)] = 0
+            if z == s_end[fsample[k]]:  # ... but for the sample's last token, where that slice lands (origin 0)
+                pos[:, z - 1] = 0
+        write_markers()
+        hw_val = np.concatenate([grids[i] for i in chosen], axis=1)  # (2, T)
+        hw_val += np.repeat(offset, lens, axis=1)
+        tok = np.flatnonzero(types != 0)  # the crops' tokens, in order
+        inside = tok < np.repeat(hi[fid], lens)  # a crop running into the next frame's <image> slot: cut
+        pos[1:, tok[inside]] = hw_val[:, inside]
     # ---- the newline after a row of slices: past the row's right edge
     nl = np.flatnonzero(wide)
     f_nl = fid[nl]
