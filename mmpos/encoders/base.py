@@ -123,13 +123,18 @@ class RotaryEncoder(PositionEncoder):
         return Rotation(cos, sin, self.convention, self.head_dim, self.exact)
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
+        self.check_qk(q, k, coords)
+        return self.rotation(coords).rotate(q, k)
+
+    def check_qk(self, q: Tensor, k: Tensor, coords: Coords) -> None:
+        """``q`` ``(B, H, N, head_dim)`` and ``k`` ``(B, H_kv, N_k, head_dim)`` floating point, as ``coords`` holds
+        tokens for them (static shape checks: no graph break)."""
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
         if not (q.is_floating_point() and k.is_floating_point()):
             raise TypeError(f"q and k must be floating-point tensors, got {q.dtype} and {k.dtype}")
         coords.check_tokens(q.shape[0], q.shape[2], "q", heads=q.shape[1])
         coords.check_tokens(k.shape[0], k.shape[2], "k", heads=k.shape[1])
-        return self.rotation(coords).rotate(q, k)
 
     def extra_repr(self) -> str:
         return (

@@ -381,12 +381,7 @@ class GRAPELearned(RotaryEncoder):
         return self._turn_heads(x, *self.planes(), self._angles(pos))
 
     def rotate(self, q: Tensor, k: Tensor, coords: Coords) -> tuple[Tensor, Tensor]:
-        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
-            raise ValueError(f"q and k must have head_dim={self.head_dim}, got {q.shape[-1]} and {k.shape[-1]}")
-        if not (q.is_floating_point() and k.is_floating_point()):
-            raise TypeError(f"q and k must be floating-point tensors, got {q.dtype} and {k.dtype}")
-        coords.check_tokens(q.shape[0], q.shape[2], "q", heads=q.shape[1])
-        coords.check_tokens(k.shape[0], k.shape[2], "k", heads=k.shape[1])
+        self.check_qk(q, k, coords)
         a, b = self.planes()  # once for q and k
         angle = self._angles(self._positions(coords))
         return self._turn_heads(q, a, b, angle), self._turn_heads(k, a, b, angle)
