@@ -19,8 +19,8 @@ pytestmark = pytest.mark.hf
 IMG, START, END = 120, 121, 122
 
 
-@pytest.fixture(scope="module")
-def glm_image():
+def _build():
+    """The tiny random model (float32), seeded."""
     if not hasattr(transformers, "GlmImageForConditionalGeneration"):
         pytest.skip(f"transformers {transformers.__version__} has no glm_image (added in a later release)")
     text = dict(
@@ -48,6 +48,11 @@ def glm_image():
     )
     torch.manual_seed(0)
     return transformers.GlmImageForConditionalGeneration(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def glm_image():
+    return _build()
 
 
 def _text_to_image():
@@ -97,3 +102,16 @@ def test_other_schemes_are_refused(glm_image):
     with pytest.raises(ValueError, match="scheme must be 'own' or 'glm-image' for model_type 'glm_image'"):
         use_rope(glm_image, "mrope-i")
     assert current_rope(glm_image) == "own"
+
+
+@torch.no_grad()
+def test_own_scheme_in_bfloat16(tmp_path):
+    """In bfloat16 (the tiny model saved and loaded with ``from_pretrained(..., dtype=torch.bfloat16)``, which keeps
+    the rotary's ``inv_freq`` float32): ``cos`` / ``sin`` in the dtype the model's own rotary returns. The prompts
+    hold no floating tensors (ids, masks and grid sizes only)."""
+    _build().save_pretrained(tmp_path)
+    model = transformers.GlmImageForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert next(model.parameters()).dtype == torch.bfloat16
+    inputs = _text_to_image()
+    assert not any(v.is_floating_point() for v in inputs.values())
+    assert_own_scheme_is_exact(model, inputs, "glm-image", [IMG, START, END])

@@ -29,8 +29,8 @@ IDS = {
 SUPPRESS = list(IDS.values())
 
 
-@pytest.fixture(scope="module")
-def minicpm():
+def _build():
+    """The tiny random model (float32), seeded."""
     if not hasattr(transformers, "MiniCPMV4_7ForConditionalGeneration"):
         pytest.skip(f"transformers {transformers.__version__} has no minicpmv4_7 (added in a later release)")
     text = dict(
@@ -64,6 +64,11 @@ def minicpm():
     return transformers.MiniCPMV4_7ForConditionalGeneration(cfg).eval()
 
 
+@pytest.fixture(scope="module")
+def minicpm():
+    return _build()
+
+
 def _canvas_batch():
     """Two left-padded prompts: a picture of a 2 x 2-token thumbnail and a row of two 1 x 1-token slices ("16x": a
     token merges 4 x 4 patches), and a thumbnail alone."""
@@ -91,3 +96,16 @@ def test_other_schemes_are_refused(minicpm):
     with pytest.raises(ValueError, match="scheme must be 'own' or 'minicpm-v' for model_type 'minicpmv4_7'"):
         use_rope(minicpm, "mrope-i")
     assert current_rope(minicpm) == "own"
+
+
+@torch.no_grad()
+def test_own_scheme_in_bfloat16(tmp_path):
+    """In bfloat16 (the tiny model saved and loaded with ``from_pretrained(..., dtype=torch.bfloat16)``, which keeps
+    the rotary's ``inv_freq`` float32): ``cos`` / ``sin`` in the dtype the model's own rotary returns. The prompts
+    hold no floating tensors (ids, masks and grid sizes only)."""
+    _build().save_pretrained(tmp_path)
+    model = transformers.MiniCPMV4_7ForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert next(model.parameters()).dtype == torch.bfloat16
+    inputs = _canvas_batch()
+    assert not any(v.is_floating_point() for v in inputs.values())
+    assert_own_scheme_is_exact(model, inputs, "minicpm-v", SUPPRESS)
