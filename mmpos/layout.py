@@ -426,7 +426,7 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
     run_is_block = np.zeros(2 * k + 1, dtype=bool)
     run_is_block[1::2] = True
     is_vision = np.repeat(run_is_block, runs).reshape(b, length)  # (B, L): a few long runs, memset-like
-    if k and (is_vision & ~real).any():
+    if k and (is_vision > real).any():  # a vision token on padding (bools: a > b is a & ~b, one pass)
         raise ValueError("blocks: every vision token must be a real token (real is True there)")
     return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio
 
@@ -466,7 +466,7 @@ def _write_rows(ids, flat, grid, row_block, base, step, use_start, block_start, 
     """Write the vision ids of a per-row rule (``Scheme.rows``) into ``ids`` ``(A, B * L)`` int64 at the
     ``flat`` tokens: token ``j`` of row ``r`` at ``block_start * use_start + base[:, r] + step * j``. Each
     block's largest value goes into ``block_top`` ``(K,)`` (in place); returns the smallest value."""
-    row_w = grid[row_block, 2]  # (R,) tokens per row
+    row_w = grid[:, 2].take(row_block)  # (R,) tokens per row (a 1-D take: 2-D fancy indexing is slower)
     row_first = np.cumsum(row_w) - row_w  # (R,) each row's first token among the vision tokens
     k_rows = grid[:, 0] * grid[:, 1]
     block_row = np.cumsum(k_rows) - k_rows  # (K,) each block's first row
@@ -642,7 +642,7 @@ def _pack(
             top = nxt - 1
         else:
             top = np.where(text, pos, -math.inf).max(1)
-    np.putmask(pos, ~real, rule.padding_value)  # the padding value on padding
+    np.copyto(pos, rule.padding_value, casting="unsafe", where=~real)  # the padding value on padding (as putmask)
     if axes > 1:
         with np.errstate(invalid="ignore"):  # NaN of huge seconds: refused below
             ids_np[int(exact) :] = run  # the text row on every axis (cast once)
@@ -670,13 +670,13 @@ def _pack(
             if not exact:
                 kept.append(values)
         bounds = [nxt, block_start, block_end, block_top, np.array([low])] if block_top.size else [nxt]
-        finite = all(bool((np.abs(x) < 2**53).all()) for x in bounds)  # NaN fails the comparison too
+        tops = [float(np.abs(x).max()) for x in bounds if x.size]  # NaN where any value is NaN
+        finite, largest = all(v < 2**53 for v in tops), max(tops, default=0.0)  # NaN fails the comparison too
     if not finite:
         raise ValueError(
             "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
             "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
         )
-    largest = max((float(np.abs(x).max()) for x in bounds if x.size), default=0.0)
     if sch.id_dtype == torch.float32 and largest > FLOAT32_EXACT:
         warn_once(
             ("layout-float32", sch.name),
@@ -690,7 +690,8 @@ def _pack(
     parts = None
     if not exact:  # float64 positions of the coordinates (ids may be float32)
         parts = (torch.from_numpy(pos), torch.from_numpy(np.stack(kept)), torch.from_numpy(is_vision))
-    n_real = np.count_nonzero(real, axis=1)
+    # (B,) real tokens per sample: bytes summed in uint16 where a row fits (about 8x faster than count_nonzero)
+    n_real = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
     if rule.deltas == "max-real":
         np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's
         deltas = np.where(n_real > 0, np.maximum(top + 1, nxt), 0) - n_real  # never behind next

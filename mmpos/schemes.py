@@ -547,15 +547,16 @@ _USE_START = {False: torch.ones(3, dtype=torch.float64), True: torch.tensor([1.0
 
 def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> Tensor:
     """``(3, R)`` row offsets ``(t_base, i, 0)``."""
-    base = np.zeros((3, g.row_h.shape[0]))
-    base[0], base[1] = t_base, g.row_h.numpy()
+    hi = g._frame_row[1]  # (R,) int64 row of every row in its frame
+    base = np.empty((3, hi.shape[0]))
+    base[0], base[1], base[2] = t_base, hi, 0  # cast as written (no float64 copy of the rows)
     return torch.from_numpy(base)
 
 
 def _qwen_rows(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
     """Qwen2-VL M-RoPE: ``(start + stride * f, start + i, start + j)``; ``reset`` (MRoPE-I):
     h and w start at 0 in every block."""
-    t_base, t_max = (g.row_t.numpy() if stride == 1 else g.row_t.numpy() * stride), (g.t - 1) * stride
+    t_base, t_max = (g._frame_row[0] if stride == 1 else g.row_t.numpy() * stride), (g.t - 1) * stride
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[reset]
 
 
@@ -570,7 +571,7 @@ def _qwen25_rows(g: BlockGeometry, o: SchemeOptions):
             interval = torch.where(g.is_image, torch.ones_like(interval), interval)
     interval = interval.float().numpy()  # (K,) float32, as the reference multiplies
     with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused by the packer
-        t_base = np.floor(g.row_t.numpy().astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
+        t_base = np.floor(g._frame_row[0].astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
     t_max = ((g.t - 1).float() * torch.from_numpy(interval)).floor().double()
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
 
@@ -695,7 +696,7 @@ def _hy_v4_vl_rows(g: BlockGeometry, o: SchemeOptions):
 def _glm_image_rows(g: BlockGeometry, o: SchemeOptions):
     """GLM-Image: ``(start + f, start + i, start + j)``, the text after the block at
     ``start + max(h, w)`` (its one rule: the temporal extent is ignored)."""
-    return _thw_rows(g.row_t.numpy(), g), _STEP_W, torch.maximum(g.h, g.w), _USE_START[False]
+    return _thw_rows(g._frame_row[0], g), _STEP_W, torch.maximum(g.h, g.w), _USE_START[False]
 
 
 def _minicpm_canvas_rows(g: BlockGeometry, o: SchemeOptions):

@@ -78,8 +78,22 @@ def video_markers(config: Any) -> tuple[int, int] | None:
 def inside_markers(input_ids: np.ndarray, start: int, end: int) -> np.ndarray:
     """``(B, L)`` bool: the tokens after a ``start`` token and before its ``end`` token (GLM-4V's
     ``create_mm_token_type_ids``: more starts than ends so far in the row)."""
-    opened = (input_ids == start).astype(np.int32) - (input_ids == end)  # (B, L) +1 at a start, -1 at an end
-    return torch.from_numpy(opened).cumsum(1).numpy() > 0  # starts so far minus ends so far (one torch cumsum)
+    b, length = input_ids.shape
+    is_start = input_ids == start
+    marks = np.flatnonzero(is_start | (input_ids == end))  # (M,) flat index of every marker, reading order
+    if not marks.size:
+        return np.zeros((b, length), dtype=bool)
+    opened = np.where(is_start.reshape(-1)[marks], 1, -1).cumsum()  # (M,) starts minus ends so far, whole batch
+    row = marks // length
+    row_first = np.searchsorted(row, np.arange(b))  # (B,) each row's first marker
+    before = np.concatenate([[0], opened])[row_first]  # (B,) the count the earlier rows leave
+    # the batch as runs: each row's start (count 0 until its first marker), then one run per marker
+    edges = np.concatenate([np.arange(b) * length, marks])  # (B + M,)
+    counts = np.concatenate([np.zeros(b, dtype=opened.dtype), opened - before[row]])
+    order = np.argsort(edges, kind="stable")  # a marker at a row's first token follows the row's start
+    edges, counts = edges[order], counts[order]
+    runs = np.diff(edges, append=b * length)
+    return np.repeat(counts > 0, runs).reshape(b, length)  # a few long runs, memset-like
 
 
 # --------------------------------------------------------------------------- shared checks

@@ -263,8 +263,9 @@ def token_layout(
     is_image, is_video = (marks == image_mark) & real, (marks == video_mark) & real
     if options.video_markers is not None:  # GLM-4V: image tokens between video start / end tokens are frames
         inside = inside_markers(host(input_ids), *options.video_markers)  # (transformers 4.57 types them 1)
-        is_video = (is_video & (types is not None)) | (is_image & inside)
-        is_image &= ~inside
+        framed = is_image & inside
+        is_video = framed if types is None else is_video | framed  # without types: the framed image tokens only
+        is_image ^= framed  # is_image & ~inside (framed is a subset of is_image)
     k_img = images.shape[0]
     firsts = np.concatenate(
         [
