@@ -140,3 +140,12 @@ def assert_swap_is_consistent(model, inputs: dict, scheme: str, options: dict, s
     assert_cached_generate_is_a_full_forward(model, inputs, suppress)
     use_rope(model, "own")
     assert torch.equal(model(**inputs).logits, ref)  # restored
+
+
+def reloaded_in_bfloat16(model, path):
+    """``model`` saved to ``path`` and loaded back with ``from_pretrained(..., dtype=torch.bfloat16)`` (which keeps the
+    rotary's ``inv_freq`` float32, as mmpos keeps its plan), in eval mode."""
+    model.save_pretrained(path)
+    loaded = type(model).from_pretrained(path, dtype=torch.bfloat16).eval()
+    assert next(loaded.parameters()).dtype == torch.bfloat16
+    return loaded

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from _tiny_hf import QWEN2_5_VISION, QWEN2_VISION, QWEN3_VISION, assert_own_scheme_is_exact, greedy
+from _tiny_hf import (
+    QWEN2_5_VISION,
+    QWEN2_VISION,
+    QWEN3_VISION,
+    assert_own_scheme_is_exact,
+    greedy,
+    reloaded_in_bfloat16,
+)
 from _tiny_hf import TEXT as TINY_TEXT
 from transformers import (
     LlamaConfig,
@@ -430,9 +437,7 @@ def test_own_scheme_in_bfloat16(name, tmp_path):
             "vision_config) without mmpos too; checked on 5.x"
         )
     torch.manual_seed(0)
-    FAMILIES[name]().save_pretrained(tmp_path)
-    model = type(FAMILIES[name]()).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
-    assert next(model.parameters()).dtype == torch.bfloat16
+    model = reloaded_in_bfloat16(FAMILIES[name](), tmp_path)
     inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in _batch(name).items()}
     assert_own_scheme_is_exact(model, inputs, OWN.get(name, name), [IMG, VID, VSTART, VEND])
 
