@@ -29,22 +29,27 @@ with requires("media"):  # one line naming the package and the extra when it is 
     from PIL import Image as PILImage
 
 
-def resolve(spec: str | MediaSpec, table: dict[str, MediaSpec], overrides: dict) -> MediaSpec:
+def resolve_preset(spec: object, table: dict, overrides: dict, cls: type) -> object:
+    """``spec`` (a ``cls`` dataclass, or a key of ``table``) with the ``overrides`` fields replaced."""
     if isinstance(spec, str):
         if spec not in table:
-            raise ValueError(f"spec must be a MediaSpec or one of {tuple(table)}, got {spec!r}")
+            raise ValueError(f"spec must be a {cls.__name__} or one of {tuple(table)}, got {spec!r}")
         spec = table[spec]
-    elif not isinstance(spec, MediaSpec):
-        raise TypeError(f"spec must be a MediaSpec or a model name, got {type(spec).__name__}")
-    known = {f.name for f in fields(MediaSpec)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TypeError(f"unknown MediaSpec field(s) {unknown}; valid: {sorted(known)}")
+    elif not isinstance(spec, cls):
+        raise TypeError(f"spec must be a {cls.__name__} or a model name, got {type(spec).__name__}")
+    known = {f.name for f in fields(cls)}
+    if unknown := sorted(set(overrides) - known):
+        raise TypeError(f"unknown {cls.__name__} field(s) {unknown}; valid: {sorted(known)}")
+    return replace(spec, **overrides)
+
+
+def resolve(spec: str | MediaSpec, table: dict[str, MediaSpec], overrides: dict) -> MediaSpec:
+    """:func:`resolve_preset` of a :class:`MediaSpec`; an explicit ``fps`` clears the preset's ``num_frames``."""
     if "fps" in overrides and overrides["fps"] is not None and "num_frames" not in overrides:
         overrides = {**overrides, "num_frames": None}  # an explicit fps replaces the preset's num_frames ...
     if "num_frames" in overrides and overrides["num_frames"] is not None and "fps" not in overrides:
         overrides = {**overrides, "fps": None}  # ... and the other way round
-    return replace(spec, **overrides)
+    return resolve_preset(spec, table, overrides, MediaSpec)
 
 
 def source_name(source: object) -> str:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .._validate import check_float, check_int
-from ._ops import patchify, resize_normalize, sample_video
+from ._ops import patchify, resize_normalize, resolve_preset, sample_video
 from .images import ImageSource, load_image
 from .specs import HALF, MediaSpec
 
@@ -197,7 +197,7 @@ def image_slices(source: ImageSource, spec: str | SliceSpec = "minicpm-v4.6", **
         spec: a key of :data:`SLICE_SPECS` or a :class:`SliceSpec`.
         **overrides: :class:`SliceSpec` fields to change (``max_slices=4``, ``downsample_mode="4x"``).
     """
-    spec = _resolve_slices(spec, SLICE_SPECS, overrides)
+    spec = resolve_preset(spec, SLICE_SPECS, overrides, SliceSpec)
     return _slice(np.array(load_image(source)), spec)
 
 
@@ -220,19 +220,6 @@ def _slice(rgb: np.ndarray, spec: SliceSpec) -> ImageSlices:
     target_sizes = torch.tensor([(h // p, w // p) for h, w in sizes], dtype=torch.int32)
     tokens = tuple(h * w // (p * p * spec.merge**2) for h, w in sizes)
     return ImageSlices(pixel_values, target_sizes, grid, tokens)
-
-
-def _resolve_slices(spec: str | SliceSpec, table: dict[str, SliceSpec], overrides: dict) -> SliceSpec:
-    if isinstance(spec, str):
-        if spec not in table:
-            raise ValueError(f"spec must be a SliceSpec or one of {tuple(table)}, got {spec!r}")
-        spec = table[spec]
-    elif not isinstance(spec, SliceSpec):
-        raise TypeError(f"spec must be a SliceSpec or a model name, got {type(spec).__name__}")
-    known = {f.name for f in fields(SliceSpec)}
-    if unknown := sorted(set(overrides) - known):
-        raise TypeError(f"unknown SliceSpec field(s) {unknown}; valid: {sorted(known)}")
-    return replace(spec, **overrides)
 
 
 def _sub_times(duration: float, stack: int, max_frames: int) -> list[float]:
@@ -375,7 +362,7 @@ def video_slices(
         video_fps: frame rate of an array ``source``.
         **overrides: :class:`SliceSpec` fields to change (``max_frames=32``, ``slice_mode=False``).
     """
-    spec = _resolve_slices(spec, VIDEO_SLICE_SPECS, overrides)
+    spec = resolve_preset(spec, VIDEO_SLICE_SPECS, overrides, SliceSpec)
     frames, indices, fps, total = sample_video(
         source, video_fps, lambda n, rate: minicpm_frame_indices(n, rate, spec.max_frames, spec.stack_frames)
     )
