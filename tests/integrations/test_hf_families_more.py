@@ -15,6 +15,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from _hf_samples import MINICPM_IDS
 
 from mmpos import layout
 from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, glm_image_decode_position_ids, minicpmv4_7_rope_index
@@ -269,15 +270,6 @@ def test_families_are_registry_entries():
 
 
 # --------------------------------------------------------------------------- MiniCPM-V 4.7
-MINICPM_IDS = {
-    "image_token_id": 5001,
-    "video_token_id": 5002,
-    "image_start_id": 5003,
-    "image_end_id": 5004,
-    "slice_start_id": 5005,
-    "slice_end_id": 5006,
-    "newline_id": 5007,
-}
 
 
 def _minicpm():
