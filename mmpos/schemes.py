@@ -58,6 +58,7 @@ Two more, ``qwen2.5-omni`` and ``qwen3-omni``, hold the Omni models' conventions
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -351,10 +352,22 @@ class Scheme:
 SCHEMES: dict[str, Scheme] = {}
 
 
+#: ``Scheme.reference``: the reference implementation, ``"owner/repo path/to/file.py (function)"``
+_REFERENCE = re.compile(r"[\w.-]+/[\w.-]+ [\w./-]+\.py \(.+\)")
+
+
 def register_scheme(scheme: Scheme) -> Scheme:
-    """Add ``scheme`` to :data:`SCHEMES` (a name may be registered once)."""
+    """Add ``scheme`` to :data:`SCHEMES` (a name may be registered once; it must name its ``paper`` and its
+    ``reference`` implementation as ``"owner/repo path/to/file.py (function)"``)."""
     if not isinstance(scheme, Scheme):
         raise TypeError(f"scheme must be a Scheme, got {type(scheme).__name__}")
+    if not isinstance(scheme.paper, str) or not scheme.paper.strip():
+        raise ValueError(f"scheme {scheme.name!r}: paper must name the paper (a non-empty str), got {scheme.paper!r}")
+    if not isinstance(scheme.reference, str) or not _REFERENCE.fullmatch(scheme.reference):
+        raise ValueError(
+            f"scheme {scheme.name!r}: reference must name the reference implementation as "
+            f"'owner/repo path/to/file.py (function)', got {scheme.reference!r}"
+        )
     if scheme.name in SCHEMES and SCHEMES[scheme.name] is not scheme:
         raise ValueError(f"scheme {scheme.name!r} is already registered")
     taken = {m: s.name for s in SCHEMES.values() if s is not scheme for m in s.model_types}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -326,15 +327,34 @@ def test_a_new_scheme_is_one_registry_entry():
     def reverse_block(g: BlockGeometry, options):  # a block's tokens in reverse order
         return (g.tokens[g.block].double() - 1 - g.local).unsqueeze(0), g.tokens.double(), torch.ones(1).double()
 
-    sch = Scheme("reverse-test", ("seq",), "rope", reverse_block, ((1,), (1,), (1,)), ((1, 0, 0),), paper="test")
+    cited = {"paper": "test", "reference": "owner/repo tests/test_schemes.py (reverse_block)"}
+    sch = Scheme("reverse-test", ("seq",), "rope", reverse_block, ((1,), (1,), (1,)), ((1, 0, 0),), **cited)
     register_scheme(sch)
     try:
         lay = build([[Text(2), Image((1, 4, 4)), Text(1)]], "reverse-test")
         assert lay.position_ids[0, 0].tolist() == [0, 1, 5, 4, 3, 2, 6]
         with pytest.raises(ValueError, match="already registered"):
-            register_scheme(Scheme("reverse-test", ("seq",), "rope", reverse_block, ((1,), (1,), (1,)), ((1, 0, 0),)))
+            register_scheme(replace(sch))
     finally:
         SCHEMES.pop("reverse-test")
+
+
+@pytest.mark.parametrize(
+    ("cited", "match"),
+    [
+        ({"reference": "owner/repo pkg/rule.py (index)"}, r"scheme 'uncited': paper must name the paper .*got ''"),
+        ({"paper": "  ", "reference": "owner/repo pkg/rule.py (index)"}, "paper must name the paper"),
+        ({"paper": "Someone 2025"}, r"reference must name .* as 'owner/repo path/to/file.py \(function\)', got ''"),
+        ({"paper": "Someone 2025", "reference": "owner/repo pkg/rule.py"}, "reference must name"),
+        ({"paper": "Someone 2025", "reference": "pkg/rule.py (index)"}, "reference must name"),
+    ],
+)
+def test_register_scheme_needs_paper_and_reference(cited, match):
+    """register_scheme refuses a scheme that does not cite its paper and reference implementation (nothing added)."""
+    sch = Scheme("uncited", ("seq",), "rope", lambda g, o: None, ((1,), (1,), (1,)), ((1, 0, 0),), **cited)
+    with pytest.raises(ValueError, match=match):
+        register_scheme(sch)
+    assert "uncited" not in SCHEMES
 
 
 def test_one_validator_for_every_path():
