@@ -40,6 +40,7 @@ the ``cache_position`` the model passed (the 4.x static layers write there; 5.x 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 from collections.abc import Sequence
@@ -158,6 +159,12 @@ def _tpe_forward(
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     b, n, _ = hidden_states.shape
     positions = _order_positions(positions, orders, b, n)
+    past = 0 if cache is None else int(cache.get_seq_length(attn.layer_idx))
+    if key_mask is not None and (
+        not isinstance(key_mask, Tensor) or key_mask.dim() != 2 or tuple(key_mask.shape) != (b, past + n)
+    ):
+        shape = tuple(key_mask.shape) if isinstance(key_mask, Tensor) else type(key_mask).__name__
+        raise ValueError(f"tpe_mask must be (B, T) = ({b}, {past + n}) bool (cached plus new tokens), got {shape}")
     d = attn.head_dim
     q = attn.q_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
     k = attn.k_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
@@ -168,7 +175,6 @@ def _tpe_forward(
         qi, ki = rotate(q, k, cos, sin)
         qs.append(qi)
         ks.append(ki)
-    past = 0 if cache is None else int(cache.get_seq_length(attn.layer_idx))
     if cache is not None:  # keys (B, Hk, T, K * D); a static cache returns all its slots: the first T are ours
         where = kwargs.get("cache_position")
         extra = () if where is None else ({"cache_position": where},)
@@ -204,8 +210,8 @@ def _tpe_forward(
     return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1)), None
 
 
-def _order_positions(positions: Any, orders: int, batch: int, tokens: int) -> Tensor:
-    """``tpe_positions`` as ``(K, B, L)`` int64, checked by shape and, for a ``Coords``, by its axes (static)."""
+def _as_positions(positions: Any, orders: int) -> Tensor:
+    """``tpe_positions`` as a ``(K, B, L)`` tensor (a ``Coords`` converted), checked by its order count and axes."""
     if isinstance(positions, Coords):
         plain = [a for a in positions.axes if not a.endswith(ORDER_SUFFIX)]
         if plain or positions.num_axes != orders:
@@ -218,6 +224,12 @@ def _order_positions(positions: Any, orders: int, batch: int, tokens: int) -> Te
     if not isinstance(positions, Tensor) or positions.dim() != 3 or positions.shape[0] != orders:
         shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
         raise ValueError(f"tpe_positions must be a (K={orders}, B, L) tensor or an order Coords, got {shape}")
+    return positions
+
+
+def _order_positions(positions: Any, orders: int, batch: int, tokens: int) -> Tensor:
+    """``tpe_positions`` as ``(K, B, L)`` int64, checked by shape and, for a ``Coords``, by its axes (static)."""
+    positions = _as_positions(positions, orders)
     if positions.shape[1] not in (1, batch) or positions.shape[2] != tokens:
         raise ValueError(
             f"tpe_positions {tuple(positions.shape)} must be (K, B, L) for the {batch} x {tokens} new tokens"
@@ -233,6 +245,120 @@ class _TPEForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, None]:
         return _tpe_forward(self.attn, self.rotary, self.rotate, self.orders, self.sequential, *args, **kwargs)
+
+
+def _generation_positions(
+    positions: Any, mask: Any, attention_mask: Any, orders: int, batch: int, past: int, tokens: int
+) -> tuple[Tensor, Tensor | None]:
+    """``(tpe_positions, tpe_mask)`` of one ``generate`` step, from those given for the prompt.
+
+    ``positions`` ``(K, B | 1, L0)`` (or an order ``Coords``) and ``mask`` ``(B, L0)`` cover the
+    ``L0`` tokens of the prompt; the step feeds ``tokens`` new tokens after ``past`` cached ones
+    (``T = past + tokens``). Generated token ``j`` (sequence index ``L0 + j``) sits at
+    ``next_k + j`` under order ``k``, ``next_k`` = the largest position of a real prompt token
+    under that order plus one (the reference's ``tx[-1] + 1``, ``ty[-1] + 1``; for a
+    :func:`mmpos.table.build` layout, ``next_position`` in every order). Returns the positions
+    ``(K, B | 1, tokens)`` of this step's tokens and the mask ``(B, T)`` (``None``: no padding).
+    Without ``mask``, the ``(B, T)`` ``attention_mask`` that ``generate`` keeps marks the padding.
+    """
+    if positions is None:
+        raise ValueError(
+            "generate on a model with 2D-TPE attention needs tpe_positions=(K, B, L): the positions of the "
+            "prompt's L tokens under each order (mmpos.table.TableLayout.order_coords or its (K, B, L) tensor)"
+        )
+    positions = _as_positions(positions, orders)  # (K, B0, L0)
+    _, b0, l0 = positions.shape
+    t = past + tokens
+    if b0 not in (1, batch) or (l0 != tokens if past == 0 else l0 > t):
+        raise ValueError(
+            f"tpe_positions {tuple(positions.shape)} must be (K={orders}, B, L) for the prompt of generate, "
+            + (f"B = 1 or {batch} and L = its {tokens} tokens" if past == 0 else f"B = 1 or {batch} and L <= {t}")
+        )
+    if mask is not None:
+        if not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, l0):
+            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(
+                f"tpe_mask must be ({batch}, {l0}) bool for the prompt of generate (as tpe_positions), got {shape}"
+            )
+        mask = mask.bool()
+        real = positions.masked_fill(~mask, -1)  # (K, B, L0): padding never sets the next position
+        mask = torch.cat([mask, mask.new_ones(batch, t - l0)], dim=1)  # generated tokens are real
+    else:
+        real = positions
+        marks = isinstance(attention_mask, Tensor) and tuple(attention_mask.shape) == (batch, t)
+        if marks and not bool(attention_mask.all()):  # padding marked by generate's attention_mask (eager, per step)
+            mask = attention_mask.bool()
+            real = positions.masked_fill(~mask[:, :l0], -1)
+    start = min(past, l0)
+    pieces = [positions[..., start:l0]] if past < l0 else []
+    if t > l0:  # generated tokens: next_k + j, j = sequence index - L0
+        steps = torch.arange(max(past, l0) - l0, t - l0, device=positions.device, dtype=positions.dtype)
+        pieces.append(real.amax(-1, keepdim=True) + 1 + steps)
+    if len(pieces) == 2 and pieces[0].shape[1] != pieces[1].shape[1]:
+        pieces[0] = pieces[0].expand(-1, pieces[1].shape[1], -1)
+    return torch.cat(pieces, dim=-1), mask
+
+
+def _bound(model: nn.Module, name: str) -> Any:
+    """``model``'s class attribute ``name`` bound to ``model`` (a method or a staticmethod alike), past instance patches."""
+    return inspect.getattr_static(type(model), name).__get__(model, type(model))
+
+
+class _TPEPrepareInputs:
+    """The patched ``model.prepare_inputs_for_generation``: each step's ``tpe_positions`` / ``tpe_mask``.
+
+    ``generate`` hands the prompt's ``tpe_positions`` / ``tpe_mask`` unchanged to every step; this
+    calls the model's own ``prepare_inputs_for_generation`` and replaces them by the positions of
+    the step's tokens and the mask of every token so far (:func:`_generation_positions`). The number
+    of cached tokens is read from the cache the step uses (``cache`` in 5.x, ``past_key_values`` in
+    4.x), the step's tokens from ``input_ids`` or ``inputs_embeds``.
+    """
+
+    def __init__(self, model: nn.Module, orders: int) -> None:
+        self.model, self.orders = model, orders
+
+    def __call__(
+        self,
+        input_ids: Tensor,
+        *args: Any,
+        tpe_positions: Any = None,
+        tpe_mask: Any = None,
+        inputs_embeds: Tensor | None = None,  # named so that generate accepts inputs_embeds
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        if inputs_embeds is not None:
+            kwargs["inputs_embeds"] = inputs_embeds
+        inputs = _bound(self.model, "prepare_inputs_for_generation")(input_ids, *args, **kwargs)
+        current = inputs.get("input_ids")
+        current = inputs.get("inputs_embeds") if current is None else current
+        cache = inputs.get("cache", inputs.get("past_key_values"))
+        past = int(cache.get_seq_length()) if isinstance(cache, Cache) else 0
+        batch, tokens = current.shape[:2]
+        inputs["tpe_positions"], inputs["tpe_mask"] = _generation_positions(
+            tpe_positions, tpe_mask, kwargs.get("attention_mask"), self.orders, batch, past, tokens
+        )
+        return inputs
+
+
+class _TPEExpandInputs:
+    """The patched ``model._expand_inputs_for_generation`` (beams, ``num_return_sequences``).
+
+    transformers repeats every tensor of the model kwargs along dim 0; ``tpe_positions``
+    ``(K, B, L)`` has its batch in dim 1, so it is taken out and repeated there.
+    """
+
+    def __init__(self, model: nn.Module, orders: int) -> None:
+        self.model, self.orders = model, orders
+
+    def __call__(self, expand_size: int = 1, *args: Any, **kwargs: Any) -> Any:
+        positions = kwargs.pop("tpe_positions", None)
+        input_ids, model_kwargs = _bound(self.model, "_expand_inputs_for_generation")(expand_size, *args, **kwargs)
+        if positions is not None:
+            positions = _as_positions(positions, self.orders)  # (K, B, L), B = 1 broadcasts
+            if positions.shape[1] != 1:  # sample b's copies at rows b * expand_size + j, as input_ids
+                positions = positions.repeat_interleave(expand_size, dim=1)
+            model_kwargs["tpe_positions"] = positions
+        return input_ids, model_kwargs
 
 
 def _router_act(config: Any) -> nn.Module:
@@ -292,6 +418,10 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
                 lin.bias.zero_()
         attn.tpe_router = router.to(device=weight.device, dtype=weight.dtype)
         attn.forward = _TPEForward(attn, base.rotary_emb, rotate, orders, sequential)
+    if callable(getattr(model, "generate", None)) and callable(getattr(model, "prepare_inputs_for_generation", None)):
+        model.prepare_inputs_for_generation = _TPEPrepareInputs(model, orders)
+        if callable(getattr(model, "_expand_inputs_for_generation", None)):
+            model._expand_inputs_for_generation = _TPEExpandInputs(model, orders)
     return model
 
 
@@ -303,4 +433,7 @@ def uninstall_tpe(model: nn.Module) -> nn.Module:
         attn.__dict__.pop("forward", None)
         if "tpe_router" in attn._modules:
             del attn._modules["tpe_router"]
+    for name in ("prepare_inputs_for_generation", "_expand_inputs_for_generation"):
+        if isinstance(model.__dict__.get(name), (_TPEPrepareInputs, _TPEExpandInputs)):
+            del model.__dict__[name]
     return model
