@@ -1,8 +1,8 @@
 """mmpos: position encoders for multimodal and structured data.
 
 Public API: the names below and the documented submodules (``docs/api.md``):
-:mod:`mmpos.rotary`, :mod:`mmpos.scaling`, :mod:`mmpos.schemes`, :mod:`mmpos.layout`, :mod:`mmpos.table`,
-:mod:`mmpos.encoders` (with :mod:`mmpos.encoders.registry`), :mod:`mmpos.nn`, :mod:`mmpos.layers`,
+:mod:`mmpos.rotary`, :mod:`mmpos.scaling`, :mod:`mmpos.schemes` (with :mod:`mmpos.age`), :mod:`mmpos.layout`,
+:mod:`mmpos.table`, :mod:`mmpos.encoders` (with :mod:`mmpos.encoders.registry`), :mod:`mmpos.nn`, :mod:`mmpos.layers`,
 :mod:`mmpos.integrations`, :mod:`mmpos.media`, :mod:`mmpos.viz` (figures), :mod:`mmpos.export`
 (torch.export / ONNX), :mod:`mmpos.graph` (directed-graph PEs on plain tensors) and :mod:`mmpos.runner`
 (the recipe runner; the recipes themselves live in the top-level ``recipes`` package beside the library).

@@ -11,7 +11,7 @@ reads the layout's coordinates -> next-token logits.
 
 Positions are data: the caller builds a :class:`mmpos.layout.Layout` for the batch
 (outside ``forward``) and passes ``layout.coords``, or one ``Coords`` per decoder layer: CircleRoPE's
-AGE mode (:func:`age_coords`) gives some layers Circle-RoPE positions and the others Qwen2.5-VL's.
+AGE mode (:func:`mmpos.age.age_coords`) gives some layers Circle-RoPE positions and the others Qwen2.5-VL's.
 
 Shapes: a sample is a list of parts, shared by the batch: ``("text", ids (B, n))``,
 ``("image", (B, 3, H, W))`` or ``("video", (B, T, 3, H, W))``; logits ``(B, L, vocab)``.
@@ -29,7 +29,7 @@ from mmpos.layout import Image, Text, Video
 from mmpos.nn import Transformer
 from mmpos.schemes import SCHEMES  # layout scheme -> its record (SCHEMES[name].encoder: the rotary encoder)
 
-__all__ = ["CIRCLE_AGE_STRATEGIES", "Part", "PatchTokens", "TinyVLM", "age_coords", "circle_age_layers", "segments_of"]
+__all__ = ["Part", "PatchTokens", "TinyVLM", "segments_of"]
 
 Part = tuple[str, Tensor]
 
@@ -52,44 +52,6 @@ def _check_parts(parts: Sequence[Part]) -> int:
         if value.shape[0] != batch:
             raise ValueError(f"parts[{i}] has batch size {value.shape[0]}, expected {batch} like parts[0]")
     return batch  # type: ignore[return-value]
-
-
-#: CircleRoPE's ``AGE_mode`` strategies (lose4578/CircleRoPE ``modular_qwen2_5_vl_circle_rope.py``,
-#: ``AGE_index_dict``): which decoder layers read Circle-RoPE positions, the others Qwen2.5-VL's
-CIRCLE_AGE_STRATEGIES = ("strategy_2", "strategy_3", "strategy_4")
-
-
-def circle_age_layers(strategy: str, depth: int) -> tuple[bool, ...]:
-    """``True`` for the decoder layers that read Circle-RoPE positions under AGE ``strategy``, ``False``
-    for those that read Qwen2.5-VL's (``use_m_index``).
-
-    The reference defines its strategies for Qwen2.5-VL-3B's 36 layers: ``strategy_2`` the first 18 on
-    Circle-RoPE, ``strategy_3`` the last 18, ``strategy_4`` the even layers (0, 2, ...), alternating (its
-    ``config.json`` names ``strategy_1``, which its table lacks). Here the halves are ``depth // 2`` layers,
-    so the 36-layer lists are the reference's.
-    """
-    if strategy not in CIRCLE_AGE_STRATEGIES:
-        raise ValueError(f"strategy must be one of {CIRCLE_AGE_STRATEGIES}, got {strategy!r}")
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-        raise ValueError(f"depth must be a positive int, got {depth!r}")
-    half = depth // 2
-    if strategy == "strategy_2":
-        return tuple(i < half for i in range(depth))
-    if strategy == "strategy_3":
-        return tuple(i >= half for i in range(depth))
-    return tuple(i % 2 == 0 for i in range(depth))
-
-
-def age_coords(strategy: str, depth: int, circle: Coords, qwen: Coords) -> list[Coords]:
-    """One ``Coords`` per decoder layer for CircleRoPE's AGE mode: ``circle`` (the ``circlerope`` layout) where
-    :func:`circle_age_layers` says so, ``qwen`` (the ``qwen2.5-vl`` layout of the same segments) elsewhere.
-    Computed outside ``forward``; :meth:`TinyVLM.forward` takes the list."""
-    if circle.pos.shape[:2] != qwen.pos.shape[:2] or circle.axes != qwen.axes:
-        raise ValueError(
-            f"circle and qwen must be layouts of the same tokens on the same axes, got {tuple(circle.pos.shape)} "
-            f"{circle.axes} and {tuple(qwen.pos.shape)} {qwen.axes}"
-        )
-    return [circle if flag else qwen for flag in circle_age_layers(strategy, depth)]
 
 
 def segments_of(parts: Sequence[Part], patch_size: int) -> list[Text | Image | Video]:
@@ -219,18 +181,6 @@ class TinyVLM(nn.Module):
 
     def forward(self, parts: Sequence[Part], coords: Coords | Sequence[Coords]) -> Tensor:
         """Logits ``(B, L, vocab_size)``; ``coords`` from :func:`mmpos.layout.build` of :func:`segments_of`, or
-        one ``Coords`` per decoder layer (:func:`age_coords`; each distinct one's cos / sin computed once)."""
-        x = self.embed_parts(parts)
-        if isinstance(coords, Coords):
-            return self.lm_head(self.decoder(x, coords))
-        dec = self.decoder
-        layers = list(coords)
-        if len(layers) != len(dec.blocks) or not all(isinstance(c, Coords) for c in layers):
-            raise ValueError(f"coords must be a Coords or one Coords per decoder layer ({len(dec.blocks)})")
-        for c in layers:
-            c.check_tokens(x.shape[0], x.shape[1])
-        x = dec.pos_add(x, layers[0])
-        rotations = {id(c): dec.pos_rotations(c) for c in layers}  # once per distinct coordinate set
-        for i, (block, c) in enumerate(zip(dec.blocks, layers)):
-            x = dec.pos_after_block(i, block(x, c, None, rotations[id(c)]), c)
-        return self.lm_head(dec.norm(x))
+        one ``Coords`` per decoder layer (CircleRoPE's AGE: :func:`mmpos.age.age_coords`; each distinct one's
+        cos / sin computed once, :class:`mmpos.nn.Transformer`)."""
+        return self.lm_head(self.decoder(self.embed_parts(parts), coords))

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: dict[str, int] = {
     **dict.fromkeys(["_validate", "_deprecate", "_extras", "_lazy", "coords"], 0),
     **dict.fromkeys(["rotary", "graph"], 1),
-    **dict.fromkeys(["scaling", "schemes"], 2),
+    **dict.fromkeys(["scaling", "schemes", "age"], 2),
     "layout": 3,
     **dict.fromkeys(["encoders", "table", "media"], 4),
     **dict.fromkeys(["nn", "layers", "export"], 5),

@@ -98,7 +98,11 @@ class Transformer(PositionalBackbone, nn.Module):
     state-dict entries), ``blocks[i].attn.encoders`` (the encoders block ``i`` owns) and ``pos_convs``
     (``{str(block): {name: conv encoder}}``).
 
-    ``forward(x (B, N, dim), coords, attn_mask=None) -> (B, N, dim)`` (final norm applied).
+    ``forward(x (B, N, dim), coords, attn_mask=None) -> (B, N, dim)`` (final norm applied). ``coords``: one
+    :class:`~mmpos.coords.Coords` for every block, or a sequence of one per block (layouts of the same tokens on
+    the same axes; CircleRoPE's AGE: :func:`mmpos.age.age_coords`): block ``i`` and the conv encoders after it
+    read ``coords[i]``, the additive encoders ``coords[0]``, and the rotations are computed once per distinct
+    ``Coords`` object.
     """
 
     def __init__(
@@ -181,13 +185,37 @@ class Transformer(PositionalBackbone, nn.Module):
         attach(self, additive, placement.shared(), convs, attentions, layers if attentions else [], attr="encoders")
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, x: Tensor, coords: Coords | None = None, attn_mask: Tensor | None = None) -> Tensor:
-        if coords is not None:
-            coords.check_tokens(x.shape[0], x.shape[1])
-            x = self.pos_add(x, coords)
-        rot = self.pos_rotations(coords)  # cos / sin once, for every block
-        for i, block in enumerate(self.blocks):
-            x = block(x, coords, attn_mask, rot)
-            if coords is not None:
-                x = self.pos_after_block(i, x, coords)
+    def forward(
+        self, x: Tensor, coords: Coords | Sequence[Coords] | None = None, attn_mask: Tensor | None = None
+    ) -> Tensor:
+        if coords is None or isinstance(coords, Coords):
+            layers = [coords] * len(self.blocks)
+        else:
+            layers = self._per_layer(coords)
+        distinct = {id(c): c for c in layers}  # by object: a Coords holds tensors
+        for c in distinct.values():
+            if c is not None:
+                c.check_tokens(x.shape[0], x.shape[1])
+        if layers[0] is not None:
+            x = self.pos_add(x, layers[0])  # additive encoders: the input tokens, at the first layer's positions
+        rot = {key: self.pos_rotations(c) for key, c in distinct.items()}  # cos / sin once per distinct Coords
+        for i, (block, c) in enumerate(zip(self.blocks, layers)):
+            x = block(x, c, attn_mask, rot[id(c)])
+            if c is not None:
+                x = self.pos_after_block(i, x, c)
         return self.norm(x)
+
+    def _per_layer(self, coords: Sequence[Coords]) -> list[Coords]:
+        """``coords`` as one ``Coords`` per block; ``ValueError`` / ``TypeError`` otherwise."""
+        if not isinstance(coords, Sequence):
+            raise TypeError(f"coords must be a Coords, a sequence of one Coords per block or None, got {coords!r}")
+        layers = list(coords)
+        if len(layers) != len(self.blocks):
+            raise ValueError(f"coords must hold one Coords per block ({len(self.blocks)}), got {len(layers)}")
+        wrong = [i for i, c in enumerate(layers) if not isinstance(c, Coords)]
+        if wrong:
+            raise TypeError(f"coords[{wrong[0]}] must be a Coords, got {type(layers[wrong[0]]).__name__}")
+        first = layers[0]
+        if any(c.axes != first.axes or c.pos.shape[:2] != first.pos.shape[:2] for c in layers):
+            raise ValueError("coords must be layouts of the same tokens on the same axes (one per block)")
+        return layers

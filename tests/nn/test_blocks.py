@@ -70,3 +70,58 @@ def test_constructor_arguments_are_checked(kwargs, error, name):
     args = {"dim": 32, "depth": 2, "num_heads": 4} | kwargs
     with pytest.raises(error, match=name):
         Transformer(**args)
+
+
+def _two_layouts():
+    from mmpos.layout import Image, Text, build
+
+    segments = [[Text(2), Image((1, 4, 4)), Text(3)]] * 2
+    return build(segments, "circlerope").coords, build(segments, "qwen2.5-vl").coords
+
+
+def test_per_layer_coords_uniform_list_equals_the_single_coords_bit_for_bit():
+    torch.manual_seed(0)
+    circle, _ = _two_layouts()
+    model = Transformer(32, 3, 2, pos="mrope", pos_kwargs={"mrope": {"mrope_section": [2, 3, 3]}}, causal=True)
+    x = torch.randn(2, circle.num_tokens, 32)
+    torch.testing.assert_close(model(x, [circle] * 3), model(x, circle), rtol=0, atol=0)
+
+
+def test_per_layer_coords_give_each_block_its_rotation():
+    """AGE ``strategy_4`` on 3 blocks: blocks 0 and 2 rotate by the Circle-RoPE angles, block 1 by Qwen2.5-VL's
+    (each block's attention sees the cos of its own layout), and the output differs from either layout alone."""
+    from mmpos.age import age_coords
+
+    torch.manual_seed(0)
+    circle, qwen = _two_layouts()
+    model = Transformer(32, 3, 2, pos="mrope", pos_kwargs={"mrope": {"mrope_section": [2, 3, 3]}}, causal=True)
+    x = torch.randn(2, circle.num_tokens, 32)
+    seen = []
+    hooks = [
+        b.attn.register_forward_pre_hook(lambda m, args: seen.append(args[3][0].cos.clone())) for b in model.blocks
+    ]
+    mixed = model(x, age_coords("strategy_4", circle, qwen, depth=3))
+    for h in hooks:
+        h.remove()
+    encoder = model.pos_rotary["mrope"]
+    want_circle, want_qwen = encoder.rotation(circle).cos, encoder.rotation(qwen).cos
+    for got, want in zip(seen, (want_circle, want_qwen, want_circle)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert not torch.allclose(want_circle, want_qwen)
+    assert not torch.allclose(mixed, model(x, circle), atol=1e-5)
+    assert not torch.allclose(mixed, model(x, qwen), atol=1e-5)
+
+
+def test_per_layer_coords_are_checked():
+    circle, _ = _two_layouts()
+    model = Transformer(32, 2, 2, pos="mrope", pos_kwargs={"mrope": {"mrope_section": [2, 3, 3]}})
+    x = torch.randn(2, circle.num_tokens, 32)
+    with pytest.raises(ValueError, match="one Coords per block \\(2\\), got 3"):
+        model(x, [circle] * 3)
+    with pytest.raises(TypeError, match="coords\\[1\\] must be a Coords"):
+        model(x, [circle, circle.pos])
+    from mmpos.layout import Image, Text, build
+
+    short = build([[Text(2), Image((1, 4, 4))]] * 2, "qwen2.5-vl").coords  # 2 tokens fewer
+    with pytest.raises(ValueError, match="same tokens on the same axes"):
+        model(x, [circle, short])

@@ -2,9 +2,10 @@ import pytest
 import torch
 from torch import nn
 
+from mmpos.age import age_coords
 from mmpos.layout import Image, Text, Video, build
 from mmpos.schemes import SCHEMES
-from recipes.vlm import TinyVLM, age_coords, circle_age_layers, segments_of
+from recipes.vlm import TinyVLM, segments_of
 
 P = 4  # patch size of the test towers
 
@@ -164,27 +165,6 @@ def test_learned_grape_decoder_trains_its_planes():
     assert all(e.a.grad.abs().sum() > 0 and e.axis_weight.grad.abs().sum() > 0 for e in encoders)
 
 
-#: lose4578/CircleRoPE modular_qwen2_5_vl_circle_rope.py AGE_index_dict (True: circle_index, False: m_index)
-_T, _F = True, False
-REFERENCE_AGE = {
-    "strategy_2": [_T] * 18 + [_F] * 18,
-    "strategy_3": [_F] * 18 + [_T] * 18,
-    "strategy_4": [_T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F,
-                   _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F, _T, _F],
-}  # fmt: skip
-
-
-def test_circle_age_layers_are_the_reference_strategies():
-    for strategy, flags in REFERENCE_AGE.items():
-        assert list(circle_age_layers(strategy, 36)) == flags, strategy
-    assert circle_age_layers("strategy_4", 3) == (True, False, True)
-    assert circle_age_layers("strategy_2", 5) == (True, True, False, False, False)
-    with pytest.raises(ValueError, match="strategy must be one of"):
-        circle_age_layers("strategy_1", 36)  # named by the reference's config.json, absent from its table
-    with pytest.raises(ValueError, match="depth must be a positive int"):
-        circle_age_layers("strategy_4", 0)
-
-
 def test_age_mode_gives_each_decoder_layer_its_positions():
     """``strategy_4`` on 4 layers: layers 0 and 2 read the ``circlerope`` coordinates, 1 and 3 the ``qwen2.5-vl``
     ones (hooks on the blocks see which); all-Circle-RoPE per-layer coordinates equal the plain forward."""
@@ -200,7 +180,7 @@ def test_age_mode_gives_each_decoder_layer_its_positions():
     qwen = build(segments, "qwen2.5-vl", rule="hf-4.57").coords
     seen = []
     hooks = [b.register_forward_pre_hook(lambda m, args: seen.append(args[1])) for b in model.decoder.blocks]
-    mixed = model(parts, age_coords("strategy_4", 4, circle, qwen))
+    mixed = model(parts, age_coords("strategy_4", circle, qwen, depth=4))
     for h in hooks:
         h.remove()
     assert [c is circle for c in seen] == [True, False, True, False]
@@ -208,7 +188,5 @@ def test_age_mode_gives_each_decoder_layer_its_positions():
     torch.testing.assert_close(model(parts, [circle] * 4), model(parts, circle), rtol=0, atol=0)
     assert not torch.allclose(mixed, model(parts, circle), atol=1e-5)
     assert not torch.allclose(mixed, model(parts, qwen), atol=1e-5)
-    with pytest.raises(ValueError, match="one Coords per decoder layer \\(4\\)"):
+    with pytest.raises(ValueError, match="one Coords per block \\(4\\)"):
         model(parts, [circle] * 3)
-    with pytest.raises(ValueError, match="same tokens on the same axes"):
-        age_coords("strategy_4", 4, circle, build([segments_of(parts[:1], P)] * 2, "qwen2.5-vl").coords)
