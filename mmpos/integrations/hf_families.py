@@ -50,11 +50,14 @@ from ._token_blocks import check_grid, host, packed_rows
 __all__ = [
     "FAMILY_ROPE_INDEX",
     "GLM_VIDEO_MARKER_FAMILIES",
+    "glm_image_blocks",
     "glm_image_decode_position_ids",
     "glm_image_rope_index",
     "hunyuan_vl_rope_index",
     "hy_v4_vl_rope_index",
+    "minicpmv4_7_blocks",
     "minicpmv4_7_rope_index",
+    "newline_blocks",
     "packed_rope_index",
     "video_markers",
 ]
@@ -153,22 +156,29 @@ def _returned(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
 
 
 # --------------------------------------------------------------------------- HY-V4-VL
-def hy_v4_vl_rope_index(
+def newline_blocks(
     config: Any,
     input_ids: Tensor,
     image_grid_thw: Tensor | None = None,
     video_grid_thw: Tensor | None = None,
     attention_mask: Tensor | None = None,
     mm_token_type_ids: Tensor | None = None,
-    rule: str = "original",
-) -> tuple[Tensor, Tensor]:
-    """HY-V4-VL position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` (dtype of ``input_ids``).
+) -> tuple[np.ndarray, VisionBlocks]:
+    """``(real, blocks)`` of a HY-V4-VL or HunYuan-VL batch (``config.model_type`` ``hy_v4_vl`` / ``hunyuan_vl``):
+    ``real`` ``(B, L)`` bool and its vision blocks, grids in tokens ``(t, h / m, w / m + 1)`` (a newline token ends
+    every merged row), as :func:`hy_v4_vl_rope_index` and :func:`hunyuan_vl_rope_index` read them (HunYuan-VL:
+    ``t`` set to 1, a block's 2 boundary tokens left out as text). What another scheme packs under ``use_rope``."""
+    model_type = getattr(config, "model_type", None)
+    if model_type == "hy_v4_vl":
+        return _hy_v4_vl_blocks(config, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids)
+    if model_type == "hunyuan_vl":
+        if video_grid_thw is not None:
+            raise ValueError("video_grid_thw must be None for model_type 'hunyuan_vl' (it reads images only)")
+        return _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
+    raise ValueError(f"config.model_type must be 'hy_v4_vl' or 'hunyuan_vl', got {model_type!r}")
 
-    Every run of image (video) tokens -- ``mm_token_type_ids`` 1 (2), else ``config.image_token_id``
-    (``video_token_id``) -- is the next grid of ``image_grid_thw`` (``video_grid_thw``), with
-    ``t * (h / m) * (w / m + 1)`` tokens; 0 on padding; ``rope_deltas`` = largest position + 1 -
-    real length (as transformers' ``HYV4VLModel.get_rope_index``)."""
-    _check_rule(rule, "hy_v4_vl")
+
+def _hy_v4_vl_blocks(config, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids):
     _check_ids(input_ids)
     _check_like(attention_mask, "attention_mask", input_ids)
     _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
@@ -200,14 +210,12 @@ def hy_v4_vl_rope_index(
         firsts.append(first)
         is_image.append(np.full(first.shape[0], kind == 1))
     grid = np.concatenate(grids)
-    blocks = VisionBlocks(grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image))
-    sch = get_scheme("hy-v4-vl")
-    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
-    return _returned(lay, input_ids)
+    return real, VisionBlocks(
+        grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image)
+    )
 
 
-# --------------------------------------------------------------------------- HunYuan-VL
-def hunyuan_vl_rope_index(
+def hy_v4_vl_rope_index(
     config: Any,
     input_ids: Tensor,
     image_grid_thw: Tensor | None = None,
@@ -216,29 +224,25 @@ def hunyuan_vl_rope_index(
     mm_token_type_ids: Tensor | None = None,
     rule: str = "original",
 ) -> tuple[Tensor, Tensor]:
-    """HunYuan-VL position ids ``(N, B, L)`` and ``rope_deltas`` ``(B, 1)`` (dtype of ``input_ids``).
+    """HY-V4-VL position ids ``(3, B, L)`` and ``rope_deltas`` ``(B, 1)`` (dtype of ``input_ids``).
 
-    ``N = len(config.text_config.rope_parameters["mrope_section"])`` (>= 3). Every run of image
-    tokens (``mm_token_type_ids`` 1, else ``config.image_token_id``) is the next grid of
-    ``image_grid_thw``: ``(h / m) * (w / m + 1)`` tokens, or 2 more whose first and last keep their
-    1-D position. Axes ``0 .. N - 4``: every real token's index among the real tokens; the last
-    three: ``(j, i, k)`` on the token in row ``i``, column ``j`` of the ``k``-th image of the batch,
-    the 1-D position elsewhere. 0 on padding; ``rope_deltas`` = largest position + 1 - real length
-    (as transformers' ``HunYuanVLModel.get_rope_index``). HunYuan-VL has no videos."""
-    _check_rule(rule, "hunyuan_vl")
-    if video_grid_thw is not None:
-        raise ValueError("video_grid_thw must be None for model_type 'hunyuan_vl' (it reads images only)")
+    Every run of image (video) tokens -- ``mm_token_type_ids`` 1 (2), else ``config.image_token_id``
+    (``video_token_id``) -- is the next grid of ``image_grid_thw`` (``video_grid_thw``), with
+    ``t * (h / m) * (w / m + 1)`` tokens; 0 on padding; ``rope_deltas`` = largest position + 1 -
+    real length (as transformers' ``HYV4VLModel.get_rope_index``)."""
+    _check_rule(rule, "hy_v4_vl")
+    args = (image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids)
+    real, blocks = _hy_v4_vl_blocks(config, input_ids, *args)
+    sch = get_scheme("hy-v4-vl")
+    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
+    return _returned(lay, input_ids)
+
+
+# --------------------------------------------------------------------------- HunYuan-VL
+def _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids):
     _check_ids(input_ids)
     _check_like(attention_mask, "attention_mask", input_ids)
     _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
-    text_config = getattr(config, "text_config", config)
-    section = (getattr(text_config, "rope_parameters", None) or {}).get("mrope_section") or []
-    axes = len(section)
-    if axes < 3:
-        raise ValueError(
-            f"config.text_config.rope_parameters['mrope_section'] must hold >= 3 sections (HunYuan-VL's "
-            f"M-RoPE axes), got {section!r}"
-        )
     m = _merge(config)
     real = _real(attention_mask, input_ids)
     if image_grid_thw is None:  # the reference then reads no image: every real token is 1-D
@@ -263,7 +267,40 @@ def hunyuan_vl_rope_index(
                 f"with its boundary tokens, but its run of image tokens holds {int(length[k])}"
             )
         first = start + (length == tokens + 2)
-    blocks = VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+    return real, VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+
+
+def hunyuan_vl_rope_index(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    mm_token_type_ids: Tensor | None = None,
+    rule: str = "original",
+) -> tuple[Tensor, Tensor]:
+    """HunYuan-VL position ids ``(N, B, L)`` and ``rope_deltas`` ``(B, 1)`` (dtype of ``input_ids``).
+
+    ``N = len(config.text_config.rope_parameters["mrope_section"])`` (>= 3). Every run of image
+    tokens (``mm_token_type_ids`` 1, else ``config.image_token_id``) is the next grid of
+    ``image_grid_thw``: ``(h / m) * (w / m + 1)`` tokens, or 2 more whose first and last keep their
+    1-D position. Axes ``0 .. N - 4``: every real token's index among the real tokens; the last
+    three: ``(j, i, k)`` on the token in row ``i``, column ``j`` of the ``k``-th image of the batch,
+    the 1-D position elsewhere. 0 on padding; ``rope_deltas`` = largest position + 1 - real length
+    (as transformers' ``HunYuanVLModel.get_rope_index``). HunYuan-VL has no videos."""
+    _check_rule(rule, "hunyuan_vl")
+    if video_grid_thw is not None:
+        raise ValueError("video_grid_thw must be None for model_type 'hunyuan_vl' (it reads images only)")
+    _check_ids(input_ids)
+    text_config = getattr(config, "text_config", config)
+    section = (getattr(text_config, "rope_parameters", None) or {}).get("mrope_section") or []
+    axes = len(section)
+    if axes < 3:
+        raise ValueError(
+            f"config.text_config.rope_parameters['mrope_section'] must hold >= 3 sections (HunYuan-VL's "
+            f"M-RoPE axes), got {section!r}"
+        )
+    real, blocks = _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
     sch = get_scheme("hunyuan-vl")
     lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
     ids, deltas = _returned(lay, input_ids)
@@ -301,7 +338,20 @@ def _rank(flat: np.ndarray, per_sample: np.ndarray) -> np.ndarray:
     return np.arange(flat.shape[0]) - np.repeat(np.cumsum(per_sample) - per_sample, per_sample)
 
 
-def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask):
+def glm_image_blocks(
+    config: Any,
+    input_ids: Tensor,
+    image_grid_thw: Tensor | None = None,
+    images_per_sample: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+) -> tuple[np.ndarray, VisionBlocks, np.ndarray, np.ndarray]:
+    """What a GLM-Image batch holds, for the packer: ``(real, prompt, generated, sample)``.
+
+    ``real`` ``(B, L)`` bool; ``prompt`` the :class:`~mmpos.layout.VisionBlocks` of its complete source images
+    (the tokens between a sample's ``k``-th image start and end tokens: its ``k``-th grid, read as
+    :func:`glm_image_rope_index` reads them); ``generated`` ``(G, 3)`` the grids of the images it generates (a
+    sample's grids past its complete images, the last grid first, ``t`` set to 1: ``h * w`` tokens each) and
+    ``sample`` ``(G,)`` the sample of each, in that order (:func:`glm_image_decode_position_ids`)."""
     _check_ids(input_ids)
     b, length = input_ids.shape
     if attention_mask is not None and (not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2):
@@ -331,9 +381,22 @@ def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, atte
             f"tokens lie between its image start and end tokens (sample {int(sample[k])})"
         )
     blocks = VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+    n_dec = np.maximum(count - complete, 0)  # (B,) generated grids per sample
+    # the generated grids, sample by sample, the last grid first
+    gen_sample = np.repeat(np.arange(b), n_dec)
+    order = np.arange(gen_sample.shape[0]) - np.repeat(np.cumsum(n_dec) - n_dec, n_dec)  # 0 .. n_dec - 1
+    generated = grids[offset[gen_sample] + count[gen_sample] - 1 - order].copy()  # (G, 3)
+    generated[:, 0] = 1  # t is not read: h * w tokens
+    return real, blocks, generated, gen_sample
+
+
+def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask):
+    real, blocks, generated, sample = glm_image_blocks(
+        config, input_ids, image_grid_thw, images_per_sample, attention_mask
+    )
     sch = get_scheme("glm-image")
     lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["original"]), device=input_ids.device)
-    return lay, grids, offset, count, complete
+    return lay, generated, sample
 
 
 def glm_image_rope_index(
@@ -372,21 +435,15 @@ def glm_image_decode_position_ids(
     each grid ``(t, h, w)`` is ``h * w`` tokens at ``(p, p + i, p + j)``, then ``p`` moves by
     ``max(h, w)``; one end token at the final ``p``. ``p`` starts where the prompt's positions end.
     Shorter samples repeat their last position up to the longest ``D``."""
-    lay, grids, offset, count, complete = _glm_image_prompt(
-        config, input_ids, image_grid_thw, images_per_sample, attention_mask
-    )
+    lay, dec, sample = _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask)
     b = input_ids.shape[0]
+    count = _glm_image_grids(image_grid_thw, images_per_sample, b)[2]  # (B,) the grids each sample reads
     if not (count > 0).all():
         raise ValueError(
             "every sample must read at least one grid of image_grid_thw for decode positions (transformers stacks "
             f"the samples that do), got images_per_sample {count.tolist()}"
         )
-    n_dec = np.maximum(count - complete, 0)  # (B,) generated grids per sample
-    # the generated grids, sample by sample, the last grid first
-    sample = np.repeat(np.arange(b), n_dec)
-    order = np.arange(sample.shape[0]) - np.repeat(np.cumsum(n_dec) - n_dec, n_dec)  # 0 .. n_dec - 1
-    dec = grids[offset[sample] + count[sample] - 1 - order].copy()  # (G, 3)
-    dec[:, 0] = 1  # t is not read: h * w tokens
+    n_dec = np.bincount(sample, minlength=b)  # (B,) generated grids per sample
     per = np.bincount(sample, weights=dec.prod(-1), minlength=b).astype(np.int64) + 1  # tokens + the end token
     width = int(per.max())
     real = np.arange(width)[None, :] < per[:, None]  # right padding to the longest
@@ -697,6 +754,50 @@ def minicpmv4_7_rope_index(
     deltas = out.max(axis=(0, 2)) + 1 - counts if length else np.zeros(b, dtype=np.int64)
     device = input_ids.device
     return torch.from_numpy(out).to(device), torch.from_numpy(deltas.reshape(b, 1).astype(np.int64)).to(device)
+
+
+def minicpmv4_7_blocks(
+    config: Any,
+    input_ids: Tensor,
+    mm_token_type_ids: Tensor | None = None,
+    target_sizes: Tensor | None = None,
+    target_sizes_videos: Tensor | None = None,
+    downsample_mode: str | None = None,
+    attention_mask: Tensor | None = None,
+) -> tuple[np.ndarray, VisionBlocks]:
+    """``(real, blocks)`` of a MiniCPM-V 4.7 batch (arguments as :func:`minicpmv4_7_rope_index`, which checks them
+    first: the same errors): ``real`` ``(B, L)`` bool, and every crop -- a thumbnail, a slice or a video frame, i.e.
+    a run of image (video) tokens -- a vision block of its own grid ``(1, h / m, w / m)`` (its ``target_sizes``
+    (``target_sizes_videos``) row, in order), images ``is_image``; the markers and newlines are text. The blocks
+    another scheme places under ``use_rope`` (the canvas, the thumbnail stretched over its slices, is the model's
+    own rule only)."""
+    minicpmv4_7_rope_index(
+        config, input_ids, mm_token_type_ids, target_sizes, target_sizes_videos, downsample_mode, attention_mask
+    )
+    merge = 2 if (downsample_mode or config.downsample_mode) == "4x" else 4
+    real = _real(attention_mask, input_ids)
+    if mm_token_type_ids is None:
+        ids = host(input_ids)
+        types = np.where(ids == config.video_token_id, 2, 0)
+        types[ids == config.image_token_id] = 1
+    else:
+        types = host(mm_token_type_ids)
+    grids, firsts, is_image = [], [], []
+    for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
+        first, length = _runs((types == kind) & real)  # (C,) each crop of this modality, in reading order
+        table = np.zeros((0, 2), dtype=np.int64) if sizes is None else host(sizes).astype(np.int64) // merge
+        hw = table[: first.shape[0]]
+        if hw.shape[0] != first.shape[0] or (hw.prod(-1) != length).any():
+            raise ValueError(  # a crop the own rule reads otherwise (cut by padding): no grid to place
+                f"{name}: the {first.shape[0]} runs of {'image' if kind == 1 else 'video'} tokens hold "
+                f"{length.tolist()} tokens, the crops {hw.prod(-1).tolist()}"
+            )
+        grids.append(np.concatenate([np.ones((hw.shape[0], 1), dtype=np.int64), hw], 1))
+        firsts.append(first)
+        is_image.append(np.full(first.shape[0], kind == 1))
+    grid = np.concatenate(grids)
+    blocks = VisionBlocks(grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image))
+    return real, blocks
 
 
 def _minicpm_through_get_rope_index(config: Any, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
