@@ -1,5 +1,6 @@
 """Random samples of every registry family and the installed release's own ``get_rope_index`` of them,
-shared by test_hf_packed.py (packed rows) and test_hf_left_padding.py (left-padded batches).
+shared by test_hf_packed.py (packed rows), test_hf_left_padding.py (left-padded batches) and test_hf_families.py
+(the Qwen-VL-rule families' loader and reference).
 
 Each sample generator returns the token ids, the token types, the grids and the ``mmpos.layout`` segments of
 one random sample; each reference calls the installed model's own ``get_rope_index`` on one sample alone.
@@ -63,8 +64,10 @@ def assert_transformers_boundaries(text_row: torch.Tensor, cu: torch.Tensor):
 
 # --------------------------------------------------------------------------- the Qwen-VL rules
 def qwen_family(model_type: str):
+    """``(config, model class)`` of a family served through the Qwen-VL rules, from the installed transformers:
+    the model's config class built bare and the class that defines ``get_rope_index`` (skip if it lacks them)."""
     cm, mm = family_modules(model_type)
-    config_cls = next(
+    config_cls = next(  # the model's config (in 4.57 the vision config may carry the family's model_type too)
         c
         for c in vars(cm).values()
         if isinstance(c, type)
@@ -81,12 +84,18 @@ def qwen_family(model_type: str):
     return config, owners[0]
 
 
-def qwen_reference(config, model_cls, input_ids, mm_types, images, videos, seconds):
+def qwen_reference(config, model_cls, input_ids, mm_types, images, videos, seconds=None, attention_mask=None):
+    """The installed family's own ``get_rope_index`` (called with the arguments its signature takes)."""
     owner = SimpleNamespace(config=config)
     if hasattr(model_cls, "get_vision_position_ids"):
         owner.get_vision_position_ids = types.MethodType(model_cls.get_vision_position_ids, owner)
     params = inspect.signature(model_cls.get_rope_index).parameters
-    kwargs = {"input_ids": input_ids, "image_grid_thw": images, "video_grid_thw": videos, "attention_mask": None}
+    kwargs = {
+        "input_ids": input_ids,
+        "image_grid_thw": images,
+        "video_grid_thw": videos,
+        "attention_mask": attention_mask,
+    }
     if "mm_token_type_ids" in params:
         kwargs["mm_token_type_ids"] = mm_types
     if "second_per_grid_ts" in params:

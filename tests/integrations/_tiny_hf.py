@@ -74,6 +74,33 @@ def left_padded(first: list[int], second: list[int], pad: int = 0) -> tuple[torc
     return torch.tensor(rows), torch.tensor(mask)
 
 
+def vision_batch(
+    first: list[int],
+    second: list[int],
+    images: list[list[int]],
+    videos: list[list[int]] | None = None,
+    *,
+    row: int,
+    image_id: int,
+    video_id: int | None = None,
+    pad: int = 0,
+) -> dict:
+    """Two prompts (:func:`left_padded`) with random pixel rows ``(sum t * h * w, row)`` for the ``images`` grids
+    (then for the ``videos`` grids; one generator seeded 1), the grids, and ``mm_token_type_ids`` (1 on
+    ``image_id``, 2 on ``video_id``)."""
+    ids, mask = left_padded(first, second, pad)
+    g = torch.Generator().manual_seed(1)
+    patches = lambda grids: sum(t * h * w for t, h, w in grids)
+    batch = {"input_ids": ids, "attention_mask": mask}
+    batch.update(pixel_values=torch.randn(patches(images), row, generator=g), image_grid_thw=torch.tensor(images))
+    types = (ids == image_id).long()
+    if videos:
+        batch["pixel_values_videos"] = torch.randn(patches(videos), row, generator=g)
+        batch["video_grid_thw"] = torch.tensor(videos)
+        types = types + 2 * (ids == video_id).long()
+    return {**batch, "mm_token_type_ids": types}
+
+
 def greedy(model, inputs: dict, suppress: list[int], steps: int = 3, pad: int = 0):
     """Greedy ``generate`` of ``steps`` tokens: ``(sequences, per-step logits (B, steps, V))``; ``suppress`` keeps a
     random model from emitting vision tokens (they would need pixels)."""
@@ -149,3 +176,13 @@ def reloaded_in_bfloat16(model, path):
     loaded = type(model).from_pretrained(path, dtype=torch.bfloat16).eval()
     assert next(loaded.parameters()).dtype == torch.bfloat16
     return loaded
+
+
+def assert_own_scheme_is_exact_in_bfloat16(build, inputs: dict, own: str, suppress: list[int], path) -> None:
+    """:func:`assert_own_scheme_is_exact` on ``build()``'s tiny model saved and loaded in bfloat16
+    (:func:`reloaded_in_bfloat16`, which keeps the rotary's ``inv_freq`` float32): ``cos`` / ``sin`` in the dtype the
+    model's own rotary returns. ``inputs`` hold no floating tensors (ids, masks and grid sizes only), so nothing is
+    cast."""
+    model = reloaded_in_bfloat16(build(), path)
+    assert not any(v.is_floating_point() for v in inputs.values())
+    assert_own_scheme_is_exact(model, inputs, own, suppress)

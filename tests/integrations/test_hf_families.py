@@ -7,16 +7,15 @@ with the reason; the reference is always the installed release's own code."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import random
-import types
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+
+from _hf_samples import qwen_family, qwen_reference
 
 from mmpos import layout
 from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, video_markers
@@ -33,41 +32,6 @@ FAMILIES = sorted(
     for m, s in model_types().items()
     if not m.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")) and m not in FAMILY_ROPE_INDEX and not SCHEMES[s].audio
 )
-
-
-def _family(model_type: str):
-    """``(config, model class)`` of ``model_type`` in the installed transformers (skip if it lacks it)."""
-    try:
-        config_module = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
-        model_module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
-    except ImportError:
-        pytest.skip(f"transformers {transformers.__version__} has no {model_type} (added in a later release)")
-    config_cls = next(  # the model's config (in 4.57 the vision config may carry the family's model_type too)
-        c
-        for c in vars(config_module).values()
-        if isinstance(c, type)
-        and issubclass(c, transformers.PretrainedConfig)
-        and c.model_type == model_type
-        and "vision_config" in getattr(c, "sub_configs", {})
-    )
-    owners = [c for c in vars(model_module).values() if isinstance(c, type) and "get_rope_index" in c.__dict__]
-    if not owners:
-        pytest.skip(f"transformers {transformers.__version__}: {model_type} has no get_rope_index")
-    return config_cls(), owners[0]
-
-
-def _reference(config, model_cls, input_ids, mm_types, images, videos, mask):
-    """The installed family's own ``get_rope_index`` (called with the arguments its signature takes)."""
-    owner = SimpleNamespace(config=config)
-    for name in ("get_vision_position_ids",):
-        if hasattr(model_cls, name):
-            setattr(owner, name, types.MethodType(getattr(model_cls, name), owner))
-    params = inspect.signature(model_cls.get_rope_index).parameters
-    kwargs = {"input_ids": input_ids, "image_grid_thw": images, "video_grid_thw": videos, "attention_mask": mask}
-    if "mm_token_type_ids" in params:
-        kwargs["mm_token_type_ids"] = mm_types
-    kwargs = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
-    return model_cls.get_rope_index(owner, **kwargs)
 
 
 def _random_batch(rng: random.Random, config, frames: bool, temporal_merge: int, batch: int, padding_side: str):
@@ -135,7 +99,7 @@ def _random_batch(rng: random.Random, config, frames: bool, temporal_merge: int,
 @pytest.mark.parametrize("model_type", FAMILIES)
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_family_position_ids_equal_the_installed_get_rope_index(model_type, padding_side):
-    config, model_cls = _family(model_type)
+    config, model_cls = qwen_family(model_type)
     scheme = scheme_for_config(config)
     frames = SCHEMES[scheme].frames
     temporal_merge = getattr(config.vision_config, "temporal_merge_size", None) or 1
@@ -148,7 +112,9 @@ def test_family_position_ids_equal_the_installed_get_rope_index(model_type, padd
         )
         if images is None and videos is None:
             continue  # transformers >= 5.3 calls get_rope_index only for prompts with vision blocks
-        ref_ids, ref_deltas = _reference(config, model_cls, input_ids, mm_types, images, videos, mask)
+        ref_ids, ref_deltas = qwen_reference(
+            config, model_cls, input_ids, mm_types, images, videos, attention_mask=mask
+        )
         kwargs = {"image_grid_thw": images, "video_grid_thw": videos, "attention_mask": mask}
         extras = [{"mm_token_type_ids": mm_types}, {}]  # from the token types, then from the token ids
         if video_markers(config) is not None:  # GLM-4V, and transformers 4.57's types (1 on every image token)
@@ -175,7 +141,7 @@ def test_registry_reads_each_family_by_model_type():
 def test_ernie_video_frames_merged_in_time():
     """ERNIE-4.5-VL: a video grid (4, 4, 4) with temporal_merge_size 2 holds 2 x 2 x 2 tokens,
     at t = start + 0, 1 (hand-worked); an odd t is refused."""
-    config, _ = _family("ernie4_5_vl_moe")
+    config, _ = qwen_family("ernie4_5_vl_moe")
     vid = config.video_token_id
     ids = torch.tensor([[11, 12] + [vid] * 8 + [13]])
     pos, deltas = get_rope_index(config, ids, video_grid_thw=torch.tensor([[4, 4, 4]]), rule="hf-5.3")

@@ -11,7 +11,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from _tiny_hf import TEXT, assert_own_scheme_is_exact, left_padded, reloaded_in_bfloat16
+from _tiny_hf import TEXT, assert_own_scheme_is_exact, assert_own_scheme_is_exact_in_bfloat16, left_padded
 
 from mmpos.integrations.hf_rope import current_rope, use_rope
 
@@ -106,10 +106,5 @@ def test_other_schemes_are_refused(glm_image):
 
 @torch.no_grad()
 def test_own_scheme_in_bfloat16(tmp_path):
-    """In bfloat16 (the tiny model saved and loaded with ``from_pretrained(..., dtype=torch.bfloat16)``, which keeps
-    the rotary's ``inv_freq`` float32): ``cos`` / ``sin`` in the dtype the model's own rotary returns. The prompts
-    hold no floating tensors (ids, masks and grid sizes only)."""
-    model = reloaded_in_bfloat16(_build(), tmp_path)
-    inputs = _text_to_image()
-    assert not any(v.is_floating_point() for v in inputs.values())
-    assert_own_scheme_is_exact(model, inputs, "glm-image", [IMG, START, END])
+    """In bfloat16 (saved and loaded with ``from_pretrained(..., dtype=torch.bfloat16)``): still bit for bit."""
+    assert_own_scheme_is_exact_in_bfloat16(_build, _text_to_image(), "glm-image", [IMG, START, END], tmp_path)

@@ -13,7 +13,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from _tiny_hf import TEXT as TINY_TEXT
-from _tiny_hf import assert_own_scheme_is_exact, assert_swap_is_consistent, left_padded
+from _tiny_hf import assert_own_scheme_is_exact, assert_swap_is_consistent, reloaded_in_bfloat16, vision_batch
 
 from mmpos.integrations.hf_rope import current_rope, use_rope
 
@@ -72,15 +72,7 @@ def _hunyuan_batch():
     merged row), each run with its 2 boundary tokens (the image tokens the processor writes)."""
     first = [5, 6] + [IMG] * (8 + 2) + [7, 30, 9, 10]
     second = [11] + [IMG] * (6 + 2) + [12, 13]
-    ids, mask = left_padded(first, second)
-    g = torch.Generator().manual_seed(1)
-    return {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "pixel_values": torch.randn(24 + 16, 12, generator=g),
-        "image_grid_thw": torch.tensor([[1, 4, 6], [1, 4, 4]]),
-        "mm_token_type_ids": (ids == IMG).long(),
-    }
+    return vision_batch(first, second, [[1, 4, 6], [1, 4, 4]], row=12, image_id=IMG)
 
 
 @pytest.fixture(scope="module", params=list(SECTIONS))
@@ -197,17 +189,7 @@ def _hy_v4_vl_batch():
     4 x 4-patch video (2 x 2 x (2 + 1)); a 4 x 4-patch image (2 x 3)."""
     first = [5, 6] + [IMG] * 8 + [7, 30] + [VID] * 12 + [9, 10]
     second = [11] + [IMG] * 6 + [12, 13]
-    ids, mask = left_padded(first, second)
-    g = torch.Generator().manual_seed(1)
-    return {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "pixel_values": torch.randn(24 + 16, 12, generator=g),
-        "image_grid_thw": torch.tensor([[1, 4, 6], [1, 4, 4]]),
-        "pixel_values_videos": torch.randn(2 * 16, 12, generator=g),
-        "video_grid_thw": torch.tensor([[2, 4, 4]]),
-        "mm_token_type_ids": (ids == IMG).long() + 2 * (ids == VID).long(),
-    }
+    return vision_batch(first, second, [[1, 4, 6], [1, 4, 4]], [[2, 4, 4]], row=12, image_id=IMG, video_id=VID)
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +216,7 @@ def test_own_scheme_in_bfloat16(family, tmp_path):
         if family == "hunyuan_vl"
         else (_hy_v4_vl(4), _hy_v4_vl_batch(), "hy-v4-vl")
     )
-    model.save_pretrained(tmp_path)
-    model = type(model).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    model = reloaded_in_bfloat16(model, tmp_path)
     inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in inputs.items()}
     assert_own_scheme_is_exact(model, inputs, own, SUPPRESS)
 
