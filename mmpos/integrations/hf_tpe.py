@@ -269,10 +269,10 @@ def _generation_positions(
     positions = _as_positions(positions, orders)  # (K, B0, L0)
     _, b0, l0 = positions.shape
     t = past + tokens
-    if b0 not in (1, batch) or (l0 != tokens if past == 0 else l0 > t):
+    if b0 not in (1, batch) or l0 > t:
         raise ValueError(
             f"tpe_positions {tuple(positions.shape)} must be (K={orders}, B, L) for the prompt of generate, "
-            + (f"B = 1 or {batch} and L = its {tokens} tokens" if past == 0 else f"B = 1 or {batch} and L <= {t}")
+            f"B = 1 or {batch}, L <= the {t} tokens so far"
         )
     if mask is not None:
         if not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, l0):
@@ -297,6 +297,19 @@ def _generation_positions(
     if len(pieces) == 2 and pieces[0].shape[1] != pieces[1].shape[1]:
         pieces[0] = pieces[0].expand(-1, pieces[1].shape[1], -1)
     return torch.cat(pieces, dim=-1), mask
+
+
+def _check_prompt(positions: Any, mask: Any, orders: int, batch: int, tokens: int) -> None:
+    """``tpe_positions`` ``(K, 1 | B, L)`` and ``tpe_mask`` ``(B, L)`` given to ``generate`` for a ``(B, L)`` prompt."""
+    positions = _as_positions(positions, orders)
+    if positions.shape[1] not in (1, batch) or positions.shape[2] != tokens:
+        raise ValueError(
+            f"tpe_positions {tuple(positions.shape)} must be (K={orders}, B, L) for the prompt of generate: "
+            f"B = 1 or {batch}, L = its {tokens} tokens"
+        )
+    if mask is not None and (not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, tokens)):
+        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"tpe_mask must be ({batch}, {tokens}) bool for the prompt of generate, got {shape}")
 
 
 def _bound(model: nn.Module, name: str) -> Any:
@@ -352,6 +365,10 @@ class _TPEExpandInputs:
 
     def __call__(self, expand_size: int = 1, *args: Any, **kwargs: Any) -> Any:
         positions = kwargs.pop("tpe_positions", None)
+        prompt = kwargs.get("inputs_embeds")
+        prompt = kwargs.get("input_ids") if prompt is None else prompt
+        if positions is not None and isinstance(prompt, Tensor):  # once per generate call: the prompt's shapes
+            _check_prompt(positions, kwargs.get("tpe_mask"), self.orders, *prompt.shape[:2])
         input_ids, model_kwargs = _bound(self.model, "_expand_inputs_for_generation")(expand_size, *args, **kwargs)
         if positions is not None:
             positions = _as_positions(positions, self.orders)  # (K, B, L), B = 1 broadcasts

@@ -1,0 +1,178 @@
+"""``model.generate`` on a 2D-TPE model equals a loop of full forwards (no cache), token for token."""
+
+import inspect
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from mmpos.integrations.hf_tpe import PreallocatedCache, install_tpe, uninstall_tpe
+from mmpos.layout import Text
+from mmpos.table import Table, build
+
+pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
+
+SHIFT = 5  # prompt positions start at 5: the next position is not the sequence length
+
+
+def _model(kind):
+    common = {
+        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 128, "pad_token_id": 0,
+        "bos_token_id": None, "eos_token_id": None,  # no end of sequence: every call generates max_new_tokens
+    }  # fmt: skip
+    cfg = (transformers.LlamaConfig if kind == "llama" else transformers.Qwen2Config)(**common)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    cls = transformers.LlamaForCausalLM if kind == "llama" else transformers.Qwen2ForCausalLM
+    return install_tpe(cls(cfg).eval(), orders=2)
+
+
+def _prompt(batch):
+    """A left-padded batch of tables: positions ``(2, B, L)`` (+ SHIFT), mask ``(B, L)``, ids (0 on padding)."""
+    samples = [[Text(2), Table.grid(2, 3), Text(2)], [Text(1), Table(((1, 2), (2,), (1, 1))), Text(1)]][:batch]
+    layout = build(samples, orders=("row", "col"), padding_side="left")
+    pos, mask = layout.order_coords.pos.permute(2, 0, 1).long() + SHIFT, layout.mask
+    torch.manual_seed(1)
+    ids = torch.randint(1, 64, mask.shape).masked_fill(~mask, 0)
+    return ids, pos, mask, layout.next_position + SHIFT
+
+
+def _full_forwards(model, ids, pos, mask, nxt, new):
+    """Greedy decoding by full forwards without a cache: token j at ``next_position + j`` in both orders."""
+    seq = ids
+    for j in range(new):
+        gen = (nxt[:, None] + torch.arange(j)).expand(2, -1, -1)  # (2, B, j)
+        full_pos = torch.cat([pos.expand(-1, ids.shape[0], -1), gen], -1)
+        full_mask = torch.cat([mask, torch.ones(ids.shape[0], j, dtype=torch.bool)], 1)
+        logits = model(seq, tpe_positions=full_pos, tpe_mask=full_mask).logits[:, -1]
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+    return seq
+
+
+def _cache_name(model):
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.x / 4.x
+
+
+def _static_layers_size_values_apart():
+    """Feature detection: transformers 5's static layers allocate keys and values from their own shapes."""
+    static = getattr(transformers.cache_utils, "StaticLayer", None)
+    return static is not None and "value_states" in inspect.signature(static.lazy_initialization).parameters
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "preallocated", "static"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_greedy_generate_equals_full_forwards(kind, cache):
+    model = _model(kind)
+    ids, pos, mask, nxt = _prompt(2)
+    n = ids.shape[1]
+    new = 6
+    made = {
+        "dynamic": None,
+        "preallocated": PreallocatedCache(capacity=n + 2),  # doubles once while generating
+        "static": transformers.StaticCache(config=model.config, max_cache_len=n + new),
+    }[cache]
+    kw = {"max_new_tokens": new, "do_sample": False, "tpe_positions": pos, "tpe_mask": mask}
+    kw.update({} if made is None else {_cache_name(model): made})
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, new)
+        if cache == "static" and not _static_layers_size_values_apart():  # transformers 4.x StaticCache
+            with pytest.raises(ValueError, match="StaticCache before 5.*PreallocatedCache"):
+                model.generate(ids, **kw)
+            return
+        out = model.generate(ids, **kw)
+    assert torch.equal(out, ref)
+    assert len(set(out[:, n:].flatten().tolist())) > 2  # the generated tokens are not one repeated token
+    if cache == "preallocated":
+        layer = made.layers[0]
+        assert made.get_seq_length() == n + new - 1 and layer._key_buffer.shape[2] == 2 * (n + 2)
+        assert layer.keys.shape[-1] == 2 * layer.values.shape[-1]  # the keys of both orders side by side
+
+
+def test_generated_positions_follow_the_next_position_not_the_sequence_length():
+    # one sample, no padding, positions shifted: generating at sequence index L + j (a plain model's rule)
+    # gives other tokens than next_position + j, so this comparison can tell the two apart
+    model = _model("llama")
+    ids, pos, mask, nxt = _prompt(1)
+    with torch.no_grad():
+        out = model.generate(ids, tpe_positions=pos, max_new_tokens=6, do_sample=False)
+        ref = _full_forwards(model, ids, pos, mask, nxt, 6)
+        wrong = _full_forwards(model, ids, pos, mask, torch.tensor([ids.shape[1]]), 6)
+    assert torch.equal(out, ref) and not torch.equal(out, wrong)
+
+
+def test_generate_reads_order_coords_padding_from_attention_mask_and_no_cache():
+    model = _model("qwen2")
+    layout = build([[Text(1), Table.grid(2, 2)], [Text(3), Table.grid(3, 2), Text(1)]], ("row", "col"), "left")
+    pos, mask = layout.order_coords.pos.permute(2, 0, 1).long(), layout.mask
+    ids = torch.randint(1, 64, mask.shape).masked_fill(~mask, 0)
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, layout.next_position, 5)
+        coords = model.generate(
+            ids, tpe_positions=layout.order_coords, tpe_mask=mask, max_new_tokens=5, do_sample=False
+        )
+        # no tpe_mask: the padding is read from the attention_mask that generate keeps and grows
+        att = model.generate(ids, attention_mask=mask.long(), tpe_positions=pos, max_new_tokens=5, do_sample=False)
+        nocache = model.generate(
+            ids, tpe_positions=pos, tpe_mask=mask, max_new_tokens=5, do_sample=False, use_cache=False
+        )
+    assert torch.equal(coords, ref) and torch.equal(att, ref) and torch.equal(nocache, ref)
+
+
+def test_sampled_sequences_per_prompt_equal_the_repeated_prompt():
+    # num_return_sequences repeats the batch (dim 0 of every kwarg in transformers); tpe_positions has it in dim 1
+    model = _model("llama")
+    ids, pos, mask, _ = _prompt(2)
+    kw = {"max_new_tokens": 4, "do_sample": True, "top_k": 0}
+    with torch.no_grad():
+        torch.manual_seed(3)
+        out = model.generate(ids, tpe_positions=pos, tpe_mask=mask, num_return_sequences=3, **kw)
+        torch.manual_seed(3)
+        rep = {"tpe_positions": pos.repeat_interleave(3, 1), "tpe_mask": mask.repeat_interleave(3, 0)}
+        ref = model.generate(ids.repeat_interleave(3, 0), **rep, **kw)
+        beams = model.generate(ids, tpe_positions=pos, tpe_mask=mask, num_beams=2, max_new_tokens=4, do_sample=False)
+        beams_nocache = model.generate(
+            ids, tpe_positions=pos, tpe_mask=mask, num_beams=2, max_new_tokens=4, do_sample=False, use_cache=False
+        )
+    assert out.shape[0] == 6 and torch.equal(out, ref)
+    assert torch.equal(beams, beams_nocache)
+
+
+def test_generate_errors_name_the_argument():
+    model = _model("llama")
+    ids, pos, mask, _ = _prompt(2)
+    kw, n = {"max_new_tokens": 2, "do_sample": False}, ids.shape[1]
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"needs tpe_positions=\(K, B, L\)"):
+            model.generate(ids, **kw)
+        with pytest.raises(
+            ValueError, match=rf"tpe_positions \(2, 2, {n - 1}\) must be \(K=2, B, L\).*L = its {n} tokens"
+        ):
+            model.generate(ids, tpe_positions=pos[..., 1:], tpe_mask=mask, **kw)
+        with pytest.raises(ValueError, match=rf"tpe_positions \(2, 3, {n}\) must be .*B = 1 or 2"):
+            model.generate(ids, tpe_positions=torch.cat([pos, pos[:, :1]], 1), tpe_mask=mask, **kw)
+        with pytest.raises(ValueError, match=rf"tpe_positions must be a \(K=2, B, L\) tensor.*got \(1, 2, {n}\)"):
+            model.generate(ids, tpe_positions=pos[:1], tpe_mask=mask, **kw)
+        with pytest.raises(
+            ValueError, match=rf"tpe_mask must be \(2, {n}\) bool for the prompt of generate, got \(2, {n - 1}\)"
+        ):
+            model.generate(ids, tpe_positions=pos, tpe_mask=mask[:, 1:], **kw)
+        with pytest.raises(ValueError, match="tpe_positions.*grid coordinates"):
+            layout = build([[Text(2), Table.grid(2, 2)]], ("row", "col"))
+            model.generate(ids[:1, -layout.mask.shape[1] :], tpe_positions=layout.grid_coords, **kw)
+        with pytest.raises(ValueError, match=rf"tpe_mask must be \(B, T\) = \(2, {n}\) bool .*got \(2, {n - 1}\)"):
+            model(ids, tpe_positions=pos, tpe_mask=mask[:, 1:])  # the layer checks a forward's mask as well
+
+
+def test_uninstall_restores_generate():
+    model = _model("llama")
+    ids = torch.randint(1, 64, (1, 6))
+    uninstall_tpe(model)
+    assert (
+        "prepare_inputs_for_generation" not in model.__dict__ and "_expand_inputs_for_generation" not in model.__dict__
+    )
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=2, do_sample=False)  # a plain model again
+        with pytest.raises(ValueError, match="tpe_positions"):  # generate no longer knows the argument
+            model.generate(ids, tpe_positions=torch.arange(6).expand(2, 1, 6), max_new_tokens=2)
