@@ -151,6 +151,30 @@ def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
     return host(attention_mask) == 1
 
 
+def _real_index(real: np.ndarray, out: np.ndarray) -> None:
+    """Write into ``out`` ``(B, L)`` every real token's index among its row's real tokens, 0 on
+    padding. Rows whose real tokens are one span (left or right padding): each row is a window of
+    ``max(arange(-L, L), 0)`` (one row copy each), 0 after a span; else a ``cumsum`` of ``real``."""
+    b, length = real.shape
+    if not length:
+        return
+    n_real = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
+    first = np.where(n_real > 0, real.argmax(1), length)  # (B,) first real token (L: none)
+    end = first + n_real  # (B,) past the span, if the real tokens are one span
+    left = end == length  # ... to the row's end (empty rows too): they are, as real[b, first] is
+    if not left.all():  # else one span iff the row has no more True/False edges than its span's
+        edges = np.count_nonzero(real[:, 1:] != real[:, :-1])
+        if edges != np.count_nonzero((first > 0) & (n_real > 0)) + np.count_nonzero(~left & (n_real > 0)):
+            np.cumsum(real, axis=1, out=out)
+            out -= 1
+            out *= real
+            return
+    ramp = np.maximum(np.arange(-length, length), 0)  # (2L,)
+    out[...] = np.lib.stride_tricks.sliding_window_view(ramp, length)[length - first]  # row b: max(j - first, 0)
+    if not left.all():
+        out *= real  # 0 after a span
+
+
 def _returned(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
     return lay.position_ids.to(input_ids.dtype), lay.rope_deltas.to(input_ids.dtype)
 
@@ -302,15 +326,13 @@ def hunyuan_vl_rope_index(
         )
     real, blocks = _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
     sch = get_scheme("hunyuan-vl")
-    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
-    ids, deltas = _returned(lay, input_ids)
-    out = torch.empty((axes, *input_ids.shape), dtype=ids.dtype)  # (N, B, L)
-    mask = torch.from_numpy(real)
-    torch.cumsum(mask, 1, out=out[0])  # every real token's index among the real tokens, 0 on padding
-    out[0].sub_(1).masked_fill_(~mask, 0)
-    out[1 : axes - 3] = out[0]
-    out[axes - 3 :] = ids.cpu()
-    return out.to(input_ids.device), deltas
+    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device="cpu")  # moved once, below
+    out = torch.empty((axes, *input_ids.shape), dtype=input_ids.dtype)  # (N, B, L)
+    out_np = out.numpy()
+    _real_index(real, out_np[0])  # every real token's index among the real tokens, 0 on padding
+    out_np[1 : axes - 3] = out_np[0]
+    np.copyto(out_np[axes - 3 :], lay.position_ids.numpy(), casting="unsafe")  # (as Tensor.to: int64 ids)
+    return out.to(input_ids.device), lay.rope_deltas.to(input_ids.dtype).to(input_ids.device)
 
 
 # --------------------------------------------------------------------------- GLM-Image
