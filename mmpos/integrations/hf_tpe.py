@@ -289,14 +289,32 @@ def _generation_positions(
         if marks and not bool(attention_mask.all()):  # padding marked by generate's attention_mask (eager, per step)
             mask = attention_mask.bool()
             real = positions.masked_fill(~mask[:, :l0], -1)
-    start = min(past, l0)
-    pieces = [positions[..., start:l0]] if past < l0 else []
+    if 0 < past < l0:  # a cache holding part of the prompt (a continuation): the rest must follow it in every order
+        _check_follows(positions, real, past, min(t, l0))
+    pieces = [positions[..., past : min(t, l0)]] if past < l0 else []
     if t > l0:  # generated tokens: next_k + j, j = sequence index - L0
         steps = torch.arange(max(past, l0) - l0, t - l0, device=positions.device, dtype=positions.dtype)
         pieces.append(real.amax(-1, keepdim=True) + 1 + steps)
     if len(pieces) == 2 and pieces[0].shape[1] != pieces[1].shape[1]:
         pieces[0] = pieces[0].expand(-1, pieces[1].shape[1], -1)
     return torch.cat(pieces, dim=-1), mask
+
+
+def _check_follows(positions: Tensor, real: Tensor, past: int, stop: int) -> None:
+    """Prompt tokens ``past:stop`` fed after ``past`` cached ones follow every cached real token in every order.
+
+    The layer lets tokens after a cached prefix attend to the whole prefix (they follow it in
+    every order); a prefix that ends inside a table (chunked prefill) breaks that rule, so it is
+    refused rather than computed wrong. ``real``: ``positions`` with padding at -1.
+    """
+    cached = real[..., :past].amax(-1)  # (K, B)
+    new = positions[..., past:stop].masked_fill(real[..., past:stop] < 0, positions.max() + 1)
+    if bool((new.amin(-1) <= cached).any()):
+        raise ValueError(
+            f"tpe_positions: the cache holds {past} of the prompt's {positions.shape[-1]} tokens and the rest do not "
+            "follow them in every order; 2D-TPE needs the part of the prompt that is not cached to come after the "
+            "cached part under every order (prefill a table in one forward: no prefill_chunk_size)"
+        )
 
 
 def _check_prompt(positions: Any, mask: Any, orders: int, batch: int, tokens: int) -> None:

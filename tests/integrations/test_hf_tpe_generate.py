@@ -176,3 +176,39 @@ def test_uninstall_restores_generate():
         model.generate(ids, max_new_tokens=2, do_sample=False)  # a plain model again
         with pytest.raises(ValueError, match="tpe_positions"):  # generate no longer knows the argument
             model.generate(ids, tpe_positions=torch.arange(6).expand(2, 1, 6), max_new_tokens=2)
+
+
+def test_generate_continues_a_cache_that_holds_the_prompt_up_to_its_last_text():
+    model = _model("llama")
+    ids, pos, mask, nxt = _prompt(2)
+    n, name = ids.shape[1], _cache_name(model)
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, 4)
+        for cached, ok in ((n - 1, True), (n - 4, False)):  # the last text token / inside the second table
+            cache = PreallocatedCache()
+            model(
+                ids[:, :cached],
+                tpe_positions=pos[..., :cached],
+                tpe_mask=mask[:, :cached],
+                use_cache=True,
+                **{name: cache},
+            )
+            kw = {"tpe_positions": pos, "tpe_mask": mask, name: cache, "max_new_tokens": 4, "do_sample": False}
+            if ok:
+                assert torch.equal(model.generate(ids, **kw), ref)
+            else:
+                with pytest.raises(ValueError, match=r"tpe_positions: the cache holds \d+ of the prompt's"):
+                    model.generate(ids, **kw)
+
+
+def test_generate_from_inputs_embeds_and_static_cache_by_name():
+    model = _model("qwen2")
+    ids, pos, mask, nxt = _prompt(2)
+    n = ids.shape[1]
+    kw = {"tpe_positions": pos, "tpe_mask": mask, "max_new_tokens": 4, "do_sample": False}
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, 4)
+        embeds = model.get_input_embeddings()(ids)
+        assert torch.equal(model.generate(inputs_embeds=embeds, **kw), ref[:, n:])  # only the new tokens, as HF
+        if _static_layers_size_values_apart():
+            assert torch.equal(model.generate(ids, cache_implementation="static", **kw), ref)
