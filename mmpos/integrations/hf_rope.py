@@ -82,6 +82,7 @@ import torch
 from torch import Tensor, nn
 
 from .._validate import check_choice
+from ..age import age_layers
 from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
 from ..encoders.registry import create, encoder_info
@@ -102,6 +103,7 @@ from ..schemes import (
     scheme_for_model_type,
 )
 from . import hf_omni
+from ._hf_age import AgeIndex, AgeRotary, own_layer_hook, past_length_hook
 from .hf_families import glm_image_decode_position_ids, minicpmv4_7_rope_index
 from .hf_rope_index import RopeIndexOptions, get_rope_index, installed_rule, scheme_rope_index
 
@@ -794,6 +796,7 @@ def use_rope(
     visual_stride: float | None = None,
     scaling: RopeScaling | Mapping[str, Any] | str | None = "own",
     encoder_options: Mapping[str, Any] | None = None,
+    age: str | list[bool] | None = None,
     **scheme_options: Any,
 ) -> nn.Module:
     """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V (or :data:`FAMILY_ROTARY`) model use ``scheme``
@@ -834,6 +837,11 @@ def use_rope(
         encoder_options: more arguments of the scheme's rotary encoder (``mmpos.create``), beyond those ``use_rope``
             reads from the model (``head_dim``, ``theta``, ``mrope_section``, ``scaling``, ...), e.g.
             ``{"log_freq_scale": 2.0}`` for ``grape`` / ``grape-i``; recorded in the config with the others.
+        age: CircleRoPE's AGE with ``scheme="circlerope"`` (:mod:`mmpos.age`): a strategy of
+            :data:`~mmpos.age.AGE_STRATEGIES` or one bool per decoder layer; the layers it marks read the
+            Circle-RoPE positions, the others the model's own (its scheme through mmpos, with the installed
+            release's rule), both rotated by the installed plan (:mod:`mmpos.integrations._hf_age`). Qwen-VL
+            layouts only (not the Omni, HunYuan / HY-V4, GLM-Image, MiniCPM-V or Cohere-Compass models).
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared. The scheme and the arguments given are
@@ -854,6 +862,7 @@ def use_rope(
             "visual_stride": visual_stride,
             "scaling": scaling,
             "encoder_options": encoder_options,
+            "age": age,
             **scheme_options,
         }
         return _use_rope_full_omni(model, scheme, arguments)
@@ -866,6 +875,7 @@ def use_rope(
         "advance": advance,
         "visual_stride": visual_stride,
         "encoder_options": None if encoder_options is None else dict(encoder_options),
+        "age": age if age is None or isinstance(age, str) else list(age),
         **scheme_options,
     }
     scaling_entry = _scaling_entry(scaling)  # checks scaling; None where it is the default "own"
@@ -876,6 +886,16 @@ def use_rope(
     if advance is not None and advance not in ADVANCES:
         raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
     own_scheme = scheme_for_model_type(hf_omni.omni_model_type(core.config) or model_type)
+    if age is not None:  # CircleRoPE's AGE: two layouts of the prompt through the Qwen-VL get_rope_index
+        if scheme != "circlerope":
+            raise ValueError(f"age (CircleRoPE's AGE) applies to scheme='circlerope', got scheme={scheme!r}")
+        layer_typed = "layer_type" in inspect.signature(text.rotary_emb.forward).parameters
+        if own_scheme.audio or model_type in (*_OWN_ONLY, *_NEWLINE_FAMILIES) or layer_typed:
+            raise ValueError(
+                f"age needs the Qwen-VL get_rope_index and one rotary module for every layer, not model_type "
+                f"{model_type!r}'s layout"
+            )
+        age_flags = age_layers(age, len(text.layers))  # checks the strategy against the decoder's depth
     if own_scheme.audio:  # an Omni thinker: TMRoPE positions (hf_omni), the audio blocks' conventions
         if advance is not None:
             raise ValueError(f"advance applies to the Qwen-VL families, not model_type {model_type!r}")
@@ -929,6 +949,9 @@ def use_rope(
                 scheme_options=scheme_options or None,
             )
             model_scheme = options.model_scheme
+            if age is not None:  # AGE's other layers: the model's own scheme (advance= where given)
+                own_rule = base if given["advance"] is None else rule
+                own_options = RopeIndexOptions.from_config(core.config, None, rule=own_rule)
     if scheme != "own" and get_scheme(scheme).encoder == "mhrope":
         indexed = [
             type(layer.self_attn).__name__
@@ -998,7 +1021,15 @@ def use_rope(
         core.get_rope_index = _FamilyIndex(original, core.config, family_options, scheme, rotary.rows)
         installed.patched.append(core)
     else:
-        core.get_rope_index = _SchemeIndex(type(core).get_rope_index.__get__(core), options)
+        original = type(core).get_rope_index.__get__(core)
+        core.get_rope_index = _SchemeIndex(original, options)
+        if age is not None:  # Circle-RoPE ids for the model, the own layout's for the layers age_flags leaves out
+            rotary = AgeRotary(rotary, age_flags)
+            core.get_rope_index = AgeIndex(core.get_rope_index, _SchemeIndex(original, own_options), rotary)
+            installed.hooks.append(text.register_forward_pre_hook(past_length_hook(rotary), with_kwargs=True))
+            for layer, circle in zip(text.layers, age_flags):
+                if not circle:
+                    installed.hooks.append(layer.register_forward_pre_hook(own_layer_hook(rotary), with_kwargs=True))
         installed.patched.append(core)
     text.rotary_emb = rotary
     for q_module, k_module, layer_rotary in targets:

@@ -1,0 +1,152 @@
+"""CircleRoPE's AGE inside a Hugging Face Qwen-VL model (:func:`mmpos.integrations.hf_rope.use_rope` ``age=``).
+
+Paper: Wang et al. 2025, Circle-RoPE, Sec. 3.3 (https://arxiv.org/abs/2505.16416). Reference: lose4578/CircleRoPE
+``modular_qwen2_5_vl_circle_rope.py``: ``forward`` computes the prompt's position ids twice (``get_rope_index``
+with ``use_m_index`` False and True) and ``Qwen2_5_VLModel_AGE_mode`` calls the rotary module once per decoder
+layer with the ids :data:`~mmpos.age.age_layers` picks for it.
+
+A transformers text model calls its rotary module once per forward, ``rotary_emb(x, position_ids) -> (cos, sin)``,
+and hands the pair to every decoder layer as ``position_embeddings``. Under AGE:
+
+* :class:`AgeIndex` (the model's ``get_rope_index``) returns the Circle-RoPE ids and ``rope_deltas`` (the model
+  decodes with them, as the reference's ``self.rope_deltas``) and hands the model's own ids of the same prompt,
+  and the difference of the two ``rope_deltas``, to :class:`AgeRotary` (:meth:`AgeRotary.remember`);
+* :class:`AgeRotary` (the text model's ``rotary_emb``) returns the Circle-RoPE ``(cos, sin)`` and keeps the own
+  layout's pair, rotated by the same plan (the reference has one rotary module for both), in :attr:`AgeRotary.own`;
+* a forward pre-hook on every decoder layer that reads the own layout replaces its ``position_embeddings`` by
+  that pair (:func:`own_layer_hook`); a pre-hook on the text model tells the rotary how many tokens the cache holds
+  (:func:`past_length_hook`), which places the call's tokens: the prompt's (the own ids kept by the index) or
+  tokens decoded after it (the call's Circle-RoPE ids plus the difference of the ``rope_deltas``).
+
+Unlike the reference, whose decoding steps skip ``position_ids_list`` (every layer then reads the Circle-RoPE
+positions), each layer keeps its own layout while decoding, so a cached ``generate`` equals a full forward over
+the generated sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["AgeIndex", "AgeRotary", "own_layer_hook", "past_length_hook"]
+
+
+def _rows(position_ids: Tensor) -> Tensor:
+    """``(B, L)``, ``(1, B, L)`` or ``(3, B, L)`` ids as ``(3, B, L)``."""
+    if position_ids.dim() == 2:
+        position_ids = position_ids.unsqueeze(0)
+    return position_ids.expand(3, -1, -1)
+
+
+def _batched(t: Tensor, batch: int, dim: int) -> Tensor | None:
+    """``t`` repeated along ``dim`` to ``batch`` rows, as transformers repeats ``rope_deltas`` (beams, samples);
+    ``None`` where ``batch`` is not a multiple of its rows (another batch)."""
+    if t.shape[dim] == batch:
+        return t
+    return None if batch % t.shape[dim] else t.repeat_interleave(batch // t.shape[dim], dim=dim)
+
+
+class AgeRotary(nn.Module):
+    """The text model's rotary module under AGE: ``forward(x, position_ids (3, B, L)) -> (cos, sin)`` of the
+    Circle-RoPE positions (those the model passes), in the shape ``rotary`` returns; the own layout's pair of the
+    same call in :attr:`own` (``None`` before the first call).
+
+    Args:
+        rotary: the plan (:class:`~mmpos.integrations.hf_rope.HFRotaryEmbedding`), shared by both layouts.
+        layers: one flag per decoder layer, ``True`` where it reads Circle-RoPE (:func:`mmpos.age.age_layers`).
+    """
+
+    def __init__(self, rotary: nn.Module, layers: tuple[bool, ...]) -> None:
+        super().__init__()
+        self.rotary = rotary
+        self.layers = layers
+        self.own: tuple[Tensor, Tensor] | None = None
+        self.past: int | None = None  # tokens in the cache at this call (past_length_hook)
+        self._prompt: tuple[Tensor, Tensor] | None = None  # the index's (circle ids, own ids), (3, B, L) each
+        self._offset: Tensor | None = None  # (B, 1): own rope_deltas - circle rope_deltas
+        self._fresh = False  # the index ran since the last prompt was read
+
+    def remember(self, circle: tuple[Tensor, Tensor], own: tuple[Tensor, Tensor]) -> None:
+        """Keep a prompt's two layouts: ``(position_ids (3, B, L), rope_deltas (B, 1))`` of each."""
+        dtype = circle[0].dtype if circle[0].is_floating_point() else torch.float32
+        self._prompt = (circle[0], own[0].to(dtype))
+        self._offset = own[1].to(dtype) - circle[1].to(dtype)
+        self._fresh = True
+
+    def _own_ids(self, ids: Tensor) -> Tensor:
+        """The own layout's ids of the tokens whose Circle-RoPE ids are ``ids`` ``(3, B, n)``."""
+        past, self.past = self.past, None
+        if past is None:
+            raise RuntimeError("AgeRotary was called outside the text model's forward (no cache length was given)")
+        fresh, self._fresh = self._fresh, False
+        if self._prompt is None:
+            return ids
+        circle, own = (_batched(t, ids.shape[1], 1) for t in self._prompt)
+        if past == 0:  # a new sequence: the prompt the index placed, or one layout (text only, the caller's ids)
+            if (
+                not fresh
+                or circle is None
+                or circle.shape != ids.shape
+                or not torch.equal(circle, ids.to(circle.dtype))
+            ):
+                self._prompt = self._offset = None
+                return ids
+            return own
+        if circle is None:
+            raise ValueError(
+                f"a batch of {ids.shape[1]} sequences continues a prompt of {self._prompt[0].shape[1]} (AGE positions)"
+            )
+        length, n = circle.shape[-1], ids.shape[-1]
+        offset = _batched(self._offset, ids.shape[1], 0).to(ids.dtype)  # (B, 1)
+        if past >= length:  # decoded tokens: the own rope_deltas
+            return ids + offset
+        if past + n <= length:  # the rest of the prompt (a prefill in chunks)
+            return own[..., past : past + n].to(ids.dtype)
+        return torch.cat([own[..., past:].to(ids.dtype), ids[..., length - past :] + offset], -1)
+
+    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin = self.rotary(x, position_ids)
+        ids = _rows(position_ids)
+        own = self._own_ids(ids)
+        self.own = (cos, sin) if own is ids else self.rotary(x, own)
+        return cos, sin
+
+
+class AgeIndex:
+    """Bound to the model as ``get_rope_index``: ``circle(...)`` (the Circle-RoPE index, returned) and ``own(...)``
+    (the model's own scheme) on the same arguments; both results go to ``rotary`` (:meth:`AgeRotary.remember`)."""
+
+    def __init__(self, circle: Any, own: Any, rotary: AgeRotary) -> None:
+        self.circle, self.own, self.rotary = circle, own, rotary
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        circle = self.circle(*args, **kwargs)
+        self.rotary.remember(circle, self.own(*args, **kwargs))
+        return circle
+
+
+def past_length_hook(rotary: AgeRotary):
+    """Forward pre-hook (``with_kwargs``) on the text model: the number of tokens its cache holds, for ``rotary``
+    (``cache`` from transformers 5.x, ``past_key_values`` before)."""
+
+    def hook(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        rotary.past = 0 if cache is None else int(cache.get_seq_length())
+
+    return hook
+
+
+def own_layer_hook(rotary: AgeRotary):
+    """Forward pre-hook (``with_kwargs``) on a decoder layer that reads the own layout: its ``position_embeddings``
+    become ``rotary.own``, the own layout's ``(cos, sin)`` of this forward."""
+
+    def hook(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if "position_embeddings" not in kwargs:
+            raise ValueError(
+                f"{type(module).__name__} was called without position_embeddings: unknown decoder layout for AGE"
+            )
+        return args, {**kwargs, "position_embeddings": rotary.own}
+
+    return hook
