@@ -61,3 +61,10 @@ def test_every_encoder_cites_its_paper_and_states_shapes(info):
     doc = inspect.getmodule(info.factory).__doc__ + (info.factory.__doc__ or "")
     assert "arxiv.org" in doc.lower(), info.name
     assert "shape" in doc.lower() or "(B, " in doc, info.name
+
+
+def test_media_names_resolve():
+    """Every name in ``mmpos.media.__all__`` exists."""
+    from mmpos import media
+
+    assert all(hasattr(media, name) for name in media.__all__)

@@ -51,7 +51,7 @@ pixel rows against those processors directly.
   ``models/ernie4_5_vl_moe/*processing*.py``, ``models/paddleocr_vl/image_processing_pil_paddleocr_vl.py``,
   ``models/hunyuan_vl/image_processing_pil_hunyuan_vl.py``, ``models/hy_v4_vl/video_processing_hy_v4_vl.py``
   and ``models/cosmos3_edge/{image_processing_pil_cosmos3_edge,video_processing_cosmos3_edge}.py``;
-  ``tests/test_media_families*.py`` compare against those processors.
+  the tests in ``tests/media/`` compare against those processors.
 * **MiniCPM-V 4.6 / 4.7** slice an image into a grid of crops plus a thumbnail: :func:`image_slices`
   and :func:`video_slices` (``models/minicpmv4_6/{image_processing_pil,video_processing}_minicpmv4_6.py``)
   return the crops' rows and the ``target_sizes`` that

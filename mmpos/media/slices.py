@@ -3,7 +3,7 @@
 
 MiniCPM-V (Yao et al. 2024, https://arxiv.org/abs/2408.01800: adaptive visual encoding by slices); read for facts
 in transformers 5.24's ``models/minicpmv4_6/{image_processing_pil,video_processing}_minicpmv4_6.py``;
-``tests/test_media_families_minicpm.py`` compares against those processors. Shapes: rows ``(N, 3 * P * P)``,
+``tests/media/test_slices.py`` compares against those processors. Shapes: rows ``(N, 3 * P * P)``,
 ``target_sizes`` ``(K, 2)`` int32 in patches.
 """
 
@@ -189,7 +189,7 @@ def image_slices(source: ImageSource, spec: str | SliceSpec = "minicpm-v4.6", **
     The thumbnail is the whole image resized by :class:`SliceSpec`'s ``_fit`` rule (scaled up too when the
     image is not sliced); a larger image is also resized to ``rows x cols`` crops of one common size and cut
     into them (raster order). Read for facts in transformers 5.24's
-    ``models/minicpmv4_6/image_processing_pil_minicpmv4_6.py``; ``tests/test_media_families.py`` compares rows
+    ``models/minicpmv4_6/image_processing_pil_minicpmv4_6.py``; ``tests/media/test_slices.py`` compares rows
     and ``target_sizes`` against that processor.
 
     Args:

@@ -3,7 +3,7 @@
 Each preset is the defaults of one Hugging Face image / video processor class (transformers 5.24, read for facts
 in ``models/qwen2_vl/image_processing_qwen2_vl.py``, ``video_processing_qwen2_vl.py``,
 ``models/qwen3_vl/video_processing_qwen3_vl.py`` and the families' processors named in :mod:`mmpos.media`);
-``tests/test_media.py`` and ``tests/test_media_families*.py`` check them against those classes.
+``tests/media/test_specs.py`` and the parity tests beside it check them against those classes.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def test_glm_ocr_has_no_processor_of_its_own():
 
 def test_checkpoint_differs_from_the_class_defaults_in_max_pixels_only():
     """The checkpoint's values are the preset's with ``max_pixels`` lowered (the class's defaults are the preset's,
-    tests/test_media_families.py); the spec here holds them."""
+    tests/media/test_specs.py); the spec here holds them."""
     base = media.IMAGE_SPECS["glm4.6v"]
     assert (base.min_pixels, base.max_pixels) == (CHECKPOINT["size"]["shortest_edge"], 28 * 28 * 15000)
     assert (SPEC.patch_size, SPEC.temporal_patch_size, SPEC.merge_size) == (14, 2, 2)
