@@ -2,7 +2,7 @@
 :func:`mmpos.integrations.hf_rope_index.get_rope_index`, the generated images' positions written where the model's
 decoding reads them (``_cached_decode_position_ids``, from ``hf_families.glm_image_decode_position_ids``), the
 rotation mmpos's chunked M-RoPE on its partial rotary: the unpatched logits and a text-to-image greedy ``generate``
-bit for bit. Another scheme is refused. Tiny random config; transformers 4.57.1 lacks GLM-Image (skipped)."""
+bit for bit. Another scheme: ``test_hf_rope_swap_glm_image.py``. Tiny random config; transformers 4.57.1 lacks GLM-Image (skipped)."""
 
 from __future__ import annotations
 
@@ -98,9 +98,10 @@ def test_decoding_reads_the_positions_mmpos_writes(glm_image):
     assert hf_families.glm_image_decode_position_ids is old
 
 
-def test_other_schemes_are_refused(glm_image):
-    with pytest.raises(ValueError, match="scheme must be 'own' or 'glm-image' for model_type 'glm_image'"):
-        use_rope(glm_image, "mrope-i")
+def test_advance_is_refused_on_the_own_scheme(glm_image):
+    """The own scheme has one rule; ``advance`` chooses another scheme's (``test_hf_rope_swap_glm_image.py``)."""
+    with pytest.raises(ValueError, match="advance applies to another scheme's blocks, not to model_type 'glm_image'"):
+        use_rope(glm_image, "glm-image", advance="max")
     assert current_rope(glm_image) == "own"
 
 

@@ -2,8 +2,8 @@
 :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index` (the model's ``target_sizes``), the rotation mmpos's
 interleaved M-RoPE on its Qwen3.5 backbone's partial rotary: the unpatched logits and greedy ``generate`` bit for
 bit. The prompts carry ``target_sizes`` and ``mm_token_type_ids`` without pixels (the positions need no vision
-features; the image tokens enter as their embeddings). Another scheme is refused. Tiny random config;
-transformers 4.57.1 lacks MiniCPM-V 4.7 (skipped)."""
+features; the image tokens enter as their embeddings). Another scheme: ``test_hf_rope_swap_minicpm.py``. Tiny
+random config; transformers 4.57.1 lacks MiniCPM-V 4.7 (skipped)."""
 
 from __future__ import annotations
 
@@ -92,9 +92,10 @@ def test_own_scheme_gives_the_model_logits(minicpm):
     assert_own_scheme_is_exact(minicpm, inputs, "minicpm-v", SUPPRESS)
 
 
-def test_other_schemes_are_refused(minicpm):
-    with pytest.raises(ValueError, match="scheme must be 'own' or 'minicpm-v' for model_type 'minicpmv4_7'"):
-        use_rope(minicpm, "mrope-i")
+def test_advance_is_refused_on_the_own_scheme(minicpm):
+    """The own scheme has one rule; ``advance`` chooses another scheme's (``test_hf_rope_swap_minicpm.py``)."""
+    with pytest.raises(ValueError, match="advance applies to another scheme's blocks, not to model_type 'minicpmv4_7'"):
+        use_rope(minicpm, "minicpm-v", advance="max")
     assert current_rope(minicpm) == "own"
 
 
