@@ -32,9 +32,25 @@ rule of :class:`mmpos.nn.MultiOrderCache`), and a transformers ``StaticCache`` w
 keys and values apart (5.x) works as well: the layer reads the first ``T`` slots of what the
 cache returns.
 
+``model.generate(input_ids, tpe_positions=..., tpe_mask=..., max_new_tokens=...)``: on a
+``*ForCausalLM``, :func:`install_tpe` also replaces the instance's ``prepare_inputs_for_generation``
+(and ``_expand_inputs_for_generation``). ``tpe_positions`` ``(K, B | 1, L)`` / ``tpe_mask``
+``(B, L)`` cover the prompt's ``L`` tokens, checked once per call (a ``ValueError`` naming the
+argument); each step gets the positions of its own tokens -- the prompt's, then generated token
+``j`` at ``next_k + j`` under order ``k``, ``next_k`` = the largest position of a real prompt
+token under that order plus one (the reference's ``tx[-1] + 1`` / ``ty[-1] + 1`` of
+``src/inference.py``; for a :func:`mmpos.table.build` layout, ``next_position`` in every order)
+-- and the mask of every token so far (generated tokens real). Without ``tpe_mask``, the padding
+is read from the ``attention_mask`` that ``generate`` keeps. ``num_return_sequences`` and beams
+repeat ``tpe_positions`` along its batch axis (dim 1). A cache passed to ``generate`` that holds
+part of the prompt is accepted when the rest follows it in every order (a continuation after
+text), and refused when it ends inside a table (chunked prefill).
+
 Feature detection, not version strings: the cache argument is read as ``cache`` (5.x) or
 ``past_key_values`` (4.x); ``cache.update`` is called with its three positional arguments and
-the ``cache_position`` the model passed (the 4.x static layers write there; 5.x counts itself).
+the ``cache_position`` the model passed (the 4.x static layers write there; 5.x counts itself);
+``generate``'s hooks are patched where the instance has them, and the step's cache and tokens
+are read from whichever keys its ``prepare_inputs_for_generation`` returned.
 """
 
 from __future__ import annotations
@@ -421,7 +437,10 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
     the device of each layer's ``q_proj``, initialised as the reference's ``from_pretrained``
     leaves them (transformers' ``_init_weights``: weights ``normal(0, config.initializer_range)``,
     0.02 by default, biases zero; the mix starts near ``1 / K``), with the config's
-    ``hidden_act`` as the gate activation.
+    ``hidden_act`` as the gate activation. A model with ``generate`` gets its
+    ``prepare_inputs_for_generation`` (and ``_expand_inputs_for_generation``) replaced on the
+    instance, so ``model.generate(ids, tpe_positions=..., tpe_mask=...)`` decodes with 2D-TPE
+    (see the module docstring).
     """
     base, layers = decoder_layers(model)
     orders = check_int(orders, "orders")
@@ -461,7 +480,7 @@ def install_tpe(model: nn.Module, orders: int = 2, sequential_orders: Sequence[i
 
 
 def uninstall_tpe(model: nn.Module) -> nn.Module:
-    """Remove what :func:`install_tpe` added (routers and forwards); returns ``model``."""
+    """Remove what :func:`install_tpe` added (routers, forwards, ``generate`` hooks); returns ``model``."""
     _, layers = decoder_layers(model)
     for layer in layers:
         attn = layer.self_attn
