@@ -1,7 +1,7 @@
 """``use_rope(model, "circlerope", age=...)``: CircleRoPE's AGE on tiny random Qwen2.5-VL / Qwen2-VL models of the
 installed transformers, against the reference's loop (lose4578/CircleRoPE ``Qwen2_5_VLModel_AGE_mode``: the model's
 own rotary module called per decoder layer with that layer's position ids), written here with pre-hooks on the
-unpatched model."""
+unpatched model; and the refusal of rotary encoders with learned parameters in every layer (``grape-learned``)."""
 
 import json
 
@@ -152,3 +152,14 @@ def test_bad_age_arguments_are_refused():
     with pytest.raises(ValueError, match="one bool per layer \\(depth = 4\\), got 2"):
         use_rope(model, "circlerope", age=[True, False])
     assert current_rope(model) == "own"  # nothing installed
+
+
+@pytest.mark.parametrize("encoder", ["grape-learned", "rope-mixed"])
+def test_rotary_encoders_with_learned_planes_per_layer_are_refused(encoder):
+    """#26 item 4: learned GRAPE (and RoPE-Mixed) have parameters in every layer and no shared cos / sin."""
+    model = _model("qwen2-vl")
+    with pytest.raises(ValueError, match=f"scheme '{encoder}' is a rotary encoder with learned parameters"):
+        use_rope(model, encoder)
+    with pytest.raises(ValueError, match="scheme must be 'own' or one of"):
+        use_rope(model, "no-such-scheme")
+    assert current_rope(model) == "own"
