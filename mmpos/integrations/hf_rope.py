@@ -51,8 +51,11 @@ scheme's three rows go into the last three (``rows_to_axes`` ``(A, N)``). HunYua
 token ends every merged row) take their own positions from :mod:`~mmpos.integrations.hf_families`; another scheme
 packs the same blocks, in tokens with the newline column, by its rule (HunYuan-VL's two boundary tokens as text).
 ``cos`` / ``sin`` take the dtype the model's own rotary returns (``x.dtype``; ERNIE-4.5-VL keeps float32).
-GLM-Image and MiniCPM-V 4.7 take their own scheme only (``_OWN_ONLY``): GLM-Image's patched ``get_rope_index``
-also writes its generated images' positions (``_cached_decode_position_ids``), MiniCPM-V's reads ``target_sizes``.
+GLM-Image's patched ``get_rope_index`` also writes its generated images' positions (``_cached_decode_position_ids``):
+another scheme packs the prompt's source images and, after the prompt, the images it generates (their grids, then
+the end token) as blocks by its rule (``hf_families.glm_image_blocks``). MiniCPM-V 4.7's reads ``target_sizes``:
+another scheme places every crop (thumbnail, slice, video frame) as a block of its own grid, the markers as text
+(``hf_families.minicpmv4_7_blocks``); the canvas (a thumbnail stretched over its slices) is its own rule only.
 
 The Omni thinkers (Qwen2.5-Omni, Qwen3-Omni-MoE; ``*ThinkerForConditionalGeneration``) take their TMRoPE positions
 from :mod:`mmpos.integrations.hf_omni` with the model's own arguments (audio included): the thinker and its inner
@@ -104,7 +107,13 @@ from ..schemes import (
 )
 from . import hf_omni
 from ._hf_age import AgeIndex, AgeRotary, own_layer_hook, past_length_hook
-from .hf_families import glm_image_decode_position_ids, minicpmv4_7_rope_index
+from .hf_families import (
+    glm_image_blocks,
+    glm_image_decode_position_ids,
+    minicpmv4_7_blocks,
+    minicpmv4_7_rope_index,
+    newline_blocks,
+)
 from .hf_rope_index import RopeIndexOptions, get_rope_index, installed_rule, scheme_rope_index
 
 __all__ = [
@@ -315,54 +324,14 @@ class _OmniIndex:
 
 
 #: the families whose vision tokens end every merged row with a newline token (a grid ``(t, h / m, w / m + 1)`` of
-#: tokens), positioned by :mod:`mmpos.integrations.hf_families`: model_type -> (the grids it reads, whether a run
-#: of image tokens may hold 2 boundary tokens besides the grid's)
-_NEWLINE_FAMILIES: dict[str, tuple[tuple[str, ...], bool]] = {
-    "hunyuan_vl": (("image_grid_thw",), True),
-    "hy_v4_vl": (("image_grid_thw", "video_grid_thw"), False),
-}
-
-
-def _newline_blocks(config: Any, arguments: dict[str, Any]) -> tuple[np.ndarray, VisionBlocks]:
-    """``(real (B, L), blocks)`` of a HunYuan-VL / HY-V4-VL batch: every run of image (video) tokens --
-    ``mm_token_type_ids`` 1 (2), else the token id -- is the next grid, ``(t, h / m, w / m + 1)`` tokens in raster
-    order (HunYuan-VL: ``t`` is not read, and a run may hold 2 more, its boundary tokens, then text)."""
-    names, boundary = _NEWLINE_FAMILIES[config.model_type]
-    input_ids, mask, types = (arguments.get(n) for n in ("input_ids", "attention_mask", "mm_token_type_ids"))
-    ids = input_ids.detach().cpu().numpy()
-    real = np.ones(ids.shape, dtype=bool) if mask is None else mask.detach().cpu().numpy() == 1
-    m = config.vision_config.spatial_merge_size
-    grids, firsts, is_image = [], [], []
-    for kind, name in enumerate(names, start=1):
-        token = config.image_token_id if kind == 1 else config.video_token_id
-        marks = real & ((ids == token) if types is None else (types.detach().cpu().numpy() == kind))
-        edges = np.diff(np.pad(marks.astype(np.int8), ((0, 0), (1, 1))), axis=1)  # +1 at a run start, -1 after its end
-        start, end = np.argwhere(edges == 1), np.argwhere(edges == -1)  # (R, 2) (sample, column), reading order
-        given = arguments.get(name)
-        grid = np.zeros((0, 3), dtype=np.int64) if given is None else given.detach().cpu().numpy().astype(np.int64)
-        grid = grid // np.array([1, m, m]) + np.array([0, 0, 1])  # (K, 3) tokens, a newline per merged row
-        if boundary:
-            grid[:, 0] = 1
-        length, tokens = end[:, 1] - start[:, 1], grid.prod(-1)
-        if length.shape[0] != grid.shape[0] or not ((length == tokens) | (boundary & (length == tokens + 2))).all():
-            raise ValueError(
-                f"{name}: {grid.shape[0]} grids of {tokens.tolist()} tokens (a newline per merged row"
-                f"{', or 2 more: the boundary tokens' if boundary else ''}), but input_ids holds runs of "
-                f"{length.tolist()} {'image' if kind == 1 else 'video'} tokens"
-            )
-        grids.append(grid)
-        firsts.append(start[:, 0] * ids.shape[1] + start[:, 1] + (length == tokens + 2))
-        is_image.append(np.full(grid.shape[0], kind == 1))
-    grid = np.concatenate(grids)
-    return real, VisionBlocks(
-        grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image)
-    )
+#: tokens), positioned by :mod:`mmpos.integrations.hf_families` (another scheme: :func:`~.hf_families.newline_blocks`)
+_NEWLINE_FAMILIES = ("hunyuan_vl", "hy_v4_vl")
 
 
 class _FamilyIndex:
     """Bound to a HunYuan-VL / HY-V4-VL model as ``get_rope_index`` (the model's own signature): the model's own
     scheme from :func:`mmpos.integrations.hf_rope_index.get_rope_index` (:mod:`~mmpos.integrations.hf_families`);
-    another scheme packs the same blocks (:func:`_newline_blocks`) by its rule, its ``Scheme.hf_rows`` in the last
+    another scheme packs the same blocks (:func:`~mmpos.integrations.hf_families.newline_blocks`) by its rule, its ``Scheme.hf_rows`` in the last
     three of the model's ``rows`` rows (HunYuan-VL's leading ``N - 3`` rows repeat the first; no plan reads them)."""
 
     def __init__(self, original: Any, config: Any, options: SchemeOptions | None, scheme: str, rows: int) -> None:
@@ -377,7 +346,8 @@ class _FamilyIndex:
             names = ("image_grid_thw", "video_grid_thw", "attention_mask")
             call = (arguments.get(n) for n in names)
             return get_rope_index(self.config, input_ids, *call, mm_token_type_ids=arguments.get("mm_token_type_ids"))
-        real, blocks = _newline_blocks(self.config, arguments)
+        names = ("image_grid_thw", "video_grid_thw", "attention_mask", "mm_token_type_ids")
+        real, blocks = newline_blocks(self.config, input_ids, *(arguments.get(n) for n in names))
         lay = pack(real, blocks, self.scheme, self.options, device=input_ids.device)
         ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L), (B, 1)
         if not ids.dtype.is_floating_point:
@@ -386,14 +356,18 @@ class _FamilyIndex:
 
 
 class _GlmImageIndex:
-    """Bound to a GLM-Image model as ``get_rope_index`` (its own scheme only): the prompt's positions from
-    :func:`mmpos.integrations.hf_rope_index.get_rope_index` and, as the model's own method does, the positions of the
-    images it generates written to ``_cached_decode_position_ids`` (``hf_families.glm_image_decode_position_ids``)
-    with ``_prefill_len``, which its decoding reads."""
+    """Bound to a GLM-Image model as ``get_rope_index``: the prompt's positions and, as the model's own method does,
+    the positions of the images it generates written to ``_cached_decode_position_ids`` ``(B, 3, D)`` with
+    ``_prefill_len``, which its decoding reads. The model's own scheme (``options`` ``None``):
+    :func:`mmpos.integrations.hf_rope_index.get_rope_index` and ``hf_families.glm_image_decode_position_ids``.
+    Another scheme packs, per sample, the prompt's source images, then its generated grids and their end token
+    right after the prompt (``hf_families.glm_image_blocks``), in one batch ``(B, L + D)``: the generated image
+    is a block placed by that scheme's rule where the prompt ends (the positions past a sample's own ``D`` repeat
+    its last, as the model's own); ``rope_deltas`` 0, as the model's (its decoding reads the cached positions)."""
 
-    def __init__(self, original: Any, core: nn.Module) -> None:
+    def __init__(self, original: Any, core: nn.Module, scheme: str, options: SchemeOptions | None) -> None:
         self.signature = inspect.signature(original)
-        self.core = core
+        self.core, self.scheme, self.options = core, scheme, options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         arguments = dict(self.signature.bind(*args, **kwargs).arguments)
@@ -401,34 +375,79 @@ class _GlmImageIndex:
         names = ("input_ids", "image_grid_thw", "images_per_sample", "attention_mask")
         input_ids, grids, per_sample, mask = (arguments.get(n) for n in names)
         config = self.core.config
-        ids, deltas = get_rope_index(config, input_ids, grids, None, mask, images_per_sample=per_sample)
-        decode = None if grids is None else glm_image_decode_position_ids(config, input_ids, grids, per_sample, mask)
+        if self.options is None:  # the model's own scheme
+            ids, deltas = get_rope_index(config, input_ids, grids, None, mask, images_per_sample=per_sample)
+            if grids is not None:
+                decode = glm_image_decode_position_ids(config, input_ids, grids, per_sample, mask)
+            else:
+                decode = None
+        else:
+            ids, decode = self._scheme_positions(input_ids, grids, per_sample, mask)
+            deltas = torch.zeros(input_ids.shape[0], 1, dtype=input_ids.dtype, device=input_ids.device)
         self.core._cached_decode_position_ids = decode  # (B, 3, D): the generated images' positions
         self.core._prefill_len = input_ids.shape[1]
         return ids, deltas
 
+    def _scheme_positions(self, input_ids: Tensor, grids: Tensor | None, per_sample: Any, mask: Tensor | None):
+        """``(prompt ids (3, B, L), decode ids (B, 3, D) or None without grids)`` under ``self.scheme``."""
+        real, prompt, generated, sample = glm_image_blocks(self.core.config, input_ids, grids, per_sample, mask)
+        b, length = real.shape
+        tokens = generated.prod(-1)  # (G,) h * w each
+        per = np.bincount(sample, weights=tokens, minlength=b).astype(np.int64) + 1  # (B,) tokens + the end token
+        width = int(per.max()) if grids is not None else 0  # D
+        total = length + width
+        n_dec = np.bincount(sample, minlength=b)  # (B,) generated grids per sample
+        before = np.cumsum(tokens) - tokens - np.repeat(np.cumsum(per - 1) - (per - 1), n_dec)  # (G,) within D
+        at = np.asarray(prompt.first)  # (K,) flat in (B, L)
+        # flat indices in the (B, L + D) batch: the prompt's images, then the generated ones
+        first = np.concatenate([at // length * total + at % length, sample * total + length + before])
+        grid = np.concatenate([np.asarray(prompt.grid), generated]).astype(np.int64)
+        first = first.astype(np.int64)
+        k = grid.shape[0]
+        both = np.concatenate([real, np.arange(width)[None, :] < per[:, None]], 1)  # (B, L + D), right padding
+        blocks = VisionBlocks(grid, first, np.zeros(k, np.float32), np.ones(k, dtype=bool))
+        lay = pack(both, blocks, self.scheme, self.options, device=input_ids.device)
+        ids = lay.hf_position_ids("3d")  # (3, B, L + D): VRoPE's c0, c1, c2 (Scheme.hf_rows)
+        if not ids.dtype.is_floating_point:
+            ids = ids.to(input_ids.dtype)
+        if grids is None:
+            return ids[:, :, :length], None
+        last = torch.from_numpy(per - 1).to(ids.device).view(1, b, 1).expand(ids.shape[0], -1, -1)
+        decode = ids[:, :, length:]
+        shorter = torch.from_numpy(both[:, length:]).to(ids.device)[None]
+        decode = torch.where(shorter, decode, decode.gather(2, last))  # past a sample's D: its end token's
+        return ids[:, :, :length], decode.permute(1, 0, 2).contiguous()
+
 
 class _MiniCPMIndex:
-    """Bound to a MiniCPM-V 4.7 model as ``get_rope_index`` (its own scheme only): its canvas positions from
-    :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`, with the model's own arguments
-    (``target_sizes``, ``target_sizes_videos``, ``downsample_mode``)."""
+    """Bound to a MiniCPM-V 4.7 model as ``get_rope_index``, with the model's own arguments (``target_sizes``,
+    ``target_sizes_videos``, ``downsample_mode``). Its own scheme (``options`` ``None``): the canvas positions of
+    :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`. Another scheme places every crop (thumbnail,
+    slice, video frame) as a vision block of its own grid, the markers and newlines as text
+    (:func:`~mmpos.integrations.hf_families.minicpmv4_7_blocks`), by its rule."""
 
-    def __init__(self, original: Any, config: Any) -> None:
+    def __init__(self, original: Any, config: Any, scheme: str, options: SchemeOptions | None) -> None:
         self.signature = inspect.signature(original)
-        self.config = config
+        self.config, self.scheme, self.options = config, scheme, options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         arguments = dict(self.signature.bind(*args, **kwargs).arguments)
         arguments.update(arguments.pop("kwargs", {}))
         names = ("mm_token_type_ids", "target_sizes", "target_sizes_videos", "downsample_mode", "attention_mask")
-        return minicpmv4_7_rope_index(self.config, arguments["input_ids"], *(arguments.get(n) for n in names))
+        input_ids = arguments["input_ids"]
+        if self.options is None:
+            return minicpmv4_7_rope_index(self.config, input_ids, *(arguments.get(n) for n in names))
+        real, blocks = minicpmv4_7_blocks(self.config, input_ids, *(arguments.get(n) for n in names))
+        lay = pack(real, blocks, self.scheme, self.options, device=input_ids.device)
+        ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L), (B, 1)
+        if not ids.dtype.is_floating_point:
+            ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        return ids, deltas
 
 
-#: the families ``use_rope`` takes with their own scheme only (their blocks are placed by hf_families' own rules)
-_OWN_ONLY = {
-    "glm_image": "its generated images take the positions of _cached_decode_position_ids, placed by its own rule",
-    "minicpmv4_7": "its canvas (thumbnails stretched over their slices, markers at the corners) has its own rule",
-}
+#: the families whose prompts hf_families lays out its own way besides the newline ones (another scheme: their
+#: blocks, :class:`_GlmImageIndex`, :class:`_MiniCPMIndex`)
+_TOKEN_LAYOUT_FAMILIES = ("glm_image", "minicpmv4_7")
 
 
 # ------------------------------------------------------------------------- use_rope
@@ -478,9 +497,9 @@ FAMILY_ROTARY: dict[str, tuple[str, str]] = {
     # last three (w, h, image) (Scheme.encoder_kwargs); HY-V4-VL: XD-RoPE positions, Qwen3-VL's interleaved rotation
     "hunyuan_vl": ("mrope", "half"),
     "hy_v4_vl": ("mrope-i", "half"),
-    # GLM-Image: chunked sections on its partial rotary (its own scheme only: _GlmImageIndex)
+    # GLM-Image: chunked sections on its partial rotary (its positions: _GlmImageIndex)
     "glm_image": ("mrope", "half"),
-    # MiniCPM-V 4.7: a Qwen3.5 text backbone (interleaved sections, partial rotary), its own canvas positions only
+    # MiniCPM-V 4.7: a Qwen3.5 text backbone (interleaved sections, partial rotary); its positions: _MiniCPMIndex
     "minicpmv4_7": ("mrope-i", "half"),
 }
 #: the families whose own ``mrope_section`` cuts the ``2 P`` channels of ``cos`` / ``sin`` rather than the ``P`` pairs
@@ -899,7 +918,7 @@ def use_rope(
         if scheme != "circlerope":
             raise ValueError(f"age (CircleRoPE's AGE) applies to scheme='circlerope', got scheme={scheme!r}")
         layer_typed = "layer_type" in inspect.signature(text.rotary_emb.forward).parameters
-        if own_scheme.audio or model_type in (*_OWN_ONLY, *_NEWLINE_FAMILIES) or layer_typed:
+        if own_scheme.audio or model_type in (*_TOKEN_LAYOUT_FAMILIES, *_NEWLINE_FAMILIES) or layer_typed:
             raise ValueError(
                 f"age needs the Qwen-VL get_rope_index and one rotary module for every layer, not model_type "
                 f"{model_type!r}'s layout"
@@ -923,13 +942,8 @@ def use_rope(
             if advance == base.advance
             else Rule(f"{base.name}+{advance}", advance, base.seconds, base.padding_value, base.deltas)
         )
-        if model_type in (*_OWN_ONLY, *_NEWLINE_FAMILIES):  # their own token layout (hf_families)
+        if model_type in (*_TOKEN_LAYOUT_FAMILIES, *_NEWLINE_FAMILIES):  # their own token layout (hf_families)
             model_scheme = own_scheme.name
-            if model_type in _OWN_ONLY and scheme not in ("own", model_scheme):
-                raise ValueError(
-                    f"scheme must be 'own' or {model_scheme!r} for model_type {model_type!r} "
-                    f"({_OWN_ONLY[model_type]}), got {scheme!r}"
-                )
             own_layout = scheme in ("own", model_scheme)  # hf_families' one rule: no advance to choose
             if own_layout and given["advance"] is not None:
                 raise ValueError(
@@ -1020,10 +1034,11 @@ def use_rope(
             module.get_rope_index = _OmniIndex(original, thinker, index_scheme, omni_options)
             installed.patched.append(module)
     elif model_type == "glm_image":
-        core.get_rope_index = _GlmImageIndex(type(core).get_rope_index.__get__(core), core)
+        core.get_rope_index = _GlmImageIndex(type(core).get_rope_index.__get__(core), core, scheme, family_options)
         installed.patched.append(core)
     elif model_type == "minicpmv4_7":
-        core.get_rope_index = _MiniCPMIndex(type(core).get_rope_index.__get__(core), core.config)
+        original = type(core).get_rope_index.__get__(core)
+        core.get_rope_index = _MiniCPMIndex(original, core.config, scheme, family_options)
         installed.patched.append(core)
     elif model_type in _NEWLINE_FAMILIES:
         original = type(core).get_rope_index.__get__(core)
