@@ -212,3 +212,17 @@ def test_generate_from_inputs_embeds_and_static_cache_by_name():
         assert torch.equal(model.generate(inputs_embeds=embeds, **kw), ref[:, n:])  # only the new tokens, as HF
         if _static_layers_size_values_apart():
             assert torch.equal(model.generate(ids, cache_implementation="static", **kw), ref)
+
+
+def test_copies_generate_with_their_own_hooks():
+    import copy
+    import pickle
+
+    model = _model("llama")
+    ids, pos, mask, _ = _prompt(2)
+    kw = {"tpe_positions": pos, "tpe_mask": mask, "max_new_tokens": 3, "do_sample": False}
+    with torch.no_grad():
+        ref = model.generate(ids, **kw)
+        for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+            assert clone.prepare_inputs_for_generation.model is clone
+            assert torch.equal(clone.generate(ids, **kw), ref)
