@@ -123,6 +123,18 @@ def audio_token_counts(config: Any, audio_seqlens: Tensor) -> Tensor:
     return torch.from_numpy(out)
 
 
+#: why a scheme without ``Scheme.audio`` refuses a video with its audio, and what to pass instead
+_NO_AUDIO_VISUAL_RULE = (
+    "use_audio_in_video=True under scheme {scheme!r}: a video with its audio is one audio-visual block whose video "
+    "and audio tokens the processor interleaves by time, a rule of TMRoPE (Qwen2.5-Omni: 2-s chunks; Qwen3-Omni: "
+    "merged by time), which only the Omni schemes ('qwen2.5-omni', 'qwen3-omni') define; scheme {scheme!r} places a "
+    "video's t * h * w tokens as one block in raster order and no reference (its paper, its reference code, "
+    "Multimodal-RoPEs) says where audio tokens go inside it, so mmpos does not make one up. Pass "
+    "use_audio_in_video=False to the processor and to the model (the video is then a block of {scheme!r} and its "
+    "audio its own run of audio tokens, consecutive positions as text), or keep the model's own scheme {own!r}"
+)
+
+
 def omni_layout(
     config: Any,
     input_ids: Tensor,
@@ -140,9 +152,12 @@ def omni_layout(
 
     Audio tokens get :attr:`~mmpos.coords.Modality.AUDIO` in ``Layout.modality``. ``scheme`` (default: the
     model's own) places the same blocks by another :mod:`mmpos.schemes` rule, with its ``scheme_options``
-    (``use_rope`` on an Omni thinker); the padding and ``rope_deltas`` conventions stay the model's."""
+    (``use_rope`` on an Omni thinker); the padding and ``rope_deltas`` conventions stay the model's. A video with
+    its audio (``use_audio_in_video=True``) takes the Omni schemes only (``Scheme.audio``): another scheme raises a
+    ``ValueError`` saying why (no reference defines audio tokens inside its video blocks) and what to pass instead."""
     thinker, own = _thinker(config)
     scheme = own if scheme is None else scheme
+    sch = get_scheme(scheme)  # checks the name
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a (B, L) tensor, got {getattr(input_ids, 'shape', input_ids)}")
     check_bool(use_audio_in_video, "use_audio_in_video")
@@ -199,6 +214,8 @@ def omni_layout(
     in_video = np.isin(audio_start, av_start)  # (num_audios,) the audios that belong to a video
     v_tokens = grid_videos.prod(-1)
     audio = np.zeros(videos.shape[0], dtype=np.int64)
+    if use_audio_in_video and videos.shape[0] and not sch.audio:
+        raise ValueError(_NO_AUDIO_VISUAL_RULE.format(scheme=scheme, own=own))
     if use_audio_in_video:
         if av_start.shape[0] != videos.shape[0]:
             raise ValueError(

@@ -649,13 +649,14 @@ def _omni_av_batch(name, model):
 @torch.no_grad()
 def test_omni_videos_with_their_audio(omni):
     """``use_audio_in_video=True``: the own scheme exact (forward and ``generate``). A non-Omni scheme has no rule for
-    a block that interleaves a video's tokens with its audio's (``mmpos.layout.pack`` places audio-visual blocks by
-    the Omni schemes only): a clear ``ValueError`` at the forward, naming the schemes that take them."""
+    a block that interleaves a video's tokens with its audio's (no reference defines one; ``mmpos.layout.pack`` places
+    audio-visual blocks by the Omni schemes only): a ``ValueError`` at the forward saying why and what to pass."""
     name, model = omni
     inputs = _omni_av_batch(name, model)
     assert_own_scheme_is_exact(model, inputs, OMNI[name][2], SUPPRESS)
     for scheme in ("mrope-i", "vrope"):
         use_rope(model, scheme)
-        with pytest.raises(ValueError, match=r"audio-visual blocks\) applies only to schemes \['qwen2.5-omni'"):
+        with pytest.raises(ValueError, match=rf"use_audio_in_video=True under scheme '{scheme}': .* only the Omni "
+                           r"schemes .* Pass use_audio_in_video=False .* or keep the model's own scheme"):  # fmt: skip
             model(**inputs)
     use_rope(model, "own")
