@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-import numpy as np
 import pytest
 import torch
+from _media_samples import noise
 from PIL import Image as PILImage
 
 from mmpos import media
@@ -51,14 +51,6 @@ def _processor(resample: str):
     return module.Glm46VImageProcessor(**CHECKPOINT)
 
 
-def _noise(h: int, w: int, seed: int) -> np.ndarray:
-    """A gradient plus noise in uint8 (wrapping), so resampling has structure to get wrong."""
-    rng = np.random.default_rng(seed)
-    rows = (np.arange(h) * 255 // max(h - 1, 1)).astype(np.uint8)[:, None, None]
-    cols = (np.arange(w) * 127 // max(w - 1, 1)).astype(np.uint8)[None, :, None]
-    return rows + cols + np.array([0, 40, 80], np.uint8) + rng.integers(0, 60, (h, w, 3), dtype=np.uint8)
-
-
 def test_glm_ocr_has_no_processor_of_its_own():
     """The premise: a GLM-OCR checkpoint's processor is the one its config names (Glm46V's), none is mapped."""
     _require_glm_ocr()
@@ -82,7 +74,7 @@ def test_checkpoint_differs_from_the_class_defaults_in_max_pixels_only():
 @pytest.mark.parametrize("case", SIZES, ids=lambda c: f"{c[0]}x{c[1]}")
 def test_image_parity_with_glm_ocr_checkpoint_processor(resample, case):
     h, w = case
-    pixels = _noise(h, w, seed=h * 7 + w)
+    pixels = noise(h, w, seed=h * 7 + w)
     spec = replace(SPEC, resample=resample)
     ours = media.image_patches(pixels, spec)
     out = _processor(resample)(images=[PILImage.fromarray(pixels)], return_tensors="pt")
