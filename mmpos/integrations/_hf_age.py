@@ -63,7 +63,7 @@ class AgeRotary(nn.Module):
         self.rotary = rotary
         self.layers = layers
         self.own: tuple[Tensor, Tensor] | None = None
-        self.past: int | None = None  # tokens in the cache at this call (past_length_hook)
+        self.past: int | None = None  # tokens in the cache at this call (past_length_hook; None: 0)
         self._prompt: tuple[Tensor, Tensor] | None = None  # the index's (circle ids, own ids), (3, B, L) each
         self._offset: Tensor | None = None  # (B, 1): own rope_deltas - circle rope_deltas
         self._fresh = False  # the index ran since the last prompt was read
@@ -78,22 +78,24 @@ class AgeRotary(nn.Module):
     def _own_ids(self, ids: Tensor) -> Tensor:
         """The own layout's ids of the tokens whose Circle-RoPE ids are ``ids`` ``(3, B, n)``."""
         past, self.past = self.past, None
-        if past is None:
-            raise RuntimeError("AgeRotary was called outside the text model's forward (no cache length was given)")
+        past = 0 if past is None else past  # called outside the text model's forward: a new sequence
         fresh, self._fresh = self._fresh, False
+        circle = own = None
+        if self._prompt is not None:
+            circle, own = (_batched(t, ids.shape[1], 1) for t in self._prompt)
+        if past == 0:  # a new sequence: the prompt the index placed, else text positions (one layout for all)
+            if fresh and circle is not None and circle.shape == ids.shape and torch.equal(circle, ids.to(circle.dtype)):
+                return own
+            self._prompt = self._offset = None
+            if not (torch.equal(ids[0], ids[1]) and torch.equal(ids[0], ids[2])):
+                raise ValueError(
+                    "position_ids hold vision positions that get_rope_index did not compute, so the model's own "
+                    "layout of those tokens (AGE's other layers) is unknown: let the model compute its position ids "
+                    "(do not pass position_ids), or install circlerope without age"
+                )
+            return ids
         if self._prompt is None:
             return ids
-        circle, own = (_batched(t, ids.shape[1], 1) for t in self._prompt)
-        if past == 0:  # a new sequence: the prompt the index placed, or one layout (text only, the caller's ids)
-            if (
-                not fresh
-                or circle is None
-                or circle.shape != ids.shape
-                or not torch.equal(circle, ids.to(circle.dtype))
-            ):
-                self._prompt = self._offset = None
-                return ids
-            return own
         if circle is None:
             raise ValueError(
                 f"a batch of {ids.shape[1]} sequences continues a prompt of {self._prompt[0].shape[1]} (AGE positions)"

@@ -143,6 +143,17 @@ def test_age_is_recorded_in_the_config_and_restored():
     assert torch.equal(apply_config_rope(model)(**inputs).logits, swapped)
 
 
+@torch.no_grad()
+def test_vision_position_ids_the_index_did_not_compute_are_refused():
+    """Given position ids of a prompt with vision blocks, the own layout of those tokens is unknown."""
+    model, inputs = _model("qwen2.5-vl"), _inputs("qwen2.5-vl")
+    use_rope(model, "circlerope", age="strategy_2")
+    ids, _ = model.model.get_rope_index(inputs["input_ids"], **_index_args(inputs))
+    model(**inputs)  # the index ran in this forward: both layouts known
+    with pytest.raises(ValueError, match="position_ids hold vision positions that get_rope_index did not compute"):
+        model(**inputs, position_ids=ids)
+
+
 def test_bad_age_arguments_are_refused():
     model = _model("qwen2.5-vl")
     with pytest.raises(ValueError, match="applies to scheme='circlerope', got scheme='mrope-i'"):
