@@ -370,6 +370,11 @@ def _host(t: Tensor | np.ndarray) -> np.ndarray:
     return t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
 
 
+def _float64(t: Tensor | np.ndarray) -> np.ndarray:
+    """A float64 NumPy view (or copy) of ``t`` on the host."""
+    return _host(t.to(torch.float64)) if isinstance(t, Tensor) else np.asarray(t, dtype=np.float64)
+
+
 def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, k: int, generator):
     """``(K,)`` float64: a random choice per block while training (blocks in reading order, so
     both front ends draw alike), else ``value`` (default 1)."""
@@ -462,32 +467,118 @@ def _exact_sum(sch: Scheme, tokens: int, extent: np.ndarray) -> bool:
     )
 
 
-def _write_rows(ids, flat, grid, row_block, base, step, use_start, block_start, block_top) -> np.float64:
-    """Write the vision ids of a per-row rule (``Scheme.rows``) into ``ids`` ``(A, B * L)`` int64 at the
-    ``flat`` tokens: token ``j`` of row ``r`` at ``block_start * use_start + base[:, r] + step * j``. Each
-    block's largest value goes into ``block_top`` ``(K,)`` (in place); returns the smallest value."""
-    row_w = grid[:, 2].take(row_block)  # (R,) tokens per row (a 1-D take: 2-D fancy indexing is slower)
-    row_first = np.cumsum(row_w) - row_w  # (R,) each row's first token among the vision tokens
-    k_rows = grid[:, 0] * grid[:, 1]
-    block_row = np.cumsum(k_rows) - k_rows  # (K,) each block's first row
-    row_start = block_start[row_block]  # (R,)
-    ramp, row_top, row_low = None, None, None
-    for axis in range(base.shape[0]):
-        u, s = use_start[axis], step[axis]
-        first = base[axis] + (row_start if u == 1 else u * row_start)  # (R,) float64, exact integers (or refused)
-        top, bottom = (first, first) if s == 0 else (first + max(s, 0) * (row_w - 1), first + min(s, 0) * (row_w - 1))
-        row_top = top if row_top is None else np.maximum(row_top, top)  # (R,) largest value of the row, any axis
-        row_low = bottom if row_low is None else np.minimum(row_low, bottom)  # NaN stays NaN
-        start = first.astype(np.int64)
-        if s:
-            start -= int(s) * row_first
-        values = np.repeat(start, row_w)  # (Nv,) int64, block order
-        if s:
-            ramp = np.arange(values.shape[0]) if ramp is None else ramp
-            values += ramp if s == 1 else int(s) * ramp
-        ids[axis][flat] = values  # a masked write (sequential)
-    np.maximum(block_top, np.maximum.reduceat(row_top, block_row), out=block_top)
-    return row_low.min()
+def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base, step, use_start, extent, pad, tops):
+    """Write the integer ids of a per-row rule (``Scheme.rows``) into ``ids`` ``(A, B * L)``.
+
+    Every token lies in a *run* whose values start at a known value and step by a fixed amount per
+    axis: a run of text (step 1 on every axis), of padding (step 0, the padding value) or a row of a
+    vision block (token ``j`` of row ``r`` of block ``k`` at ``block_start[k] * use_start + base[:, r]
+    + step * j``). Each axis is one ``cumsum`` along every sample of its per-token steps (1 on text,
+    ``step`` on vision, 0 on padding) in which each run's first token holds its jump from the token
+    before: a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum``
+    per axis. The runs are found from the edges of ``real`` and the blocks (no index per token); every
+    value is computed per run, in int64 after the finiteness check (exact).
+
+    Returns ``(nxt (B,), block_top (K,) or None, top (B,) or None, n_real (B,))``: the next position
+    after each sample (float64), each block's largest value on any axis (when ``tops``, for the
+    ``"max-real"`` deltas), the largest text position of each sample (``None`` while the extents are
+    all >= 0) and real tokens per sample."""
+    b, length = real.shape
+    n = b * length
+    rows_k = grid[:, 0] * grid[:, 1]  # (K,) rows per block
+    block_row = np.cumsum(rows_k) - rows_k  # (K,) each block's first row
+    # the coarse runs: the batch cut at every sample start, where real changes and at every block's edges
+    flat = real.reshape(-1)
+    samples = np.arange(0, n, length)  # (B,) each sample's first token
+    cuts = np.concatenate([samples, np.flatnonzero(flat[1:] != flat[:-1]) + 1, block_first, block_first + counts])
+    cuts.sort()
+    keep = np.empty(cuts.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(cuts[1:], cuts[:-1], out=keep[1:])
+    cuts = cuts[keep]
+    if cuts[-1] == n:
+        cuts = cuts[:-1]  # (C,) each run's first token
+    run_len = np.diff(cuts, append=n)  # (C,)
+    blk = np.searchsorted(cuts, block_first)  # (K,) each block's run
+    text = flat.take(cuts)  # (C,) real runs ...
+    n_real = np.bincount(cuts // length, weights=run_len * text, minlength=b).astype(np.int64)  # (B,)
+    text[blk] = False  # ... but the blocks': text runs
+    adv = np.where(text, run_len, 0.0)  # (C,) float64: how far each run moves the position
+    adv[blk] = extent
+    first_run = np.searchsorted(cuts, samples)  # (B,) each sample's first run
+    before = np.cumsum(adv)
+    before -= adv  # (C,) exact: integers below 2**53 (the caller's _exact_sum)
+    pos = before - np.repeat(before.take(first_run), np.diff(first_run, append=cuts.shape[0]))  # (C,) in-sample
+    nxt = np.add.reduceat(adv, first_run)  # (B,) the position the token after each sample gets
+    block_start = pos.take(blk)  # (K,)
+    row_w = grid[:, 2].take(row_block)  # (R,) tokens per row
+    step = step.astype(np.int64)
+    with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused below
+        start = block_start.take(row_block)  # (R,)
+        first = base + start if (use_start == 1).all() else base + use_start[:, None] * start  # (A, R) float64
+        ends = np.concatenate([nxt, block_start, block_start + extent])
+        # every value below 2**53 (NaN fails the comparisons): the runs' ends, the rows' first values, and
+        # their last ones, at most ``spread`` from the first (checked one by one only where that is too close)
+        largest, spread = float(np.abs(first).max()), float(np.abs(step).max()) * float(row_w.max() - 1)
+        if not (float(np.abs(ends).max()) < 2**53 and largest < 2**53):
+            raise _not_finite()
+    near = not largest + spread < 2**53
+    first = first.astype(np.int64)
+    last = [first[a] if s == 0 else first[a] + s * (row_w - 1) for a, s in enumerate(step.tolist())]  # (R,) each
+    block_top = None
+    if tops or near:  # each block's largest value on any axis (and the smallest vision value)
+        row_top = np.maximum.reduce([last[a] if s >= 0 else first[a] for a, s in enumerate(step.tolist())])
+        block_top = np.maximum.reduceat(row_top, block_row).astype(np.float64)  # (K,)
+        if near:
+            low = np.minimum.reduce([first[a] if s >= 0 else last[a] for a, s in enumerate(step.tolist())]).min()
+            if not (float(np.abs(block_top).max()) < 2**53 and abs(float(low)) < 2**53):
+                raise _not_finite()
+    top = None
+    if not bool((extent >= 0).all()):  # positions may go back: the largest text position of each sample
+        top = np.full(b, -math.inf)
+        np.maximum.at(top, (cuts // length)[text], (pos + run_len - 1)[text])
+    # the jumps: at each run's first token (a block's: its first row's) and at each other row's first token
+    head = np.where(text, pos, pad).astype(np.int64)  # (C,) text: its position; padding: the padding value
+    tail = head + text * (run_len - 1)  # (C,) its last value
+    row_at = np.cumsum(row_w) - row_w + (block_first - (np.cumsum(counts) - counts)).repeat(rows_k)  # (R,) flat
+    last_row = block_row + rows_k - 1  # (K,)
+    runs_of = {}  # step -> axes
+    for a, s in enumerate(step.tolist()):  # (a loop over axes)
+        runs_of.setdefault(s, []).append(a)
+    text_mask = None
+    for s, group in runs_of.items():
+        buf = ids[group[-1]]  # the per-token steps (1 on text, s on vision, 0 on padding); its axis last
+        if s == 0:
+            text_mask = real & ~is_vision if text_mask is None else text_mask
+            np.copyto(buf, text_mask.reshape(-1))
+        elif s == 1:
+            np.copyto(buf, flat)
+        else:
+            np.multiply(is_vision.reshape(-1), s - 1, out=buf)
+            buf += flat
+        for a in group:  # every axis of the group jumps at the same tokens: its jumps overwrite the last's
+            f, lst = first[a], last[a]
+            buf[row_at[1:]] = f[1:] - lst[:-1]  # a row after a row (a block's first row: overwritten below)
+            h, t = head.copy(), tail.copy()
+            h[blk], t[blk] = f.take(block_row), lst.take(last_row)
+            jump = np.empty_like(h)
+            jump[0] = h[0]
+            np.subtract(h[1:], t[:-1], out=jump[1:])
+            jump[first_run] = h.take(first_run)  # a sample's cumsum starts at 0
+            buf[cuts] = jump
+            src = torch.from_numpy(buf.reshape(b, length))
+            if a == group[-1]:
+                src.cumsum_(1)
+            else:
+                torch.cumsum(src, 1, out=torch.from_numpy(ids[a].reshape(b, length)))
+    return nxt, block_top, top, n_real
+
+
+def _not_finite() -> ValueError:
+    return ValueError(
+        "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
+        "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
+    )
 
 
 def _audio_or_none(audio: np.ndarray | None) -> Tensor | None:
@@ -591,7 +682,10 @@ def _pack(
     size_ok = partial(_exact_sum, sch, b * length)
     per_row = sch.rows is not None and not sch.reads_start and k > 0
     if per_row:  # integer ids written row by row of every block: no per-token offsets
-        base, step, extent, use_start = (_host(x.to(torch.float64)) for x in sch.rows(geometry, options))
+        base, step, extent, use_start = sch.rows(geometry, options)
+        base = _host(base)  # an integer base needs no integrality check
+        base = base if base.dtype.kind in "iu" else base.astype(np.float64, copy=False)
+        step, extent, use_start = (_float64(x) for x in (step, extent, use_start))
         row_block = _host(geometry.row_block)
         if base.ndim != 2 or base.shape[1] != row_block.shape[0] or step.shape != (base.shape[0],):
             raise ValueError(
@@ -599,7 +693,8 @@ def _pack(
                 f"{row_block.shape[0]} rows"
             )
         with np.errstate(all="ignore"):
-            per_row = size_ok(extent) and bool((np.floor(base) == base).all() and (np.floor(step) == step).all())
+            whole = base.dtype.kind in "iu" or bool((np.floor(base) == base).all())
+            per_row = size_ok(extent) and whole and bool((np.floor(step) == step).all())
         axes = base.shape[0]
     if not per_row:
         offset, extent, use_start = sch.block(geometry, options)
@@ -614,6 +709,24 @@ def _pack(
         offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))
         axes = offset.shape[0]
     del geometry  # its per-token rows go back to the allocator before the ids are allocated
+    rule = options.rule
+    if per_row:  # integer ids written run by run (text, padding, rows of blocks): no per-token offsets
+        return _pack_rows(
+            real,
+            is_vision,
+            codes,
+            grid,
+            block_first,
+            counts,
+            row_block,
+            base,
+            step,
+            use_start,
+            extent,
+            sch,
+            rule,
+            device,
+        )
     text = real & ~is_vision  # (B, L) real text tokens
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
     ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (rows, B * L), written through NumPy
@@ -621,7 +734,7 @@ def _pack(
     with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused below
         # integer ids and extents: the running position is summed in the ids' first row (int64, exact below
         # 2**53, as the float64 sum it equals); otherwise in float64, cast when written
-        exact = per_row or size_ok(extent)
+        exact = size_ok(extent)
     run = ids_np[0] if exact else np.empty(b * length, dtype=np.float64)  # (B * L,)
     np.copyto(run, text.reshape(-1))  # 1 per text token, 0 on padding and vision tokens ...
     run[block_first] = extent  # ... but a block's first token: the block's extent
@@ -636,7 +749,6 @@ def _pack(
         nxt += 1
     else:  # float64 sums: - 1 after the sum, as it always was (the same rounding)
         pos -= 1  # text positions (at a vision token: its block's end - 1, overwritten below)
-    rule = options.rule
     if rule.deltas == "max-real":
         if bool((extent >= 0).all()):  # positions never go back: the last real token's is the largest
             top = nxt - 1
@@ -654,11 +766,8 @@ def _pack(
     kept = []
     with np.errstate(all="ignore"):
         block_start = block_end - extent
-        if per_row:  # each row's first value and step: the ids written from them, no float64 per token
-            low = _write_rows(ids_np, flat, grid, row_block, base, step, use_start, block_start, block_top)
-        else:
-            starts = np.repeat(block_start, counts)  # (Nv,) each vision token's block start
-        for axis in range(0 if per_row else axes):
+        starts = np.repeat(block_start, counts)  # (Nv,) each vision token's block start
+        for axis in range(axes):
             u = use_start[axis]
             add = starts if u == 1 else u * starts
             values = np.add(offset[axis], add, out=offset[axis] if fresh else None)  # (Nv,) float64, block order
@@ -673,10 +782,7 @@ def _pack(
         tops = [float(np.abs(x).max()) for x in bounds if x.size]  # NaN where any value is NaN
         finite, largest = all(v < 2**53 for v in tops), max(tops, default=0.0)  # NaN fails the comparison too
     if not finite:
-        raise ValueError(
-            "positions reach 2**53 or beyond, or are not finite (float64 and int64 ids would be wrong): check "
-            "second_per_grid / second_per_grid_ts, tokens_per_second and temporal_scale"
-        )
+        raise _not_finite()
     if sch.id_dtype == torch.float32 and largest > FLOAT32_EXACT:
         warn_once(
             ("layout-float32", sch.name),
@@ -692,6 +798,14 @@ def _pack(
         parts = (torch.from_numpy(pos), torch.from_numpy(np.stack(kept)), torch.from_numpy(is_vision))
     # (B,) real tokens per sample: bytes summed in uint16 where a row fits (about 8x faster than count_nonzero)
     n_real = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
+    deltas = _deltas(sch, rule, length, nxt, n_real, top if rule.deltas == "max-real" else None, block_first, block_top)
+    nv = int(counts.sum())
+    return Layout(ids.view(rows, b, length).to(device), deltas.to(device), sch.name, rule, nv, (real, codes), parts)
+
+
+def _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top) -> Tensor:
+    """``rope_deltas`` ``(B, 1)`` from the next position ``nxt`` ``(B,)``; under ``"max-real"`` from the largest
+    text position ``top`` ``(B,)`` (updated in place) and each block's largest value ``block_top`` ``(K,)``."""
     if rule.deltas == "max-real":
         np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's
         deltas = np.where(n_real > 0, np.maximum(top + 1, nxt), 0) - n_real  # never behind next
@@ -700,10 +814,41 @@ def _pack(
             deltas = np.where(n_real > 0, top32, np.float32(0)) - n_real.astype(np.float32)
     else:
         deltas = nxt - length
-    deltas = torch.from_numpy(deltas.reshape(b, 1).astype(torch.empty(0, dtype=sch.delta_dtype).numpy().dtype))
-    ids = ids.view(rows, b, length)
+    return torch.from_numpy(deltas.reshape(-1, 1).astype(torch.empty(0, dtype=sch.delta_dtype).numpy().dtype))
+
+
+def _pack_rows(
+    real, is_vision, codes, grid, block_first, counts, row_block, base, step, use_start, extent, sch, rule, device
+) -> Layout:
+    """:func:`_pack` of a per-row rule (``Scheme.rows``) whose ids and extents are integers: every value
+    written by :func:`_write_runs`, no per-token float64."""
+    b, length = real.shape
+    axes = base.shape[0]
+    rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
+    ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (rows, B * L), written through NumPy
+    ids_np = ids.numpy()
+    nxt, block_top, top, n_real = _write_runs(
+        ids_np,
+        real,
+        is_vision,
+        grid,
+        block_first,
+        counts,
+        row_block,
+        base,
+        step,
+        use_start,
+        extent,
+        rule.padding_value,
+        rule.deltas == "max-real",
+    )
+    if axes == 1:
+        ids_np[1:] = ids_np[0]  # one axis on all three rows
+    if rule.deltas == "max-real" and top is None:  # positions never go back: the last real token's is the largest
+        top = nxt - 1
+    deltas = _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top)
     nv = int(counts.sum())
-    return Layout(ids.to(device), deltas.to(device), sch.name, rule, nv, (real, codes), parts)
+    return Layout(ids.view(rows, b, length).to(device), deltas.to(device), sch.name, rule, nv, (real, codes))
 
 
 # --------------------------------------------------------------------------- build

@@ -194,7 +194,7 @@ class BlockGeometry:
     ) -> BlockGeometry:
         """From the per-block ``grid`` ``(K, 3)`` int64 (array or tensor) and per-block values."""
         grid = np.ascontiguousarray(grid.cpu().numpy() if isinstance(grid, Tensor) else grid, dtype=np.int64)
-        t, h, w = torch.from_numpy(grid.astype(np.float64).T.copy())  # (3, K) -> three (K,) rows
+        t, h, w = torch.from_numpy(grid.astype(np.float64).T.copy()).unbind()  # (3, K) -> three (K,) rows
         tokens = torch.from_numpy(grid.prod(-1))
         return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid, audio)
 
@@ -275,19 +275,22 @@ class BlockGeometry:
 BlockRule = Callable[[BlockGeometry, SchemeOptions], tuple[Tensor, Tensor, Tensor]]
 #: what a per-row block rule returns (``Scheme.rows``): per axis and row of every block the offset of
 #: the row's first token from the block start ``(A, R)``, the step from one token of a row to the next
-#: ``(A,)``, extents ``(K,)`` and which axes add the block start ``(A,)``, all float64: token ``j`` of row
+#: ``(A,)``, extents ``(K,)`` and which axes add the block start ``(A,)``, float64 tensors or NumPy arrays
+#: (``base`` may be an integer array: the packer then skips its integrality check): token ``j`` of row
 #: ``r`` sits at ``start * use_start + base[:, r] + step * j``
-RowRule = Callable[[BlockGeometry, SchemeOptions], tuple[Tensor, Tensor, Tensor, Tensor]]
+RowRule = Callable[[BlockGeometry, SchemeOptions], tuple[Tensor | np.ndarray, ...]]
 
 
 def _tokens_of_rows(rows: RowRule, g: BlockGeometry, o: SchemeOptions) -> tuple[Tensor, Tensor, Tensor]:
     """A per-row rule's per-token form (``Scheme.block`` of a scheme given ``rows``): offsets ``(A, Nv)``."""
     base, step, extent, use_start = rows(g, o)
-    step, use_start = step.clone(), use_start.clone()  # a rule may return shared constants: the caller's own copies
+    base = base.numpy() if isinstance(base, Tensor) else np.asarray(base)
+    # a rule may return shared constants: the caller's own copies
+    step, use_start = (torch.as_tensor(x, dtype=torch.float64).clone() for x in (step, use_start))
     _, _, row_w, row_first = g._rows
     j = np.arange(int(row_w.sum()), dtype=np.float64) - np.repeat(row_first.astype(np.float64), row_w)  # (Nv,)
-    offset = np.repeat(base.numpy(), row_w, axis=1) + step.numpy()[:, None] * j  # (A, Nv)
-    return torch.from_numpy(offset), extent, use_start
+    offset = np.repeat(base, row_w, axis=1) + step.numpy()[:, None] * j  # (A, Nv) float64
+    return torch.from_numpy(offset), torch.as_tensor(extent, dtype=torch.float64), use_start
 
 
 @dataclass(frozen=True)
@@ -548,28 +551,31 @@ def _check_circle(name: str, o: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- block rules
-def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: Tensor) -> Tensor:
+def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: np.ndarray) -> np.ndarray:
+    """``(K,)`` float64 extents from the int64 grid (NumPy: a few ops on ``K`` values)."""
+    h, w = g._grid[:, 1], g._grid[:, 2]
     if o.rule.advance == "max":
-        return torch.maximum(torch.maximum(t_max, g.h - 1), g.w - 1) + 1
-    return torch.maximum(g.h, g.w)
+        return np.maximum(np.maximum(t_max, h - 1), w - 1) + 1.0
+    return np.maximum(h, w).astype(np.float64)
 
 
 _STEP_W = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)  # t, h, w: a row's tokens step along w (read-only)
 _USE_START = {False: torch.ones(3, dtype=torch.float64), True: torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)}
 
 
-def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> Tensor:
-    """``(3, R)`` row offsets ``(t_base, i, 0)``."""
+def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> np.ndarray:
+    """``(3, R)`` row offsets ``(t_base, i, 0)``: int64 where ``t_base`` is (the packer skips its check), else float64."""
     hi = g._frame_row[1]  # (R,) int64 row of every row in its frame
-    base = np.empty((3, hi.shape[0]))
+    integer = isinstance(t_base, np.ndarray) and t_base.dtype.kind in "iu"
+    base = np.empty((3, hi.shape[0]), dtype=np.int64 if integer else np.float64)
     base[0], base[1], base[2] = t_base, hi, 0  # cast as written (no float64 copy of the rows)
-    return torch.from_numpy(base)
+    return base
 
 
 def _qwen_rows(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
     """Qwen2-VL M-RoPE: ``(start + stride * f, start + i, start + j)``; ``reset`` (MRoPE-I):
     h and w start at 0 in every block."""
-    t_base, t_max = (g._frame_row[0] if stride == 1 else g.row_t.numpy() * stride), (g.t - 1) * stride
+    t_base, t_max = (g._frame_row[0] if stride == 1 else g.row_t.numpy() * stride), (g._grid[:, 0] - 1) * stride
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[reset]
 
 
@@ -585,7 +591,7 @@ def _qwen25_rows(g: BlockGeometry, o: SchemeOptions):
     interval = interval.float().numpy()  # (K,) float32, as the reference multiplies
     with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused by the packer
         t_base = np.floor(g._frame_row[0].astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
-    t_max = ((g.t - 1).float() * torch.from_numpy(interval)).floor().double()
+    t_max = ((g.t - 1).float() * torch.from_numpy(interval)).floor().double().numpy()
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
 
 

@@ -37,23 +37,44 @@ def check_grid(grid: Any, name: str, merge: int | None = None) -> np.ndarray:
 def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
     """``(K,)`` flat index of each block's first token: the marked tokens of a ``(B, L)`` batch,
     in reading order, fill the blocks one after the other (as the reference consumes its grids).
-    Every block's tokens must be consecutive tokens of one sample."""
-    index = np.flatnonzero(is_token)  # row-major: sample by sample, in order
+    Every block's tokens must be consecutive tokens of one sample.
+
+    The marked tokens are read as runs (one pass for the edges, no index per token): block ``k``
+    holds the marked tokens ``offset[k] .. offset[k] + tokens[k] - 1`` of the batch, which must lie
+    in one run, runs cut at the sample starts."""
+    length = is_token.shape[1]
+    flat = is_token.reshape(-1)
+    n = flat.shape[0]
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where a run starts or ends
+    if n and length < n:  # runs cut at every sample start inside one
+        inside = np.arange(length, n, length)
+        inside = inside[flat[inside] & flat[inside - 1]]
+        if inside.size:
+            edges = np.sort(np.concatenate([edges, inside, inside]))  # an end and a start there
+    if n:
+        edges = np.concatenate([[0], edges]) if flat[0] else edges
+        edges = np.concatenate([edges, [n]]) if flat[-1] else edges
+    start, end = edges[0::2], edges[1::2]  # (M,) the runs of marked tokens, in reading order
+    run_end = np.cumsum(end - start)  # (M,) marked tokens up to each run's end
+    found = int(run_end[-1]) if run_end.size else 0
     total = int(block_tokens.sum())
-    if index.shape[0] != total:
-        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {index.shape[0]} such tokens")
-    first = index[np.cumsum(block_tokens) - block_tokens]
-    if total:
-        length = is_token.shape[1]
-        last = index[np.cumsum(block_tokens) - 1]
-        bad = ((last - first) != block_tokens - 1) | (first // length != last // length)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{name}: block {k} ({int(block_tokens[k])} tokens) does not fit consecutive tokens of one sample "
-                f"(its tokens run from sample {int(first[k] // length)} to sample {int(last[k] // length)}); "
-                "each grid must match one run of placeholder tokens"
-            )
+    if found != total:
+        raise ValueError(f"{name} describes {total} tokens, but input_ids holds {found} such tokens")
+    if not total:
+        return np.zeros(block_tokens.shape[0], dtype=np.int64)
+    offset = np.cumsum(block_tokens) - block_tokens  # (K,) marked tokens before each block
+    run = np.searchsorted(run_end, offset, side="right")  # (K,) the run holding each block's first token
+    first = start[run] + offset - (run_end[run] - (end - start)[run])
+    bad = offset + block_tokens > run_end[run]  # the block runs past its run
+    if bad.any():
+        index = np.flatnonzero(is_token)  # the error path: where the block's last token is
+        k = int(np.flatnonzero(bad)[0])
+        last = index[offset[k] + block_tokens[k] - 1]
+        raise ValueError(
+            f"{name}: block {k} ({int(block_tokens[k])} tokens) does not fit consecutive tokens of one sample "
+            f"(its tokens run from sample {int(first[k] // length)} to sample {int(last // length)}); "
+            "each grid must match one run of placeholder tokens"
+        )
     return first
 
 

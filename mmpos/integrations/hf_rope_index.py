@@ -260,7 +260,9 @@ def token_layout(
     real = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else host(attention_mask) == 1
     marks = host(input_ids) if types is None else types
     image_mark, video_mark = (options.image_token_id, options.video_token_id) if types is None else (1, 2)
-    is_image, is_video = (marks == image_mark) & real, (marks == video_mark) & real
+    is_image, is_video = marks == image_mark, marks == video_mark
+    is_image &= real
+    is_video &= real
     if options.video_markers is not None:  # GLM-4V: image tokens between video start / end tokens are frames
         inside = inside_markers(host(input_ids), *options.video_markers)  # (transformers 4.57 types them 1)
         framed = is_image & inside
