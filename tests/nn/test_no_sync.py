@@ -95,3 +95,17 @@ def test_mixed_stack_compiles_without_graph_break():
     x, coords = torch.randn(2, 13, 32), Coords.grid(3, 4, num_prefix_tokens=1, batch=2)
     with torch.no_grad():  # fullgraph=True raises on any graph break
         torch.testing.assert_close(torch.compile(model, backend="eager", fullgraph=True)(x, coords), model(x, coords))
+
+
+def test_per_layer_coords_compile_without_graph_break():
+    """One ``Coords`` per block (CircleRoPE's AGE, ``mmpos.age.age_coords``): no graph break either."""
+    from mmpos.age import age_coords
+    from mmpos.layout import Image, Text, build
+
+    torch._dynamo.reset()
+    segments = [[Text(2), Image((1, 4, 4)), Text(3)]] * 2
+    circle, qwen = build(segments, "circlerope").coords, build(segments, "qwen2.5-vl").coords
+    model = Transformer(32, 3, 2, pos="mrope", pos_kwargs={"mrope": {"mrope_section": [2, 3, 3]}}, causal=True).eval()
+    x, layers = torch.randn(2, circle.num_tokens, 32), age_coords("strategy_4", circle, qwen, depth=3)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="eager", fullgraph=True)(x, layers), model(x, layers))
