@@ -12,6 +12,8 @@ from _media_samples import needs_tv, qwen_sampler, video_metadata
 from mmpos import media
 from mmpos.media._ops import resolve
 
+pytestmark = pytest.mark.hf  # parity with the installed transformers' processors: run on the oldest too
+
 
 @needs_tv
 @pytest.mark.parametrize("total,video_fps", [(1, 25.0), (7, 30.0), (16, 24.0), (125, 29.97), (900, 30.0)])

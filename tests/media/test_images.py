@@ -25,6 +25,8 @@ from PIL import Image as PILImage
 from mmpos import layout, media
 from mmpos.media._ops import resolve
 
+pytestmark = pytest.mark.hf  # parity with the installed transformers' processors: run on the oldest too
+
 # --------------------------------------------------------------------------- Qwen2-VL / Qwen3-VL
 # (height, width, overrides): odd, exact, tiny (scaled up to min_pixels), extreme aspect ratios, and
 # larger than max_pixels (scaled down; a lowered max_pixels keeps the test fast)

@@ -18,6 +18,8 @@ from PIL import Image as PILImage
 
 from mmpos import media
 
+pytestmark = pytest.mark.hf  # parity with the installed transformers' processors: run on the oldest too
+
 transformers = pytest.importorskip("transformers", reason="parity with the HF processors needs transformers")
 pytest.importorskip("torchvision", reason="the HF torchvision image processor needs torchvision")
 

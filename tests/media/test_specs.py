@@ -9,6 +9,8 @@ from _media_samples import FAMILIES, PRESET, VIDEO_PRESET, family_image_class, f
 
 from mmpos import media
 
+pytestmark = pytest.mark.hf  # parity with the installed transformers' processors: run on the oldest too
+
 
 def test_spec_validation():
     with pytest.raises(ValueError, match="spec must be"):

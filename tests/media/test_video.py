@@ -29,6 +29,8 @@ from _media_samples import (
 from mmpos import layout, media
 from mmpos.media._ops import resolve
 
+pytestmark = pytest.mark.hf  # parity with the installed transformers' processors: run on the oldest too
+
 cv2 = pytest.importorskip("cv2")
 
 

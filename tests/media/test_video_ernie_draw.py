@@ -17,6 +17,8 @@ import torch
 
 from mmpos import media
 
+pytestmark = pytest.mark.hf  # parity with the installed transformers' processors: run on the oldest too
+
 transformers = pytest.importorskip("transformers", reason="parity with the HF processors needs transformers")
 pytest.importorskip("torchvision", reason="the HF video processors need torchvision")
 matplotlib = pytest.importorskip("matplotlib", reason="the test font is matplotlib's DejaVuSans.ttf")
