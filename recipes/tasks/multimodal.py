@@ -10,7 +10,10 @@ an option after ``@``:
   ``v2pe@rand`` draws ``delta`` per image in training (V2PE's recipe) and evaluates with
   ``data.eval_delta``;
 * ``hope`` draws HoPE's temporal scale per block in training and evaluates with
-  ``data.hope_scale``; ``hope@s`` evaluates with ``s``.
+  ``data.hope_scale``; ``hope@s`` evaluates with ``s``;
+* ``circlerope@strategy_4`` (``strategy_2``, ``strategy_3``): CircleRoPE's AGE
+  (:mod:`mmpos.age`), the decoder layers the strategy marks on Circle-RoPE positions, the
+  others on the ``qwen2.5-vl`` layout of the same segments.
 
 Sequences (one per sample, the same structure for the whole batch):
 ``[BOS, <visual parts>, question ..., ANSWER, answer[0]]`` (the images, then the
@@ -33,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mmpos.age import AGE_STRATEGIES, age_coords
+from mmpos.coords import Coords
 from mmpos.layout import Layout, build
 from mmpos.runner.tasks import NUMBER, Task, parse_encoders, register_task
 from mmpos.schemes import SCHEMES
@@ -47,8 +52,8 @@ _DECODER = {"dim": 64, "depth": 3, "num_heads": 4, "num_kv_heads": 4, "theta": 1
 _EVAL_CHUNK = 64
 
 
-#: ``@`` variants per scheme: V2PE's visual step (or ``rand``), HoPE's evaluation temporal scale
-_SCHEME_VARIANTS = {"v2pe": ("rand", NUMBER), "hope": (NUMBER,)}
+#: ``@`` variants per scheme: V2PE's visual step (or ``rand``), HoPE's evaluation temporal scale, CircleRoPE's AGE
+_SCHEME_VARIANTS = {"v2pe": ("rand", NUMBER), "hope": (NUMBER,), "circlerope": AGE_STRATEGIES}
 
 
 def parse_scheme(encoder: str) -> tuple[str, str | None]:
@@ -95,6 +100,8 @@ def _layout_options(scheme: str, option: str | None, data: dict, training: bool)
             return {"delta": float(option)}
         except ValueError:
             raise ValueError(f"v2pe option must be a number in (0, 1] or 'rand', got {option!r}") from None
+    if scheme == "circlerope" and option in AGE_STRATEGIES:  # AGE: a per-layer choice, not a layout option
+        return {}
     if scheme == "hope":
         if training:
             return {"training": True}
@@ -130,9 +137,18 @@ class _Answerer:
         gen = torch.Generator().manual_seed(seed) if options.get("training") else None
         return build([segments] * batch, self.scheme, generator=gen, device=parts[0][1].device, **options)
 
+    def coords(self, parts: list[Part], training: bool, seed: int) -> Coords | list[Coords]:
+        """The decoder's coordinates: the layout's, or one per decoder layer under AGE (``circlerope@strategy_N``)."""
+        circle = self.layout(parts, training, seed).coords
+        if self.scheme != "circlerope" or self.option is None:
+            return circle
+        segments = [segments_of(parts, self.model.patch_size)] * parts[0][1].shape[0]
+        qwen = build(segments, "qwen2.5-vl", device=parts[0][1].device).coords
+        return age_coords(self.option, circle, qwen, depth=len(self.model.decoder.blocks))
+
     def logits(self, model: nn.Module, parts: list[Part], training: bool = False, seed: int = 0) -> Tensor:
         """``(B, 2, vocab)``: the predictions of ``answer[0]`` and ``answer[1]``."""
-        return model(parts, self.layout(parts, training, seed).coords)[:, -2:]
+        return model(parts, self.coords(parts, training, seed))[:, -2:]
 
     def loss(self, model: nn.Module, parts: list[Part], answer: Tensor, seed: Tensor):
         logits = self.logits(model, parts, True, int(seed[0]))

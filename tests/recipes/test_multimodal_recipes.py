@@ -110,3 +110,28 @@ def test_video_task_with_both_question_sources():
     assert clips.shape == (4, 3, 3, 16, 16) and set(question[:, 0].tolist()) <= {video.WHEN, video.EVENT}
     assert torch.isfinite(task.loss(task.model, task.train_batch(0))[0])
     assert set(task.evaluate(task.model)) == {"acc", "acc_hidden", "acc_when", "acc_where"}
+
+
+def test_circlerope_age_variant_gives_the_decoder_one_layout_per_layer():
+    """``circlerope@strategy_4``: decoder blocks 0 and 2 see the Circle-RoPE coordinates, block 1 the qwen2.5-vl
+    layout of the same tokens (pre-hooks on the blocks); plain ``circlerope`` gives every block the same."""
+    assert parse_scheme("circlerope@strategy_4") == ("circlerope", "strategy_4")
+    with pytest.raises(ValueError, match="strategy_1"):
+        parse_scheme("circlerope@strategy_1")
+    cfg = {**TOWER, "batch_size": 2, "decoder": {"dim": 16, "depth": 3, "num_heads": 2, "num_kv_heads": 2, "theta": 10.0},
+           "data": {"questions": ["absolute"], "train_grids": [[2, 2]], "eval_grids": [[2, 2]], "eval_size": 4,
+                    "cell": 8, "eval_delta": 0.0625, "hope_scale": 0.75}}  # fmt: skip
+    seen = {}
+    for encoder in ("circlerope@strategy_4", "circlerope"):
+        task = get_task("vlm_grounding").build(cfg, encoder, 0, torch.device("cpu"))
+        blocks = task.model.decoder.blocks
+        calls = seen.setdefault(encoder, [])
+        hooks = [b.register_forward_pre_hook(lambda m, args, calls=calls: calls.append(args[1])) for b in blocks]
+        loss, _ = task.loss(task.model, task.train_batch(0))
+        for h in hooks:
+            h.remove()
+        assert torch.isfinite(loss)
+    age, plain = seen["circlerope@strategy_4"], seen["circlerope"]
+    assert age[0] is age[2] and age[0] is not age[1] and plain[0] is plain[1] is plain[2]
+    torch.testing.assert_close(age[0].pos, plain[0].pos, rtol=0, atol=0)  # the Circle-RoPE layout
+    assert age[1].pos.shape == age[0].pos.shape and not torch.equal(age[1].pos, age[0].pos)  # the qwen2.5-vl layout
