@@ -331,8 +331,9 @@ _NEWLINE_FAMILIES = ("hunyuan_vl", "hy_v4_vl")
 class _FamilyIndex:
     """Bound to a HunYuan-VL / HY-V4-VL model as ``get_rope_index`` (the model's own signature): the model's own
     scheme from :func:`mmpos.integrations.hf_rope_index.get_rope_index` (:mod:`~mmpos.integrations.hf_families`);
-    another scheme packs the same blocks (:func:`~mmpos.integrations.hf_families.newline_blocks`) by its rule, its ``Scheme.hf_rows`` in the last
-    three of the model's ``rows`` rows (HunYuan-VL's leading ``N - 3`` rows repeat the first; no plan reads them)."""
+    another scheme packs the same blocks (:func:`~mmpos.integrations.hf_families.newline_blocks`) by its rule, its
+    ``Scheme.hf_rows`` in the last three of the model's ``rows`` rows (HunYuan-VL's leading ``N - 3`` rows repeat the
+    first; no plan reads them)."""
 
     def __init__(self, original: Any, config: Any, options: SchemeOptions | None, scheme: str, rows: int) -> None:
         self.signature = inspect.signature(original)
