@@ -63,12 +63,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._extras import requires
 from .._validate import check_int, check_ints
 from ..coords import Coords
-from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa
+from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa, order_permutation
 from ..table import ORDER_SUFFIX
 
 with requires("hf"):  # one line naming the package and the extra when it is missing
@@ -157,6 +158,106 @@ def decoder_layers(model: nn.Module) -> tuple[nn.Module, Sequence[nn.Module]]:
     return base, layers
 
 
+def _static_slots(cache: Any, layer_idx: int) -> int | None:
+    """Key slots of ``cache``'s layer ``layer_idx`` when it is a static layer holding tokens, else ``None``.
+
+    Feature detection: a static layer (transformers' ``StaticLayer``) counts its tokens with a tensor
+    (``get_seq_length()`` is a tensor, so counting needs no host sync) and returns all ``S``
+    preallocated slots from ``update``; a dynamic layer counts with an int and returns the ``T`` it holds.
+    """
+    layers = getattr(cache, "layers", None)
+    if layers is None or layer_idx >= len(layers):
+        return None
+    layer = layers[layer_idx]
+    if not getattr(layer, "is_initialized", False) or not isinstance(layer.get_seq_length(), Tensor):
+        return None
+    return layer.keys.shape[-2]
+
+
+def _order_ranks(pos: Tensor, real: Tensor, sequential: bool) -> Tensor:
+    """Each token's rank ``(B, n)`` in its order's causal traversal: sequence order for a sequential
+    order, else the stable sort of ``pos`` ``(B, n)`` with padding (``real`` False) last -- the
+    traversal :func:`~mmpos.nn.multi_order.multi_order_sdpa` attends in."""
+    if sequential:
+        return torch.arange(pos.shape[-1], device=pos.device).expand_as(pos)
+    return order_permutation(pos, real)[1]
+
+
+def _cached_attention(
+    qs: list[Tensor],
+    ks: list[Tensor],
+    v: Tensor,
+    positions: Tensor,
+    key_mask: Tensor | None,
+    past: int | Tensor,
+    sequential: tuple[bool, ...],
+) -> Tensor:
+    """Attention of ``n`` new tokens over the ``S`` key slots a cache returned: ``(K, B, Hq, n, D)``.
+
+    ``qs`` ``K x (B, Hq, n, D)``, ``ks`` ``K x (B, Hk, S, D)``, ``v`` ``(B, Hk, S, D)``: slots
+    ``0 .. past - 1`` are cached tokens, ``past .. past + n - 1`` the new ones, the rest (a static
+    cache's unused slots) are never attended. ``key_mask`` ``(B, S)`` bool (``True`` on real tokens,
+    ``None``: all real), ``past`` an int or a 0-d tensor (a static cache's counter: no host sync,
+    one graph for every decode step). A new token attends to every real cached token (new tokens
+    follow the cached ones in every order) and, under order ``k``, to the new tokens before it in
+    that order's traversal (generated tokens: causal; a prompt fed after an empty cache: the
+    prefill rule of :func:`~mmpos.nn.multi_order.multi_order_sdpa`, padding queries seeing
+    themselves). The mask is ``(B, 1, n, S)`` of fixed size, built from tensors only.
+    """
+    b, _, n, _ = qs[0].shape
+    slots, dev = v.shape[-2], v.device
+    gqa = qs[0].shape[1] != v.shape[1]
+    if isinstance(past, int) and key_mask is None and n == 1 and slots == past + 1:  # sees every key: SDPA fast path
+        return torch.stack([F.scaled_dot_product_attention(qi, ki, v, enable_gqa=gqa) for qi, ki in zip(qs, ks)])
+    rel = torch.arange(slots, device=dev) - past  # (S,): slot index relative to the first new token
+    new_slot = (rel >= 0) & (rel < n)
+    pick = rel.clamp(0, n - 1).expand(b, n, slots)  # (B, n, S): the new token each slot holds
+    if key_mask is None:
+        real = torch.ones(b, n, dtype=torch.bool, device=dev)
+        cached = (rel < 0).expand(b, n, slots)
+    else:
+        real = key_mask.gather(1, (torch.arange(n, device=dev) + past).expand(b, n))  # (B, n): the new tokens
+        cached = (rel < 0) & key_mask[:, None, :]  # (B, 1, S)
+    own = torch.eye(n, dtype=torch.bool, device=dev) & ~real[:, :, None]  # (B, n, n): padding queries see themselves
+    outs = []
+    for i, (qi, ki) in enumerate(zip(qs, ks)):
+        rank = _order_ranks(positions[i].expand(b, n), real, sequential[i])  # (B, n)
+        among = ((rank[:, None, :] <= rank[:, :, None]) & real[:, None, :]) | own  # (B, n query, n key)
+        allowed = torch.where(new_slot, among.gather(2, pick), cached)  # (B, n, S)
+        outs.append(F.scaled_dot_product_attention(qi, ki, v, attn_mask=allowed[:, None], enable_gqa=gqa))
+    return torch.stack(outs)
+
+
+def _step_mask(key_mask: Any, b: int, n: int, past: int | Tensor, slots: int | None) -> Tensor | None:
+    """``tpe_mask`` checked: ``(B, T)`` (``T`` = cached + new tokens) or, with a static cache, ``(B, S)``.
+
+    Returns it as bool ``(B, S)`` for a static cache (padded with ``True``: the slots after the new
+    tokens are never attended), else ``(B, T)``. Under ``torch.compile`` a static cache's count is a
+    tensor and only ``(B, S)`` (fixed for every step, as ``generate`` passes it) can be checked.
+    """
+    if key_mask is None:
+        return None
+    traced = not isinstance(past, int)
+    want = [] if traced else [past + n]
+    want += [] if slots is None or slots in want else [slots]
+    if (
+        not isinstance(key_mask, Tensor)
+        or key_mask.dim() != 2
+        or key_mask.shape[0] != b
+        or key_mask.shape[1] not in want
+    ):
+        shape = tuple(key_mask.shape) if isinstance(key_mask, Tensor) else type(key_mask).__name__
+        expected = " or ".join(f"({b}, {w})" for w in want)
+        what = "cached plus new tokens" + (", or the static cache's slots" if slots is not None else "")
+        if traced:
+            what = "the static cache's slots: under torch.compile its token count is a tensor"
+        raise ValueError(f"tpe_mask must be (B, T) = {expected} bool ({what}), got {shape}")
+    key_mask = key_mask.bool()
+    if slots is not None and key_mask.shape[1] != slots:
+        key_mask = torch.cat([key_mask, key_mask.new_ones(b, slots - key_mask.shape[1])], dim=1)
+    return key_mask
+
+
 def _tpe_forward(
     attn: nn.Module,
     rotary: nn.Module,
@@ -171,16 +272,15 @@ def _tpe_forward(
     positions = kwargs.get("tpe_positions")
     if positions is None:
         raise ValueError("a model with 2D-TPE attention needs tpe_positions=(K, B, L) positions per order")
-    key_mask = kwargs.get("tpe_mask")
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     b, n, _ = hidden_states.shape
     positions = _order_positions(positions, orders, b, n)
-    past = 0 if cache is None else int(cache.get_seq_length(attn.layer_idx))
-    if key_mask is not None and (
-        not isinstance(key_mask, Tensor) or key_mask.dim() != 2 or tuple(key_mask.shape) != (b, past + n)
-    ):
-        shape = tuple(key_mask.shape) if isinstance(key_mask, Tensor) else type(key_mask).__name__
-        raise ValueError(f"tpe_mask must be (B, T) = ({b}, {past + n}) bool (cached plus new tokens), got {shape}")
+    past = 0 if cache is None else cache.get_seq_length(attn.layer_idx)  # an int, or a static layer's tensor
+    if isinstance(past, Tensor):  # the layer's counter itself, which its update increments in place
+        # eager: the prefill is told apart by its empty cache; compiled: no host sync, one graph for every step
+        past = past.clone() if torch.compiler.is_compiling() else int(past)
+    slots = None if cache is None else _static_slots(cache, attn.layer_idx)
+    key_mask = _step_mask(kwargs.get("tpe_mask"), b, n, past, slots)
     d = attn.head_dim
     q = attn.q_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
     k = attn.k_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
@@ -191,11 +291,12 @@ def _tpe_forward(
         qi, ki = rotate(q, k, cos, sin)
         qs.append(qi)
         ks.append(ki)
-    if cache is not None:  # keys (B, Hk, T, K * D); a static cache returns all its slots: the first T are ours
+    prefill = isinstance(past, int) and past == 0
+    if cache is not None:  # keys (B, Hk, S, K * D): S = T (dynamic layers) or all the slots of a static layer
         where = kwargs.get("cache_position")
         extra = () if where is None else ({"cache_position": where},)
         try:
-            keys, v = cache.update(torch.cat(ks, dim=-1), v, attn.layer_idx, *extra)
+            keys, values = cache.update(torch.cat(ks, dim=-1), v, attn.layer_idx, *extra)
         except RuntimeError as e:
             if orders == 1:
                 raise
@@ -204,24 +305,13 @@ def _tpe_forward(
                 f"(B, Hk, T, {d}); a cache whose layers allocate values as wide as keys (transformers' StaticCache "
                 "before 5) cannot hold them: use mmpos.integrations.hf_tpe.PreallocatedCache(capacity=...)"
             ) from e
-        keys, v = keys[:, :, : past + n], v[:, :, : past + n]
-        ks = list(keys.split(d, dim=-1))
-    if past == 0:
-        mask = None if key_mask is None else key_mask.bool()
+        if not prefill:
+            ks, v = list(keys.split(d, dim=-1)), values
+    if prefill:  # the new tokens alone, in each order's traversal (also what a static cache's first update holds)
+        mask = None if key_mask is None else key_mask[:, :n]
         out = multi_order_sdpa(qs, ks, v, positions, mask, True, sequential)
-    else:  # every cached token, then causal among the new ones (they follow everything in every order)
-        t = past + n
-        allowed = None  # one new token and no padding: it sees every key (no mask: SDPA's fast path)
-        if n > 1 or key_mask is not None:
-            allowed = torch.ones(n, t, dtype=torch.bool, device=q.device).tril(past)
-            allowed = (allowed if key_mask is None else allowed & key_mask.bool()[:, None, :]).unsqueeze(-3)
-        gqa = q.shape[1] != v.shape[1]
-        out = torch.stack(
-            [
-                torch.nn.functional.scaled_dot_product_attention(qi, ki, v, attn_mask=allowed, enable_gqa=gqa)
-                for qi, ki in zip(qs, ks)
-            ]
-        )
+    else:
+        out = _cached_attention(qs, ks, v, positions, key_mask, past, sequential)
     out = mix_orders(out, attn.tpe_router(hidden_states))
     return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1)), None
 
@@ -381,9 +471,13 @@ class _TPEPrepareInputs:
         cache = inputs.get("cache", inputs.get("past_key_values"))
         past = int(cache.get_seq_length()) if isinstance(cache, Cache) else 0
         batch, tokens = current.shape[:2]
-        inputs["tpe_positions"], inputs["tpe_mask"] = _generation_positions(
+        positions, mask = _generation_positions(
             tpe_positions, tpe_mask, kwargs.get("attention_mask"), self.orders, batch, past, tokens
         )
+        slots = None if mask is None else _static_slots(cache, 0)
+        if slots is not None and slots > mask.shape[1]:  # a static cache: one (B, S) mask shape for every step
+            mask = torch.cat([mask, mask.new_ones(batch, slots - mask.shape[1])], dim=1)
+        inputs["tpe_positions"], inputs["tpe_mask"] = positions, mask
         return inputs
 
 
