@@ -1,6 +1,6 @@
 """CircleRoPE's AGE inside a Hugging Face Qwen-VL model (:func:`mmpos.integrations.hf_rope.use_rope` ``age=``).
 
-Paper: Wang et al. 2025, Circle-RoPE, Sec. 3.3 (https://arxiv.org/abs/2505.16416). Reference: lose4578/CircleRoPE
+Paper: Wang et al. 2025, Circle-RoPE, AGE (https://arxiv.org/abs/2505.16416). Reference: lose4578/CircleRoPE
 ``modular_qwen2_5_vl_circle_rope.py``: ``forward`` computes the prompt's position ids twice (``get_rope_index``
 with ``use_m_index`` False and True) and ``Qwen2_5_VLModel_AGE_mode`` calls the rotary module once per decoder
 layer with the ids :data:`~mmpos.age.age_layers` picks for it.
