@@ -2,8 +2,8 @@
 
 Paper: Wang et al. 2025, "Circle-RoPE: Cone-like Decoupled Rotary Positional Embedding for Large
 Vision-Language Models" (https://arxiv.org/abs/2505.16416; its Alternating Geometry Encoding). Reference:
-lose4578/CircleRoPE ``modular_qwen2_5_vl_circle_rope.py`` (``AGE_index_dict``; ``Qwen2_5_VLModel_AGE_mode`` computes the rotation
-of each decoder layer from its own position ids).
+lose4578/CircleRoPE ``modular_qwen2_5_vl_circle_rope.py`` (``AGE_index_dict``; ``Qwen2_5_VLModel_AGE_mode``
+computes the rotation of each decoder layer from its own position ids).
 
 Under AGE the layers of one decoder read two layouts of the same tokens: the ``circlerope`` layout (the
 vision tokens on a ring orthogonal to the text axis, :mod:`mmpos.schemes`) and the model's own, Qwen2.5-VL's
