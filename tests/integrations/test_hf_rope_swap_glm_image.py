@@ -23,7 +23,16 @@ from mmpos.integrations.hf_rope import current_rope, use_rope
 pytestmark = pytest.mark.hf
 IMG, START, END = fam.IMG, fam.START, fam.END
 SUPPRESS = [IMG, START, END]
-SWAPS = [("mrope-i", {}), ("vrope", {}), ("videorope", {}), ("circlerope", {}), ("flat", {}), ("v2pe", {"delta": 0.5})]
+SWAPS = [
+    ("mrope-i", {}),
+    ("vrope", {}),
+    ("videorope", {}),
+    ("circlerope", {}),
+    ("flat", {}),
+    ("v2pe", {"delta": 0.5}),
+    ("hope", {"temporal_scale": 0.5}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),
+]
 #: each sample generates one image of this grid (t, h, w) in tokens
 TARGET = [(1, 2, 3), (1, 2, 2)]
 

@@ -49,7 +49,16 @@ def _video_batch():
 
 
 BATCHES = {"slices": fam._canvas_batch, "videos": _video_batch}
-SWAPS = [("mrope-i", {}), ("vrope", {}), ("videorope", {}), ("circlerope", {}), ("flat", {}), ("v2pe", {"delta": 0.5})]
+SWAPS = [
+    ("mrope-i", {}),
+    ("vrope", {}),
+    ("videorope", {}),
+    ("circlerope", {}),
+    ("flat", {}),
+    ("v2pe", {"delta": 0.5}),
+    ("hope", {"temporal_scale": 0.5}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),
+]
 
 
 def _expected(scheme: str, options: dict, inputs: dict) -> torch.Tensor:
@@ -72,7 +81,8 @@ def _expected(scheme: str, options: dict, inputs: dict) -> torch.Tensor:
     base = RULES["hf-5.3"]  # the installed rule's conventions, another scheme's own advance ("max")
     rule = Rule(f"{base.name}+max", "max", base.seconds, base.padding_value, base.deltas)
     sch = get_scheme(scheme)
-    return pack(mask, blocks, sch, resolve_options(sch, rule=rule, **options)).hf_position_ids("3d")
+    layout_options = {k: v for k, v in options.items() if k != "head_sections"}  # MHRoPE's: the rotation's
+    return pack(mask, blocks, sch, resolve_options(sch, rule=rule, **layout_options)).hf_position_ids("3d")
 
 
 @torch.no_grad()
