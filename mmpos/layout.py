@@ -63,6 +63,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._runs import changes
 from ._validate import FLOAT32_EXACT, check_bytes, check_float, check_int, warn_once
 from .coords import Coords, Modality
 from .schemes import SCHEMES, BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
@@ -490,7 +491,7 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     # the coarse runs: the batch cut at every sample start, where real changes and at every block's edges
     flat = real.reshape(-1)
     samples = np.arange(0, n, length)  # (B,) each sample's first token
-    cuts = np.concatenate([samples, np.flatnonzero(flat[1:] != flat[:-1]) + 1, block_first, block_first + counts])
+    cuts = np.concatenate([samples, changes(flat), block_first, block_first + counts])
     cuts.sort()
     keep = np.empty(cuts.shape[0], dtype=bool)
     keep[0] = True
@@ -549,8 +550,8 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     for s, group in runs_of.items():
         buf = ids[group[-1]]  # the per-token steps (1 on text, s on vision, 0 on padding); its axis last
         if s == 0:
-            text_mask = real & ~is_vision if text_mask is None else text_mask
-            np.copyto(buf, text_mask.reshape(-1))
+            text_mask = np.repeat(text, run_len) if text_mask is None else text_mask  # (B * L,) bool
+            np.copyto(buf, text_mask)
         elif s == 1:
             np.copyto(buf, flat)
         else:
@@ -807,7 +808,10 @@ def _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top) -> Tens
     """``rope_deltas`` ``(B, 1)`` from the next position ``nxt`` ``(B,)``; under ``"max-real"`` from the largest
     text position ``top`` ``(B,)`` (updated in place) and each block's largest value ``block_top`` ``(K,)``."""
     if rule.deltas == "max-real":
-        np.maximum.at(top, block_first // length, block_top)  # ... or a vision token's
+        if block_top.size:  # ... or a vision token's (blocks in reading order: one reduceat per sample's blocks)
+            sample = block_first // length
+            at = np.flatnonzero(np.concatenate([[True], sample[1:] != sample[:-1]]))  # each sample's first block
+            top[sample[at]] = np.maximum(top[sample[at]], np.maximum.reduceat(block_top, at))
         deltas = np.where(n_real > 0, np.maximum(top + 1, nxt), 0) - n_real  # never behind next
         if sch.id_dtype == torch.float32:  # from the largest float32 id written, summed in float32 (as the models)
             top32 = np.maximum(top.astype(np.float32) + np.float32(1), nxt.astype(np.float32))
