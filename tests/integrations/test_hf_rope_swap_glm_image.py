@@ -151,3 +151,27 @@ def test_text_to_image_under_another_scheme(glm_image):
         assert torch.isfinite(steps).all()
     finally:
         use_rope(glm_image, "own")
+
+
+@torch.no_grad()
+def test_two_generated_images_follow_each_other(glm_image):
+    """A prompt that generates two images (``images_per_sample`` counts both, none complete in the prompt): as the
+    model's own rule, the last grid first, then the other, then the end token, here as blocks of the scheme packed
+    one after the other after the prompt (compared with :func:`mmpos.layout.pack` of that sequence)."""
+    from mmpos.layout import VisionBlocks, pack
+    from mmpos.schemes import RULES, Rule, get_scheme, resolve_options
+
+    model = glm_image
+    ids = torch.tensor([[5, 6, 7, START]])
+    grids = torch.tensor([[1, 2, 2], [1, 3, 2]])  # generated: the 3 x 2 grid first, then the 2 x 2 one
+    use_rope(model, "vrope")
+    ids_3d, _ = model.model.get_rope_index(ids, grids, torch.tensor([2]), torch.ones_like(ids))
+    decode = model.model._cached_decode_position_ids  # (1, 3, 6 + 4 + 1)
+    base = RULES["hf-4.57"]  # GLM-Image's get_rope_index takes no mm_token_type_ids: the 4.57 conventions
+    rule = Rule(f"{base.name}+max", "max", base.seconds, base.padding_value, base.deltas)
+    sch = get_scheme("vrope")
+    blocks = VisionBlocks(torch.tensor([[1, 3, 2], [1, 2, 2]]), torch.tensor([4, 10]))
+    want = pack(torch.ones(1, 15, dtype=torch.bool), blocks, sch, resolve_options(sch, rule=rule)).hf_position_ids("3d")
+    assert decode.shape == (1, 3, 11)
+    assert torch.equal(torch.cat([ids_3d, decode.permute(1, 0, 2)], 2).to(want.dtype), want)
+    use_rope(model, "own")
