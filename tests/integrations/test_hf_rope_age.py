@@ -9,13 +9,22 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from _tiny_hf import QWEN2_5_VISION, QWEN2_VISION, assert_cached_generate_is_a_full_forward, greedy, vision_batch
+from _tiny_hf import (
+    QWEN2_5_VISION,
+    QWEN2_VISION,
+    QWEN3_VISION,
+    assert_cached_generate_is_a_full_forward,
+    greedy,
+    vision_batch,
+)
 from _tiny_hf import TEXT as TINY_TEXT
 from transformers import (
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
     Qwen2VLConfig,
     Qwen2VLForConditionalGeneration,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
 )
 
 from mmpos.age import age_layers
@@ -174,3 +183,26 @@ def test_rotary_encoders_with_learned_planes_per_layer_are_refused(encoder):
     with pytest.raises(ValueError, match="scheme must be 'own' or one of"):
         use_rope(model, "no-such-scheme")
     assert current_rope(model) == "own"
+
+
+@torch.no_grad()
+def test_qwen3_vl_age_moves_the_logits_and_generate_equals_a_full_forward():
+    """Qwen3-VL (deepstack, interleaved own rotation): the installed circlerope plan rotates both layouts; the AGE
+    logits differ from plain circlerope and from the model's own, and cached generate equals a full forward."""
+    torch.manual_seed(0)
+    rope = {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+    vision = dict(QWEN3_VISION, depth=2, deepstack_visual_indexes=[0])
+    cfg = Qwen3VLConfig(text_config=dict(TEXT, head_dim=16, rope_scaling=rope), vision_config=vision, **TOKENS)
+    model = Qwen3VLForConditionalGeneration(cfg).eval()
+    first = [5, 6, VSTART] + [IMG] * 6 + [VEND, 7, 30, 9]
+    second = [11, VSTART] + [IMG] * 4 + [VEND, 12, 13]
+    inputs = vision_batch(first, second, [[1, 4, 6], [1, 4, 4]], row=24, image_id=IMG, pad=PAD)
+    if not NEEDS_TYPES:
+        inputs.pop("mm_token_type_ids")
+    own = model(**inputs).logits
+    use_rope(model, "circlerope")
+    circle = model(**inputs).logits
+    use_rope(model, "circlerope", age="strategy_4")
+    age = model(**inputs).logits
+    assert not torch.allclose(age, circle, atol=1e-4) and not torch.allclose(age, own, atol=1e-4)
+    assert_cached_generate_is_a_full_forward(model, inputs, SUPPRESS)
