@@ -18,9 +18,10 @@ and hands the pair to every decoder layer as ``position_embeddings``. Under AGE:
   (:func:`past_length_hook`), which places the call's tokens: the prompt's (the own ids kept by the index) or
   tokens decoded after it (the call's Circle-RoPE ids plus the difference of the ``rope_deltas``).
 
-Unlike the reference, whose decoding steps skip ``position_ids_list`` (every layer then reads the Circle-RoPE
-positions), each layer keeps its own layout while decoding, so a cached ``generate`` equals a full forward over
-the generated sequence.
+By default (``decoding="per-layer"``) each layer keeps its own layout while decoding, so a cached ``generate``
+equals a full forward over the generated sequence. The reference's decoding steps pass no ``position_ids_list``
+(its ``flag_use_get_rope_index`` holds at the prefill only), so every layer reads the Circle-RoPE positions of the
+new tokens there: ``decoding="reference"`` does the same (for a checkpoint trained or evaluated that way).
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["AgeIndex", "AgeRotary", "own_layer_hook", "past_length_hook"]
+__all__ = ["AGE_DECODINGS", "AgeIndex", "AgeRotary", "own_layer_hook", "past_length_hook"]
+
+#: how AGE places the tokens decoded after the prompt: ``"per-layer"`` (each layer keeps its layout) or
+#: ``"reference"`` (every layer reads their Circle-RoPE positions, as lose4578/CircleRoPE's decoding steps do)
+AGE_DECODINGS = ("per-layer", "reference")
 
 
 def _rows(position_ids: Tensor) -> Tensor:
@@ -56,12 +61,16 @@ class AgeRotary(nn.Module):
     Args:
         rotary: the plan (:class:`~mmpos.integrations.hf_rope.HFRotaryEmbedding`), shared by both layouts.
         layers: one flag per decoder layer, ``True`` where it reads Circle-RoPE (:func:`mmpos.age.age_layers`).
+        decoding: one of :data:`AGE_DECODINGS`: the positions of the tokens decoded after the prompt.
     """
 
-    def __init__(self, rotary: nn.Module, layers: tuple[bool, ...]) -> None:
+    def __init__(self, rotary: nn.Module, layers: tuple[bool, ...], decoding: str = "per-layer") -> None:
         super().__init__()
+        if decoding not in AGE_DECODINGS:
+            raise ValueError(f"age_decoding must be one of {AGE_DECODINGS}, got {decoding!r}")
         self.rotary = rotary
         self.layers = layers
+        self.decoding = decoding
         self.own: tuple[Tensor, Tensor] | None = None
         self.past: int | None = None  # tokens in the cache at this call (past_length_hook; None: 0)
         self._prompt: tuple[Tensor, Tensor] | None = None  # the index's (circle ids, own ids), (3, B, L) each
@@ -94,7 +103,7 @@ class AgeRotary(nn.Module):
                     "(do not pass position_ids), or install circlerope without age"
                 )
             return ids
-        if self._prompt is None:
+        if self._prompt is None or self.decoding == "reference":  # the reference: Circle-RoPE for every layer
             return ids
         if circle is None:
             raise ValueError(

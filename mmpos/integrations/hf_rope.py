@@ -106,7 +106,7 @@ from ..schemes import (
     scheme_for_model_type,
 )
 from . import hf_omni
-from ._hf_age import AgeIndex, AgeRotary, own_layer_hook, past_length_hook
+from ._hf_age import AGE_DECODINGS, AgeIndex, AgeRotary, own_layer_hook, past_length_hook
 from .hf_families import (
     glm_image_blocks,
     glm_image_decode_position_ids,
@@ -817,6 +817,7 @@ def use_rope(
     scaling: RopeScaling | Mapping[str, Any] | str | None = "own",
     encoder_options: Mapping[str, Any] | None = None,
     age: str | list[bool] | None = None,
+    age_decoding: str = "per-layer",
     **scheme_options: Any,
 ) -> nn.Module:
     """Make a Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V (or :data:`FAMILY_ROTARY`) model use ``scheme``
@@ -862,6 +863,9 @@ def use_rope(
             Circle-RoPE positions, the others the model's own (its scheme through mmpos, with the installed
             release's rule), both rotated by the installed plan (:mod:`mmpos.integrations._hf_age`). Qwen-VL
             layouts only (not the Omni, HunYuan / HY-V4, GLM-Image, MiniCPM-V or Cohere-Compass models).
+        age_decoding: under ``age``, the positions of the tokens decoded after the prompt: ``"per-layer"``
+            (default; each layer keeps its layout, so a cached ``generate`` equals a full forward) or
+            ``"reference"`` (every layer reads their Circle-RoPE positions, as the reference's decoding steps).
 
     Returns:
         ``model``, whose ``rope_deltas`` cache is cleared. The scheme and the arguments given are
@@ -883,6 +887,7 @@ def use_rope(
             "scaling": scaling,
             "encoder_options": encoder_options,
             "age": age,
+            "age_decoding": age_decoding,
             **scheme_options,
         }
         return _use_rope_full_omni(model, scheme, arguments)
@@ -896,6 +901,7 @@ def use_rope(
         "visual_stride": visual_stride,
         "encoder_options": None if encoder_options is None else dict(encoder_options),
         "age": age if age is None or isinstance(age, str) else list(age),
+        "age_decoding": None if age_decoding == "per-layer" else age_decoding,
         **scheme_options,
     }
     scaling_entry = _scaling_entry(scaling)  # checks scaling; None where it is the default "own"
@@ -915,6 +921,9 @@ def use_rope(
     if advance is not None and advance not in ADVANCES:
         raise ValueError(f"advance must be None or one of {ADVANCES}, got {advance!r}")
     own_scheme = scheme_for_model_type(hf_omni.omni_model_type(core.config) or model_type)
+    check_choice(age_decoding, "age_decoding", AGE_DECODINGS)
+    if age is None and age_decoding != "per-layer":
+        raise ValueError(f"age_decoding applies with age (CircleRoPE's AGE), got age_decoding={age_decoding!r}")
     if age is not None:  # CircleRoPE's AGE: two layouts of the prompt through the Qwen-VL get_rope_index
         if scheme != "circlerope":
             raise ValueError(f"age (CircleRoPE's AGE) applies to scheme='circlerope', got scheme={scheme!r}")
@@ -1049,7 +1058,7 @@ def use_rope(
         original = type(core).get_rope_index.__get__(core)
         core.get_rope_index = _SchemeIndex(original, options)
         if age is not None:  # Circle-RoPE ids for the model, the own layout's for the layers age_flags leaves out
-            rotary = AgeRotary(rotary, age_flags)
+            rotary = AgeRotary(rotary, age_flags, age_decoding)
             core.get_rope_index = AgeIndex(core.get_rope_index, _SchemeIndex(original, own_options), rotary)
             installed.hooks.append(text.register_forward_pre_hook(past_length_hook(rotary), with_kwargs=True))
             for layer, circle in zip(text.layers, age_flags):

@@ -141,6 +141,39 @@ def test_cached_generate_equals_a_full_forward(family):
 
 
 @torch.no_grad()
+def test_reference_decoding_reads_circle_positions_after_the_prompt():
+    """``age_decoding="reference"``: the prefill as AGE, then every layer on the Circle-RoPE positions of the new
+    tokens (the reference passes no position_ids_list after the prefill) -- here the plain circlerope model with
+    hooks that give the own layers the model's own rotary of its own ids during the prefill only."""
+    model, inputs = _model("qwen2.5-vl"), _inputs("qwen2.5-vl")
+    text = model.model.language_model
+    own_rotary = text.rotary_emb
+    own_ids, _ = model.model.get_rope_index(inputs["input_ids"], **_index_args(inputs))
+    prompt = inputs["input_ids"].shape[1]
+
+    def hook(module, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]
+        if x.shape[1] != prompt:  # a decoding step: the Circle-RoPE rotation the model computed
+            return None
+        return args, {**kwargs, "position_embeddings": own_rotary(x, own_ids)}
+
+    flags = age_layers("strategy_2", 4)
+    use_rope(model, "circlerope")
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer, f in zip(text.layers, flags) if not f]
+    _, want = greedy(model, inputs, SUPPRESS, 3, PAD)
+    for h in handles:
+        h.remove()
+    use_rope(model, "circlerope", age="strategy_2", age_decoding="reference")
+    assert getattr(model.config, CONFIG_KEY)["age_decoding"] == "reference"
+    _, got = greedy(model, inputs, SUPPRESS, 3, PAD)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    use_rope(model, "circlerope", age="strategy_2")
+    _, per_layer = greedy(model, inputs, SUPPRESS, 3, PAD)
+    torch.testing.assert_close(per_layer[:, 0], got[:, 0], rtol=0, atol=0)  # the same prefill
+    assert not torch.allclose(per_layer[:, 1:], got[:, 1:], atol=1e-4)  # decoding differs
+
+
+@torch.no_grad()
 def test_age_is_recorded_in_the_config_and_restored():
     model, inputs = _model("qwen2.5-vl"), _inputs("qwen2.5-vl")
     use_rope(model, "circlerope", age=[True, False, False, True], radius="auto-2")
@@ -171,6 +204,10 @@ def test_bad_age_arguments_are_refused():
         use_rope(model, "circlerope", age="strategy_1")
     with pytest.raises(ValueError, match="one bool per layer \\(depth = 4\\), got 2"):
         use_rope(model, "circlerope", age=[True, False])
+    with pytest.raises(ValueError, match="age_decoding must be one of"):
+        use_rope(model, "circlerope", age="strategy_2", age_decoding="circle")
+    with pytest.raises(ValueError, match="age_decoding applies with age"):
+        use_rope(model, "circlerope", age_decoding="reference")
     assert current_rope(model) == "own"  # nothing installed
 
 
