@@ -137,11 +137,15 @@ def _row_grid(grid: np.ndarray, m: int, name: str) -> np.ndarray:
 def _runs(marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(R,)`` flat index of the first token and length of every run of marked tokens of a
     ``(B, L)`` bool array, in reading order (a run never crosses samples)."""
-    b, length = marks.shape
-    edged = np.zeros((b, length + 2), dtype=bool)  # each row between two unmarked tokens
-    edged[:, 1:-1] = marks
-    edges = np.flatnonzero(edged[:, 1:] != edged[:, :-1])  # (2R,) per row: start, end, start, end, ...
-    edges -= edges // (length + 1)  # flat index in the (B, L) batch (an end may be L: one past its row)
+    length = marks.shape[1]
+    flat = marks.reshape(-1)  # (B * L,) one pass over the batch in flat order; then per run
+    if not flat.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) a run starts or ends at each, in order
+    cut = (np.flatnonzero(marks[:-1, -1] & marks[1:, 0]) + 1) * length  # rows a run would run across
+    if flat[0] or flat[-1] or cut.size:
+        ends = np.array([0] * bool(flat[0]) + [flat.size] * bool(flat[-1]), dtype=np.int64)
+        edges = np.sort(np.concatenate([edges, cut, cut, ends]))
     return edges[0::2], edges[1::2] - edges[0::2]
 
 
