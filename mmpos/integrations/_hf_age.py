@@ -3,7 +3,7 @@
 Paper: Wang et al. 2025, Circle-RoPE, AGE (https://arxiv.org/abs/2505.16416). Reference: lose4578/CircleRoPE
 ``modular_qwen2_5_vl_circle_rope.py``: ``forward`` computes the prompt's position ids twice (``get_rope_index``
 with ``use_m_index`` False and True) and ``Qwen2_5_VLModel_AGE_mode`` calls the rotary module once per decoder
-layer with the ids :data:`~mmpos.age.age_layers` picks for it.
+layer with the ids :func:`~mmpos.age.age_layers` picks for it.
 
 A transformers text model calls its rotary module once per forward, ``rotary_emb(x, position_ids) -> (cos, sin)``,
 and hands the pair to every decoder layer as ``position_embeddings``. Under AGE:
