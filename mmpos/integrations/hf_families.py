@@ -790,7 +790,8 @@ def minicpmv4_7_rope_index(
     deltas = np.zeros(b, dtype=np.int64)  # the largest position of each sample (0 without tokens) ...
     if pos.shape[1]:
         full = counts > 0
-        deltas[full] = np.maximum(np.maximum.reduceat(pos.max(0), (np.cumsum(counts) - counts)[full]), 0)
+        top = np.maximum.reduceat(pos, (np.cumsum(counts) - counts)[full], axis=1).max(0)  # (3, B') -> (B',)
+        deltas[full] = np.maximum(top, 0)
     if length:
         deltas += 1 - counts  # ... + 1 - its length
     device = input_ids.device
