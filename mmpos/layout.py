@@ -63,7 +63,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._runs import changes
 from ._validate import FLOAT32_EXACT, check_bytes, check_float, check_int, warn_once
 from .coords import Coords, Modality
 from .schemes import SCHEMES, BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
@@ -491,7 +490,8 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     # the coarse runs: the batch cut at every sample start, where real changes and at every block's edges
     flat = real.reshape(-1)
     samples = np.arange(0, n, length)  # (B,) each sample's first token
-    cuts = np.concatenate([samples, changes(flat), block_first, block_first + counts])
+    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where real changes
+    cuts = np.concatenate([samples, changes, block_first, block_first + counts])
     cuts.sort()
     keep = np.empty(cuts.shape[0], dtype=bool)
     keep[0] = True
@@ -499,74 +499,95 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     cuts = cuts[keep]
     if cuts[-1] == n:
         cuts = cuts[:-1]  # (C,) each run's first token
-    run_len = np.diff(cuts, append=n)  # (C,)
+    run_len = np.empty_like(cuts)  # (C,)
+    np.subtract(cuts[1:], cuts[:-1], out=run_len[:-1])
+    run_len[-1] = n - cuts[-1]
     blk = np.searchsorted(cuts, block_first)  # (K,) each block's run
     text = flat.take(cuts)  # (C,) real runs ...
-    n_real = np.bincount(cuts // length, weights=run_len * text, minlength=b).astype(np.int64)  # (B,)
+    sample = cuts // length  # (C,)
+    n_real = np.bincount(sample, weights=run_len * text, minlength=b).astype(np.int64)  # (B,)
     text[blk] = False  # ... but the blocks': text runs
     adv = np.where(text, run_len, 0.0)  # (C,) float64: how far each run moves the position
     adv[blk] = extent
     first_run = np.searchsorted(cuts, samples)  # (B,) each sample's first run
     before = np.cumsum(adv)
     before -= adv  # (C,) exact: integers below 2**53 (the caller's _exact_sum)
-    pos = before - np.repeat(before.take(first_run), np.diff(first_run, append=cuts.shape[0]))  # (C,) in-sample
+    pos = before - before.take(first_run).take(sample)  # (C,) running position at each run's first token
     nxt = np.add.reduceat(adv, first_run)  # (B,) the position the token after each sample gets
     block_start = pos.take(blk)  # (K,)
     row_w = grid[:, 2].take(row_block)  # (R,) tokens per row
     step = step.astype(np.int64)
-    with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused below
-        start = block_start.take(row_block)  # (R,)
-        first = base + start if (use_start == 1).all() else base + use_start[:, None] * start  # (A, R) float64
-        ends = np.concatenate([nxt, block_start, block_start + extent])
-        # every value below 2**53 (NaN fails the comparisons): the runs' ends, the rows' first values, and
-        # their last ones, at most ``spread`` from the first (checked one by one only where that is too close)
-        largest, spread = float(np.abs(first).max()), float(np.abs(step).max()) * float(row_w.max() - 1)
-        if not (float(np.abs(ends).max()) < 2**53 and largest < 2**53):
+    ends = np.concatenate([nxt, block_start, block_start + extent])
+    if not float(np.abs(ends).max()) < 2**53:  # NaN fails the comparison too
+        raise _not_finite()
+    # each row's first value (A, R): in int64 where base and use_start are integers and no sum can reach
+    # 2**53, else in float64 (checked, then cast)
+    spread = int(np.abs(step).max()) * int(row_w.max() - 1)  # how far a row's last value is from its first
+    integer = base.dtype.kind in "iu" and bool((np.floor(use_start) == use_start).all())
+    if integer:
+        reach = max(abs(int(base.max())), abs(int(base.min()))) + float(np.abs(use_start).max()) * float(
+            np.abs(block_start).max()
+        )
+        integer = reach + spread < 2**53
+    if integer:
+        start = block_start.astype(np.int64).take(row_block)  # (R,)
+        u = use_start.astype(np.int64)
+        first = base + start if (u == 1).all() else base + u[:, None] * start
+        near = False
+    else:
+        with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused here
+            start = block_start.take(row_block)  # (R,)
+            first = base + start if (use_start == 1).all() else base + use_start[:, None] * start  # (A, R)
+            largest = float(np.abs(first).max())
+        if not largest < 2**53:
             raise _not_finite()
-    near = not largest + spread < 2**53
-    first = first.astype(np.int64)
-    last = [first[a] if s == 0 else first[a] + s * (row_w - 1) for a, s in enumerate(step.tolist())]  # (R,) each
+        near = not largest + spread < 2**53  # the rows' last values then checked one by one
+        first = first.astype(np.int64)
+    steps = step.tolist()
+    last = [first[a] if s == 0 else first[a] + s * (row_w - 1) for a, s in enumerate(steps)]  # (R,) per axis
     block_top = None
     if tops or near:  # each block's largest value on any axis (and the smallest vision value)
-        row_top = np.maximum.reduce([last[a] if s >= 0 else first[a] for a, s in enumerate(step.tolist())])
+        row_top = np.maximum.reduce([last[a] if s >= 0 else first[a] for a, s in enumerate(steps)])  # (R,)
         block_top = np.maximum.reduceat(row_top, block_row).astype(np.float64)  # (K,)
         if near:
-            low = np.minimum.reduce([first[a] if s >= 0 else last[a] for a, s in enumerate(step.tolist())]).min()
+            low = np.minimum.reduce([first[a] if s >= 0 else last[a] for a, s in enumerate(steps)]).min()
             if not (float(np.abs(block_top).max()) < 2**53 and abs(float(low)) < 2**53):
                 raise _not_finite()
     top = None
     if not bool((extent >= 0).all()):  # positions may go back: the largest text position of each sample
         top = np.full(b, -math.inf)
-        np.maximum.at(top, (cuts // length)[text], (pos + run_len - 1)[text])
+        np.maximum.at(top, sample[text], (pos + run_len - 1)[text])
     # the jumps: at each run's first token (a block's: its first row's) and at each other row's first token
-    head = np.where(text, pos, pad).astype(np.int64)  # (C,) text: its position; padding: the padding value
-    tail = head + text * (run_len - 1)  # (C,) its last value
-    row_at = np.cumsum(row_w) - row_w + (block_first - (np.cumsum(counts) - counts)).repeat(rows_k)  # (R,) flat
+    head = np.empty(first.shape[:1] + cuts.shape, dtype=np.int64)  # (A, C) each run's first value ...
+    head[:] = np.where(text, pos, pad)  # ... text: its position; padding: the padding value
+    head[:, blk] = first.take(block_row, axis=1)
+    tail = head + text * (run_len - 1)  # (A, C) its last value
     last_row = block_row + rows_k - 1  # (K,)
-    runs_of = {}  # step -> axes
-    for a, s in enumerate(step.tolist()):  # (a loop over axes)
-        runs_of.setdefault(s, []).append(a)
-    text_mask = None
-    for s, group in runs_of.items():
+    tail[:, blk] = first.take(last_row, axis=1) + np.multiply.outer(step, row_w.take(last_row) - 1)
+    jump = np.empty_like(head)  # (A, C)
+    jump[:, 0] = head[:, 0]
+    np.subtract(head[:, 1:], tail[:, :-1], out=jump[:, 1:])
+    jump[:, first_run] = head[:, first_run]  # a sample's cumsum starts at 0
+    row_jump = first[:, 1:] - first[:, :-1]  # (A, R - 1) a row after a row (a block's first: overwritten)
+    for a, s in enumerate(steps):
+        if s:
+            row_jump[a] -= s * (row_w[:-1] - 1)
+    row_at = (np.cumsum(row_w) - row_w + (block_first - (np.cumsum(counts) - counts)).repeat(rows_k))[1:]  # flat
+    groups = {}  # step -> its axes (a loop over axes)
+    for a, s in enumerate(steps):
+        groups.setdefault(s, []).append(a)
+    for s, group in groups.items():
         buf = ids[group[-1]]  # the per-token steps (1 on text, s on vision, 0 on padding); its axis last
         if s == 0:
-            text_mask = np.repeat(text, run_len) if text_mask is None else text_mask  # (B * L,) bool
-            np.copyto(buf, text_mask)
+            np.copyto(buf, np.repeat(text, run_len))
         elif s == 1:
             np.copyto(buf, flat)
         else:
             np.multiply(is_vision.reshape(-1), s - 1, out=buf)
             buf += flat
-        for a in group:  # every axis of the group jumps at the same tokens: its jumps overwrite the last's
-            f, lst = first[a], last[a]
-            buf[row_at[1:]] = f[1:] - lst[:-1]  # a row after a row (a block's first row: overwritten below)
-            h, t = head.copy(), tail.copy()
-            h[blk], t[blk] = f.take(block_row), lst.take(last_row)
-            jump = np.empty_like(h)
-            jump[0] = h[0]
-            np.subtract(h[1:], t[:-1], out=jump[1:])
-            jump[first_run] = h.take(first_run)  # a sample's cumsum starts at 0
-            buf[cuts] = jump
+        for a in group:  # every axis of a group jumps at the same tokens: each one's jumps overwrite the last's
+            buf[row_at] = row_jump[a]
+            buf[cuts] = jump[a]
             src = torch.from_numpy(buf.reshape(b, length))
             if a == group[-1]:
                 src.cumsum_(1)

@@ -11,8 +11,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._runs import changes
-
 
 def host(t: Tensor) -> np.ndarray:
     """A NumPy view of ``t`` on the host (one device-to-host copy for an accelerator tensor)."""
@@ -47,7 +45,7 @@ def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np
     length = is_token.shape[1]
     flat = is_token.reshape(-1)
     n = flat.shape[0]
-    edges = changes(flat)  # (E,) where a run starts or ends
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where a run starts or ends
     if n and length < n:  # runs cut at every sample start inside one
         inside = np.arange(length, n, length)
         inside = inside[flat[inside] & flat[inside - 1]]
