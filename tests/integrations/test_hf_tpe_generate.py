@@ -226,3 +226,22 @@ def test_copies_generate_with_their_own_hooks():
         for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
             assert clone.prepare_inputs_for_generation.model is clone
             assert torch.equal(clone.generate(ids, **kw), ref)
+
+
+def test_generate_continues_a_cache_that_holds_the_text_before_the_table():
+    # the rest of the prompt, fed after the cached text, holds the table: its tokens attend to each other in each
+    # order's traversal (the column order is not the sequence order), as in a forward without a cache
+    model = _model("qwen2")
+    ids, pos, mask, nxt = _prompt(1)
+    name = _cache_name(model)
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, 4)
+        cache = PreallocatedCache()
+        prefix = model(ids[:, :2], tpe_positions=pos[..., :2], use_cache=True, **{name: cache}).logits
+        rest = model(ids[:, 2:], tpe_positions=pos[..., 2:], use_cache=True, **{name: cache}).logits
+        full = model(ids, tpe_positions=pos).logits
+        torch.testing.assert_close(torch.cat([prefix, rest], 1), full, rtol=0, atol=1e-5)
+        cache = PreallocatedCache()
+        model(ids[:, :2], tpe_positions=pos[..., :2], use_cache=True, **{name: cache})
+        out = model.generate(ids, tpe_positions=pos, max_new_tokens=4, do_sample=False, **{name: cache})
+    assert torch.equal(out, ref)
