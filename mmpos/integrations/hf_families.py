@@ -682,17 +682,11 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     head = np.flatnonzero(fs < lo).tolist()
     on_crops = any((types[at] != 0).any() for at in marks_at)
     if not head and not on_crops and not (ce > hi[fid]).any():  # axes 1, 2: the coat and the grids in turn
-        coat = np.broadcast_to(base, (2, n))  # (2, N) the coat on both axes (a view)
-        pieces: list = [None] * (2 * cs.shape[0] + 1)  # gap, crop, gap, ..., gap: each (2, length)
-        pieces[0::2] = [coat[:, x:y] for x, y in zip(np.append(0, ce).tolist(), np.append(cs, n).tolist())]
-        pieces[1::2] = [grids[i] for i in chosen]
-        np.concatenate(pieces, axis=1, out=pos[1:])
-        piece = np.zeros(len(pieces), dtype=np.int64)  # (2C + 1,) their lengths
-        piece[1::2] = lens
-        piece[0::2] = np.append(cs, n) - np.append(0, ce)
-        shift = np.zeros((2, len(pieces)), dtype=np.int64)
-        shift[:, 1::2] = offset
-        pos[1:] += np.repeat(shift, piece, axis=1)
+        pos[1:] = base  # the coat, then over the crops' tokens (masked writes) their grids, shifted
+        crop_val = np.concatenate([grids[i] for i in chosen], axis=1)  # (2, T) the crops' tokens in order
+        crop_val += np.repeat(offset, lens, axis=1)
+        is_crop = types != 0
+        pos[1][is_crop], pos[2][is_crop] = crop_val
         write_markers()  # on no crop's token
     else:
         pos[1:] = base
