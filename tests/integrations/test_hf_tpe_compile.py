@@ -85,6 +85,20 @@ def _decode(model, step, ids, full_pos, full_mask, n, cache):
     return torch.cat(out, 1)
 
 
+def test_prefill_compiles_without_graph_breaks():
+    # the forward without a cache (training, prefill): the permuted multi-order path, with and without padding
+    model = _model("llama")
+    ids, full_pos, full_mask, _ = _prompt(new=0)
+    with torch.no_grad():
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=False)
+        for mask in (full_mask, None):
+            kw = {"tpe_positions": full_pos, "tpe_mask": mask, "use_cache": False}
+            torch.testing.assert_close(compiled(ids, **kw).logits, model(ids, **kw).logits, rtol=0, atol=1e-6)
+    assert _graphs() == 2 and not dynamo.utils.counters["graph_break"]  # one graph with the mask, one without
+
+
 @needs_static
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_static_cache_decode_step_is_one_graph_and_equals_eager(kind):
