@@ -255,9 +255,10 @@ def _step_mask(key_mask: Any, b: int, n: int, past: int | Tensor, slots: int | N
         shape = tuple(key_mask.shape) if isinstance(key_mask, Tensor) else type(key_mask).__name__
         expected = " or ".join(f"({b}, {w})" for w in want)
         what = "cached plus new tokens" + (", or the static cache's slots" if slots is not None else "")
+        name = "(B, T)"
         if traced:
-            what = "the static cache's slots: under torch.compile its token count is a tensor"
-        raise ValueError(f"tpe_mask must be (B, T) = {expected} bool ({what}), got {shape}")
+            name, what = "(B, S)", "the static cache's slots: under torch.compile its token count is a tensor"
+        raise ValueError(f"tpe_mask must be {name} = {expected} bool ({what}), got {shape}")
     key_mask = key_mask.bool()
     if slots is not None and key_mask.shape[1] != slots:
         key_mask = torch.cat([key_mask, key_mask.new_ones(b, slots - key_mask.shape[1])], dim=1)

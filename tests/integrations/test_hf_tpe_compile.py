@@ -168,6 +168,12 @@ def test_static_cache_takes_the_mask_of_its_slots_or_of_the_tokens_so_far():
             torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
         with pytest.raises(ValueError, match=rf"tpe_mask must be \(B, T\) = \(2, {n + 3}\) or \(2, {slots}\) bool"):
             model(ids[:, -1:], tpe_positions=full_pos[..., -1:], tpe_mask=full_mask, **kw)
+        # compiled, the count is a tensor: only the (B, S) mask can be checked; the growing one stops the capture
+        # (dynamo reports the ValueError it observed as Unsupported under fullgraph=True)
+        dynamo.reset()
+        compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=False)
+        with pytest.raises(Exception, match=rf"tpe_mask must be \(B, S\) = \(2, {slots}\) bool .*torch.compile"):
+            compiled(ids[:, -1:], tpe_positions=full_pos[..., -1:], tpe_mask=full_mask, **kw)
 
 
 @pytest.mark.slow  # 10-30 s on a loaded 2-core machine: dynamo traces the whole model (graph breaks on 4.57)
