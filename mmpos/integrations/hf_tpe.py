@@ -88,9 +88,9 @@ class _PreallocatedLayer(DynamicLayer):
     """A ``DynamicLayer`` whose ``keys`` / ``values`` are views of the first ``T`` slots of buffers that double.
 
     Every other method of ``DynamicLayer`` (``get_seq_length``, ``crop``, ``batch_select_indices``, ...)
-    reads or reassigns ``keys`` / ``values``; an update writes after ``keys`` when they are still a
-    prefix view of the buffers, else (reassigned to a new tensor, e.g. by beam reordering) it
-    copies them into new buffers first.
+    reads or reassigns ``keys`` / ``values``; an update writes after ``keys`` when they are still the
+    views it returned (object identity: no ``data_ptr``, so ``torch.compile`` traces it), else
+    (reassigned, e.g. by beam reordering or ``crop``) it copies them into new buffers first.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -98,19 +98,11 @@ class _PreallocatedLayer(DynamicLayer):
         self.capacity = capacity
         self._key_buffer: Tensor | None = None
         self._value_buffer: Tensor | None = None
+        self._returned: tuple[Tensor, Tensor] | None = None  # the views the last update returned
 
-    def _views(self, t: int) -> tuple[Tensor, Tensor]:
-        return self._key_buffer[:, :, :t], self._value_buffer[:, :, :t]
-
-    def _holds(self, t: int) -> bool:
-        """``keys`` / ``values`` are the first ``t`` slots of the buffers (not a copy, not cut inside)."""
-        if self._key_buffer is None or self.keys is None or self.keys.dim() != 4:
-            return False
-        want_k, want_v = self._views(t)
-        return all(
-            a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            for a, b in ((self.keys, want_k), (self.values, want_v))
-        )
+    def _holds(self) -> bool:
+        """``keys`` / ``values`` are the views of the buffers the last update returned (not a copy, not cut)."""
+        return self._returned is not None and self.keys is self._returned[0] and self.values is self._returned[1]
 
     def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         # key_states (B, Hk, n, Dk), value_states (B, Hk, n, Dv); the buffers (B, Hk, capacity, Dk / Dv)
@@ -118,8 +110,9 @@ class _PreallocatedLayer(DynamicLayer):
         initialized = getattr(self, "is_initialized", False) and self.keys is not None and self.keys.dim() == 4
         t = self.keys.shape[-2] if initialized else 0
         have = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
-        if not self._holds(t) or t + n > have:
-            size = max(t + n, 2 * have if have and self._holds(t) else (self.capacity or 0))
+        holds = self._holds()
+        if not holds or t + n > have:
+            size = max(t + n, 2 * have if have and holds else (self.capacity or 0))
             old_k, old_v = (self.keys, self.values) if t else (None, None)
             self._key_buffer = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
             self._value_buffer = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]))
@@ -129,7 +122,8 @@ class _PreallocatedLayer(DynamicLayer):
         self._key_buffer[:, :, t : t + n] = key_states
         self._value_buffer[:, :, t : t + n] = value_states
         self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-        self.keys, self.values = self._views(t + n)
+        self.keys, self.values = self._key_buffer[:, :, : t + n], self._value_buffer[:, :, : t + n]
+        self._returned = (self.keys, self.values)
         return self.keys, self.values
 
 

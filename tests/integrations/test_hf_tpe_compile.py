@@ -176,15 +176,15 @@ def test_static_cache_takes_the_mask_of_its_slots_or_of_the_tokens_so_far():
             compiled(ids[:, -1:], tpe_positions=full_pos[..., -1:], tpe_mask=full_mask, **kw)
 
 
-@pytest.mark.slow  # 10-30 s on a loaded 2-core machine: dynamo traces the whole model (graph breaks on 4.57)
+@pytest.mark.slow  # 10-30 s on a loaded 2-core machine: dynamo traces the whole model twice
 def test_preallocated_cache_decodes_under_compile():
-    # its keys grow by a token a step (views of the first T slots, as transformers' DynamicCache concatenates),
-    # so each step is a new shape (a new graph): not compile-clean, but the results are those of eager decoding
+    # no graph break (fullgraph=True), but its keys grow by a token a step (views of the first T slots, as
+    # transformers' DynamicCache concatenates), so each step is a new shape (a new graph); results as eager
     model = _model("qwen2")
     ids, full_pos, full_mask, n = _prompt(new=1)
     with torch.no_grad():
         dynamo.reset()
-        compiled = torch.compile(model, backend="eager", dynamic=False)
+        compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=False)
         out = []
         for step in (model, compiled):
             kw = _cache_kw(model, PreallocatedCache(capacity=ids.shape[1]))
