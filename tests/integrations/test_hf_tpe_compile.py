@@ -176,7 +176,7 @@ def test_static_cache_takes_the_mask_of_its_slots_or_of_the_tokens_so_far():
             compiled(ids[:, -1:], tpe_positions=full_pos[..., -1:], tpe_mask=full_mask, **kw)
 
 
-@pytest.mark.slow  # 10-30 s on a loaded 2-core machine: dynamo traces the whole model twice
+@pytest.mark.slow  # 10-30 s on a loaded 2-core machine: dynamo traces the whole model
 def test_preallocated_cache_decodes_under_compile():
     # no graph break (fullgraph=True), but its keys grow by a token a step (views of the first T slots, as
     # transformers' DynamicCache concatenates), so each step is a new shape (a new graph); results as eager
