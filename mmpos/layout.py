@@ -57,7 +57,7 @@ import math
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cache, cached_property, partial
 
 import numpy as np
 import torch
@@ -367,7 +367,14 @@ class VisionBlocks:
 
 def _host(t: Tensor | np.ndarray) -> np.ndarray:
     """A NumPy view of ``t`` on the host (no copy for a CPU tensor or an array; one transfer otherwise)."""
-    return t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
+    if not isinstance(t, Tensor):
+        return np.asarray(t)
+    if t.is_cpu and not t.requires_grad:
+        try:
+            return t.numpy()  # one call where it can (a CPU tensor without grad)
+        except (RuntimeError, TypeError):  # e.g. a conjugate or negative view
+            pass
+    return t.detach().cpu().numpy()
 
 
 def _float64(t: Tensor | np.ndarray) -> np.ndarray:
@@ -384,9 +391,11 @@ def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptio
     return torch.from_numpy(np.full(k, 1.0 if value is None else float(value)))
 
 
-def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, ...]:
+def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
     """Host ``grid (K, 3)``, ``first (K,)``, ``seconds (K,)`` float32 and ``is_image (K,)`` of
-    ``blocks``, in reading order (sorted by ``first``), and ``is_vision`` ``(B, L)``; checked."""
+    ``blocks``, in reading order (sorted by ``first``), ``is_vision``: a function making the ``(B, L)``
+    mask of the blocks' tokens (built only where a path reads it), ``audio (K,)`` (``None``: no audio) and
+    ``changes (E,)``, the flat indices where ``real`` changes; checked."""
     if not isinstance(blocks, VisionBlocks):
         raise TypeError(f"blocks must be a VisionBlocks, got {type(blocks).__name__}")
     grid, first = _host(blocks.grid), _host(blocks.first)
@@ -405,17 +414,21 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
             raise ValueError(f"blocks.{name} must have shape ({k},), one value per block, got {v.shape}")
     if is_image.dtype != bool:
         raise ValueError(f"blocks.is_image must be bool, got {is_image.dtype}")
-    audio = np.zeros(k, dtype=np.int64) if blocks.audio is None else _host(blocks.audio)
-    if audio.shape != (k,) or (k and audio.dtype.kind not in "iu") or (audio < 0).any():
-        raise ValueError(f"blocks.audio must be ({k},) integers >= 0, one per block, got {audio.dtype} {audio.shape}")
-    audio = audio.astype(np.int64, copy=False)
-    if (grid < 1).any():
+    audio = None if blocks.audio is None else _host(blocks.audio)
+    if audio is not None:
+        if audio.shape != (k,) or (k and audio.dtype.kind not in "iu") or (audio < 0).any():
+            raise ValueError(
+                f"blocks.audio must be ({k},) integers >= 0, one per block, got {audio.dtype} {audio.shape}"
+            )
+        audio = audio.astype(np.int64, copy=False)
+    if k and grid.min() < 1:
         raise ValueError("blocks.grid must hold sizes >= 1")
     if k > 1 and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
         order = np.argsort(first, kind="stable")
-        grid, first, seconds, is_image, audio = grid[order], first[order], seconds[order], is_image[order], audio[order]
+        grid, first, seconds, is_image = grid[order], first[order], seconds[order], is_image[order]
+        audio = None if audio is None else audio[order]
     b, length = real.shape
-    counts = grid.prod(-1) + audio
+    counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio
     last = first + counts - 1
     if k and (first[0] < 0 or last[-1] >= b * length):
         raise ValueError(f"blocks.first: the blocks' tokens must lie in the (B, L) = {(b, length)} batch")
@@ -423,17 +436,28 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple[np.ndarray, .
         raise ValueError(
             "blocks: every block's tokens must be consecutive tokens of one sample, and blocks must not overlap"
         )
+    flat = real.reshape(-1)
+    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where real changes
+    # a block lies on real tokens: its first one is real, and real does not change after it inside the block
+    if k and not (
+        flat[first].all() and np.array_equal(changes.searchsorted(first, "right"), changes.searchsorted(last, "right"))
+    ):
+        raise ValueError("blocks: every vision token must be a real token (real is True there)")
+    is_vision = partial(_vision_mask, b, length, first, counts)
+    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio, changes
+
+
+def _vision_mask(b: int, length: int, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``(B, L)`` bool: the tokens of the blocks (``first``, ``counts``: checked, in reading order)."""
+    k = first.shape[0]
     # the batch as runs: a gap of non-block tokens before each block, the block, and the gap after the last
     runs = np.empty(2 * k + 1, dtype=np.int64)
     runs[1::2] = counts
-    runs[0:-1:2] = first - np.concatenate([[0], last[:-1] + 1])
-    runs[-1] = b * length - (last[-1] + 1 if k else 0)
+    runs[0:-1:2] = first - np.concatenate([[0], first[:-1] + counts[:-1]])
+    runs[-1] = b * length - (first[-1] + counts[-1] if k else 0)
     run_is_block = np.zeros(2 * k + 1, dtype=bool)
     run_is_block[1::2] = True
-    is_vision = np.repeat(run_is_block, runs).reshape(b, length)  # (B, L): a few long runs, memset-like
-    if k and (is_vision > real).any():  # a vision token on padding (bools: a > b is a & ~b, one pass)
-        raise ValueError("blocks: every vision token must be a real token (real is True there)")
-    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio
+    return np.repeat(run_is_block, runs).reshape(b, length)  # (B, L): a few long runs, memset-like
 
 
 def _settle_starts(sch, geometry, options, extent, text, block_first):
@@ -467,7 +491,9 @@ def _exact_sum(sch: Scheme, tokens: int, extent: np.ndarray) -> bool:
     )
 
 
-def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base, step, use_start, extent, pad, tops):
+def _write_runs(
+    ids, real, vision_mask, changes, grid, block_first, counts, row_block, base, step, use_start, extent, pad, tops
+):
     """Write the integer ids of a per-row rule (``Scheme.rows``) into ``ids`` ``(A, B * L)``.
 
     Every token lies in a *run* whose values start at a known value and step by a fixed amount per
@@ -476,8 +502,9 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     + step * j``). Each axis is one ``cumsum`` along every sample of its per-token steps (1 on text,
     ``step`` on vision, 0 on padding) in which each run's first token holds its jump from the token
     before: a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum``
-    per axis. The runs are found from the edges of ``real`` and the blocks (no index per token); every
-    value is computed per run, in int64 after the finiteness check (exact).
+    per axis. The runs are found from the edges of ``real`` (``changes``, where it changes) and the
+    blocks (no index per token); every value is computed per run, in int64 after the finiteness check
+    (exact). Small per-axis values (steps, ``use_start``) are read as Python numbers.
 
     Returns ``(nxt (B,), block_top (K,) or None, top (B,) or None, n_real (B,))``: the next position
     after each sample (float64), each block's largest value on any axis (when ``tops``, for the
@@ -485,54 +512,53 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     all >= 0) and real tokens per sample."""
     b, length = real.shape
     n = b * length
+    block_w = grid[:, 2]  # (K,) tokens per row of each block
     rows_k = grid[:, 0] * grid[:, 1]  # (K,) rows per block
-    block_row = np.cumsum(rows_k) - rows_k  # (K,) each block's first row
+    row_end = np.cumsum(rows_k)  # (K,) one past each block's last row
+    block_row = row_end - rows_k  # (K,) each block's first row
     # the coarse runs: the batch cut at every sample start, where real changes and at every block's edges
     flat = real.reshape(-1)
     samples = np.arange(0, n, length)  # (B,) each sample's first token
-    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where real changes
-    cuts = np.concatenate([samples, changes, block_first, block_first + counts])
+    cuts = np.concatenate([samples, changes, block_first, block_first + counts, [n]])
     cuts.sort()
     keep = np.empty(cuts.shape[0], dtype=bool)
     keep[0] = True
     np.not_equal(cuts[1:], cuts[:-1], out=keep[1:])
-    cuts = cuts[keep]
-    if cuts[-1] == n:
-        cuts = cuts[:-1]  # (C,) each run's first token
-    run_len = np.empty_like(cuts)  # (C,)
-    np.subtract(cuts[1:], cuts[:-1], out=run_len[:-1])
-    run_len[-1] = n - cuts[-1]
-    blk = np.searchsorted(cuts, block_first)  # (K,) each block's run
+    cuts = cuts[keep]  # (C + 1,) each run's first token, then n
+    run_len = cuts[1:] - cuts[:-1]  # (C,)
+    cuts = cuts[:-1]  # (C,)
+    blk = cuts.searchsorted(block_first)  # (K,) each block's run
     text = flat.take(cuts)  # (C,) real runs ...
     sample = cuts // length  # (C,)
     n_real = np.bincount(sample, weights=run_len * text, minlength=b).astype(np.int64)  # (B,)
     text[blk] = False  # ... but the blocks': text runs
     adv = np.where(text, run_len, 0.0)  # (C,) float64: how far each run moves the position
     adv[blk] = extent
-    first_run = np.searchsorted(cuts, samples)  # (B,) each sample's first run
+    first_run = cuts.searchsorted(samples)  # (B,) each sample's first run
     before = np.cumsum(adv)
     before -= adv  # (C,) exact: integers below 2**53 (the caller's _exact_sum)
     pos = before - before.take(first_run).take(sample)  # (C,) running position at each run's first token
     nxt = np.add.reduceat(adv, first_run)  # (B,) the position the token after each sample gets
     block_start = pos.take(blk)  # (K,)
-    row_w = grid[:, 2].take(row_block)  # (R,) tokens per row
+    row_w = block_w.take(row_block)  # (R,) tokens per row
     step = step.astype(np.int64)
-    ends = np.concatenate([nxt, block_start, block_start + extent])
-    if not float(np.abs(ends).max()) < 2**53:  # NaN fails the comparison too
+    steps, us = step.tolist(), use_start.tolist()  # (A,) as Python numbers
+    ends = np.abs(np.concatenate([nxt, block_start, block_start + extent])).max()
+    if not float(ends) < 2**53:  # NaN fails the comparison too
         raise _not_finite()
     # each row's first value (A, R): in int64 where base and use_start are integers and no sum can reach
     # 2**53, else in float64 (checked, then cast)
-    spread = int(np.abs(step).max()) * int(row_w.max() - 1)  # how far a row's last value is from its first
-    integer = base.dtype.kind in "iu" and bool((np.floor(use_start) == use_start).all())
-    if integer:
-        reach = max(abs(int(base.max())), abs(int(base.min()))) + float(np.abs(use_start).max()) * float(
-            np.abs(block_start).max()
-        )
+    spread = max(map(abs, steps)) * (int(block_w.max()) - 1)  # how far a row's last value is from its first
+    integer = base.dtype.kind in "iu" and all(float(u).is_integer() for u in us)
+    if integer:  # (|block_start| <= ends)
+        reach = max(abs(int(base.max())), abs(int(base.min()))) + max(map(abs, us)) * float(ends)
         integer = reach + spread < 2**53
     if integer:
         start = block_start.astype(np.int64).take(row_block)  # (R,)
-        u = use_start.astype(np.int64)
-        first = base + start if (u == 1).all() else base + u[:, None] * start
+        if all(u == 1 for u in us):
+            first = base + start
+        else:
+            first = base + np.array(us, dtype=np.int64)[:, None] * start
         near = False
     else:
         with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused here
@@ -543,8 +569,8 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
             raise _not_finite()
         near = not largest + spread < 2**53  # the rows' last values then checked one by one
         first = first.astype(np.int64)
-    steps = step.tolist()
-    last = [first[a] if s == 0 else first[a] + s * (row_w - 1) for a, s in enumerate(steps)]  # (R,) per axis
+    row_span = row_w - 1  # (R,)
+    last = [first[a] if s == 0 else first[a] + s * row_span for a, s in enumerate(steps)]  # (R,) per axis
     block_top = None
     if tops or near:  # each block's largest value on any axis (and the smallest vision value)
         row_top = np.maximum.reduce([last[a] if s >= 0 else first[a] for a, s in enumerate(steps)])  # (R,)
@@ -554,7 +580,7 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
             if not (float(np.abs(block_top).max()) < 2**53 and abs(float(low)) < 2**53):
                 raise _not_finite()
     top = None
-    if not bool((extent >= 0).all()):  # positions may go back: the largest text position of each sample
+    if not extent.min() >= 0:  # positions may go back: the largest text position of each sample
         top = np.full(b, -math.inf)
         np.maximum.at(top, sample[text], (pos + run_len - 1)[text])
     # the jumps: at each run's first token (a block's: its first row's) and at each other row's first token
@@ -562,17 +588,17 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
     head[:] = np.where(text, pos, pad)  # ... text: its position; padding: the padding value
     head[:, blk] = first.take(block_row, axis=1)
     tail = head + text * (run_len - 1)  # (A, C) its last value
-    last_row = block_row + rows_k - 1  # (K,)
-    tail[:, blk] = first.take(last_row, axis=1) + np.multiply.outer(step, row_w.take(last_row) - 1)
-    jump = np.empty_like(head)  # (A, C)
-    jump[:, 0] = head[:, 0]
+    tail[:, blk] = first.take(row_end - 1, axis=1) + np.multiply.outer(step, block_w - 1)
+    jump = np.empty_like(head)  # (A, C); column 0 is a sample's first run (below)
     np.subtract(head[:, 1:], tail[:, :-1], out=jump[:, 1:])
     jump[:, first_run] = head[:, first_run]  # a sample's cumsum starts at 0
-    row_jump = first[:, 1:] - first[:, :-1]  # (A, R - 1) a row after a row (a block's first: overwritten)
-    for a, s in enumerate(steps):
-        if s:
-            row_jump[a] -= s * (row_w[:-1] - 1)
-    row_at = (np.cumsum(row_w) - row_w + (block_first - (np.cumsum(counts) - counts)).repeat(rows_k))[1:]  # flat
+    # each row's first token (flat): its row tokens before it plus its block's shift, summed from the differences
+    shift = block_first - (np.cumsum(counts) - counts)  # (K,)
+    at = np.empty(row_w.shape[0], dtype=np.int64)  # (R,)
+    at[0] = shift[0]
+    at[1:] = row_w[:-1]
+    at[block_row[1:]] += shift[1:] - shift[:-1]
+    row_at = np.cumsum(at)[1:]  # (R - 1,) every row but the first
     groups = {}  # step -> its axes (a loop over axes)
     for a, s in enumerate(steps):
         groups.setdefault(s, []).append(a)
@@ -583,10 +609,10 @@ def _write_runs(ids, real, is_vision, grid, block_first, counts, row_block, base
         elif s == 1:
             np.copyto(buf, flat)
         else:
-            np.multiply(is_vision.reshape(-1), s - 1, out=buf)
+            np.multiply(vision_mask().reshape(-1), s - 1, out=buf)
             buf += flat
         for a in group:  # every axis of a group jumps at the same tokens: each one's jumps overwrite the last's
-            buf[row_at] = row_jump[a]
+            buf[row_at] = first[a][1:] - last[a][:-1]  # a row after a row (a block's first: its run's jump below)
             buf[cuts] = jump[a]
             src = torch.from_numpy(buf.reshape(b, length))
             if a == group[-1]:
@@ -607,8 +633,11 @@ def _audio_or_none(audio: np.ndarray | None) -> Tensor | None:
     return torch.from_numpy(audio) if audio is not None and audio.any() else None
 
 
-def _block_codes(is_vision: np.ndarray, first: np.ndarray, counts: np.ndarray, is_image: np.ndarray) -> np.ndarray:
+def _block_codes(
+    vision_mask: Callable[[], np.ndarray], first: np.ndarray, counts: np.ndarray, is_image: np.ndarray
+) -> np.ndarray:
     """``(B, L)`` modality codes from the blocks: 1 image, 2 video, 0 text and padding."""
+    is_vision = vision_mask()
     codes = np.zeros(is_vision.size, dtype=np.int64)
     codes[is_vision.reshape(-1)] = np.repeat(np.where(is_image, int(Modality.IMAGE), int(Modality.VIDEO)), counts)
     return codes.reshape(is_vision.shape)
@@ -661,24 +690,27 @@ def pack(
     real = _host(real)
     if real.ndim != 2 or real.dtype != bool:
         raise ValueError(f"real must be a (B, L) bool tensor, got {real.dtype} {real.shape}")
-    grid, block_first, seconds, is_image, is_vision, audio = _check_blocks(blocks, real)
-    if audio.any() and not sch.audio:
+    grid, block_first, seconds, is_image, is_vision, audio, changes = _check_blocks(blocks, real)
+    if audio is not None and audio.any() and not sch.audio:
         takes = [s.name for s in SCHEMES.values() if s.audio]
         raise ValueError(f"blocks.audio (audio-visual blocks) applies only to schemes {takes}, got scheme={sch.name!r}")
     if modality is None:
-        codes = partial(_block_codes, is_vision, block_first, grid.prod(-1) + audio, is_image)
+        counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio
+        codes = partial(_block_codes, is_vision, block_first, counts, is_image)
     elif callable(modality):
         codes = modality
     else:
         codes = partial(_host, modality)
         if codes().shape != real.shape:
             raise ValueError(f"modality must have the shape of real {real.shape}, got {codes().shape}")
-    return _pack(real, is_vision, codes, grid, seconds, is_image, block_first, sch, options, generator, device, audio)
+    return _pack(
+        real, is_vision, codes, grid, seconds, is_image, block_first, sch, options, generator, device, audio, changes
+    )
 
 
 def _pack(
     real: np.ndarray,
-    is_vision: np.ndarray,
+    vision_mask: Callable[[], np.ndarray],
     codes: Callable[[], np.ndarray],
     grid: np.ndarray,
     seconds: np.ndarray,
@@ -688,13 +720,13 @@ def _pack(
     options: SchemeOptions,
     generator: torch.Generator | None,
     device: torch.device | str,
-    audio: np.ndarray | None = None,
+    audio: np.ndarray | None,
+    changes: np.ndarray,
 ) -> Layout:
     """:func:`pack` on checked host arrays, blocks in reading order (their tokens are the
-    ``is_vision`` tokens in flat order)."""
+    ``vision_mask()`` tokens in flat order; ``changes``: where ``real`` changes)."""
     b, length = real.shape
     counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio  # (K,) tokens per block
-    first = np.cumsum(counts) - counts  # (K,) each block's first token among the vision tokens
     k = block_first.shape[0]
     delta = _per_block(sch, "delta", options.delta, options, k, generator)
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator)
@@ -714,14 +746,19 @@ def _pack(
                 f"scheme {sch.name!r}: its row rule gave offsets {base.shape} and steps {step.shape}, the blocks hold "
                 f"{row_block.shape[0]} rows"
             )
-        with np.errstate(all="ignore"):
-            whole = base.dtype.kind in "iu" or bool((np.floor(base) == base).all())
-            per_row = size_ok(extent) and whole and bool((np.floor(step) == step).all())
+        per_row = all(float(v).is_integer() for v in step.tolist())  # (A,) steps: Python numbers
+        if per_row and base.dtype.kind not in "iu":
+            with np.errstate(all="ignore"):
+                per_row = bool((np.floor(base) == base).all())
+        if per_row:
+            with np.errstate(all="ignore"):
+                per_row = size_ok(extent)
         axes = base.shape[0]
     if not per_row:
         offset, extent, use_start = sch.block(geometry, options)
         if sch.reads_start and k:  # the rule reads its block starts: call it again with them until they settle
-            offset, extent, use_start = _settle_starts(sch, geometry, options, extent, real & ~is_vision, block_first)
+            text = real & ~vision_mask()
+            offset, extent, use_start = _settle_starts(sch, geometry, options, extent, text, block_first)
         if offset.shape[-1] != int(counts.sum()):
             raise ValueError(
                 f"scheme {sch.name!r}: its block rule placed {offset.shape[-1]} tokens, the blocks hold {counts.sum()}"
@@ -735,7 +772,8 @@ def _pack(
     if per_row:  # integer ids written run by run (text, padding, rows of blocks): no per-token offsets
         return _pack_rows(
             real,
-            is_vision,
+            vision_mask,
+            changes,
             codes,
             grid,
             block_first,
@@ -749,6 +787,8 @@ def _pack(
             rule,
             device,
         )
+    first = np.cumsum(counts) - counts  # (K,) each block's first token among the vision tokens
+    is_vision = vision_mask()  # (B, L)
     text = real & ~is_vision  # (B, L) real text tokens
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
     ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (rows, B * L), written through NumPy
@@ -839,11 +879,31 @@ def _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top) -> Tens
             deltas = np.where(n_real > 0, top32, np.float32(0)) - n_real.astype(np.float32)
     else:
         deltas = nxt - length
-    return torch.from_numpy(deltas.reshape(-1, 1).astype(torch.empty(0, dtype=sch.delta_dtype).numpy().dtype))
+    return torch.from_numpy(deltas.reshape(-1, 1).astype(_numpy_dtype(sch.delta_dtype)))
+
+
+@cache
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The NumPy dtype of a torch dtype (asked once per dtype)."""
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def _pack_rows(
-    real, is_vision, codes, grid, block_first, counts, row_block, base, step, use_start, extent, sch, rule, device
+    real,
+    vision_mask,
+    changes,
+    codes,
+    grid,
+    block_first,
+    counts,
+    row_block,
+    base,
+    step,
+    use_start,
+    extent,
+    sch,
+    rule,
+    device,
 ) -> Layout:
     """:func:`_pack` of a per-row rule (``Scheme.rows``) whose ids and extents are integers: every value
     written by :func:`_write_runs`, no per-token float64."""
@@ -855,7 +915,8 @@ def _pack_rows(
     nxt, block_top, top, n_real = _write_runs(
         ids_np,
         real,
-        is_vision,
+        vision_mask,
+        changes,
         grid,
         block_first,
         counts,

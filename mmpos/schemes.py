@@ -286,7 +286,12 @@ def _tokens_of_rows(rows: RowRule, g: BlockGeometry, o: SchemeOptions) -> tuple[
     base, step, extent, use_start = rows(g, o)
     base = base.numpy() if isinstance(base, Tensor) else np.asarray(base)
     # a rule may return shared constants: the caller's own copies
-    step, use_start = (torch.as_tensor(x, dtype=torch.float64).clone() for x in (step, use_start))
+    step, use_start = (
+        torch.from_numpy(np.array(x, dtype=np.float64))  # (a copy: the constants are read-only)
+        if isinstance(x, np.ndarray)
+        else torch.as_tensor(x, dtype=torch.float64).clone()
+        for x in (step, use_start)
+    )
     _, _, row_w, row_first = g._rows
     j = np.arange(int(row_w.sum()), dtype=np.float64) - np.repeat(row_first.astype(np.float64), row_w)  # (Nv,)
     offset = np.repeat(base, row_w, axis=1) + step.numpy()[:, None] * j  # (A, Nv) float64
@@ -388,10 +393,11 @@ def model_types() -> dict[str, str]:
 
 def scheme_for_model_type(model_type: str) -> Scheme:
     """The scheme whose ``model_types`` holds ``model_type``; ``ValueError`` naming the known ones otherwise."""
-    known = model_types()
-    if not isinstance(model_type, str) or model_type not in known:
-        raise ValueError(f"config.model_type must be one of {tuple(known)}, got {model_type!r}")
-    return SCHEMES[known[model_type]]
+    if isinstance(model_type, str):
+        for sch in SCHEMES.values():  # (model types are unique across schemes: register_scheme checks)
+            if model_type in sch.model_types:
+                return sch
+    raise ValueError(f"config.model_type must be one of {tuple(model_types())}, got {model_type!r}")
 
 
 def get_scheme(name: str) -> Scheme:
@@ -559,8 +565,14 @@ def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: np.ndarray) -> np.nd
     return np.maximum(h, w).astype(np.float64)
 
 
-_STEP_W = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)  # t, h, w: a row's tokens step along w (read-only)
-_USE_START = {False: torch.ones(3, dtype=torch.float64), True: torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)}
+def _constant(values: list[float]) -> np.ndarray:
+    out = np.array(values, dtype=np.float64)
+    out.flags.writeable = False
+    return out
+
+
+_STEP_W = _constant([0.0, 0.0, 1.0])  # t, h, w: a row's tokens step along w (read-only NumPy: no conversion)
+_USE_START = {False: _constant([1.0, 1.0, 1.0]), True: _constant([1.0, 0.0, 0.0])}
 
 
 def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> np.ndarray:

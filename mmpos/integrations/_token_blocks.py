@@ -14,6 +14,11 @@ from torch import Tensor
 
 def host(t: Tensor) -> np.ndarray:
     """A NumPy view of ``t`` on the host (one device-to-host copy for an accelerator tensor)."""
+    if t.is_cpu and not t.requires_grad:
+        try:
+            return t.numpy()  # one call where it can (a CPU tensor without grad)
+        except (RuntimeError, TypeError):  # e.g. a conjugate or negative view
+            pass
     return t.detach().cpu().numpy()
 
 
@@ -27,9 +32,9 @@ def check_grid(grid: Any, name: str, merge: int | None = None) -> np.ndarray:
     if grid.is_floating_point() or grid.is_complex() or grid.dtype == torch.bool:
         raise ValueError(f"{name} must hold integers, got dtype {grid.dtype}")
     out = host(grid).astype(np.int64)
-    if (out <= 0).any():
+    if out.size and out.min() <= 0:
         raise ValueError(f"{name} must hold positive sizes")
-    if merge is not None and (out[:, 1:] % merge).any():
+    if merge is not None and merge != 1 and (out[:, 1:] % merge).any():
         raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {merge}")
     return out
 

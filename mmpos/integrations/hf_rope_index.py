@@ -52,7 +52,7 @@ from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
 from ._token_blocks import block_first, check_grid, host, packed_rows
-from .hf_families import FAMILY_ROPE_INDEX, inside_markers, video_markers
+from .hf_families import FAMILY_ROPE_INDEX, GLM_VIDEO_MARKER_FAMILIES, inside_markers, video_markers
 
 __all__ = [
     "RopeIndexOptions",
@@ -135,6 +135,8 @@ class RopeIndexOptions:
         tps = self.tokens_per_second
         check_float(tps, "tokens_per_second (config.vision_config)")
         object.__setattr__(self, "resolved", self._resolve())
+        # whether every video frame is its own block (read by every call)
+        object.__setattr__(self, "frames", get_scheme(self.model_scheme).frames or get_scheme(self.scheme).frames)
 
     def _resolve(self) -> SchemeOptions:
         return resolve_options(
@@ -153,28 +155,36 @@ class RopeIndexOptions:
         """The options of a Qwen-VL ``config`` for ``scheme`` (default: the model's own,
         :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``visual_stride``, ``training``,
         ``rule``, ``scheme_options``."""
-        own = scheme_for_config(config)
-        if get_scheme(own).audio:  # the Omni models: audio and their own arguments
+        # every field read once (a transformers config attribute read costs microseconds)
+        model_type = getattr(config, "model_type", None)
+        sch = scheme_for_model_type(model_type)
+        if sch.audio:  # the Omni models: audio and their own arguments
             raise ValueError(
-                f"config.model_type {config.model_type!r} (an Omni model, audio / TMRoPE): use "
+                f"config.model_type {model_type!r} (an Omni model, audio / TMRoPE): use "
                 "mmpos.integrations.hf_omni.get_rope_index"
             )
+        own = sch.name
         vision = getattr(config, "vision_config", None)
-        missing = [n for n in ("image_token_id", "video_token_id") if not hasattr(config, n)]
-        if vision is None or not hasattr(vision, "spatial_merge_size") or missing:
+        image_token_id = getattr(config, "image_token_id", _MISSING)
+        video_token_id = getattr(config, "video_token_id", _MISSING)
+        merge = _MISSING if vision is None else getattr(vision, "spatial_merge_size", _MISSING)
+        missing = [
+            n for n, v in (("image_token_id", image_token_id), ("video_token_id", video_token_id)) if v is _MISSING
+        ]
+        if vision is None or merge is _MISSING or missing:
             raise ValueError(
-                f"config of model_type {config.model_type!r} lacks "
+                f"config of model_type {model_type!r} lacks "
                 f"{missing + ([] if vision is not None else ['vision_config'])} or vision_config.spatial_merge_size"
             )
         fields = dict(
             scheme=own if scheme is None else scheme,
             model_scheme=own,
-            merge=vision.spatial_merge_size,
-            image_token_id=config.image_token_id,
-            video_token_id=config.video_token_id,
+            merge=merge,
+            image_token_id=image_token_id,
+            video_token_id=video_token_id,
             tokens_per_second=getattr(vision, "tokens_per_second", 1),
             temporal_merge=getattr(vision, "temporal_merge_size", None) or 1,
-            video_markers=video_markers(config),
+            video_markers=video_markers(config) if model_type in GLM_VIDEO_MARKER_FAMILIES else None,
             **options,
         )
         # every get_rope_index call asks for its options: the checked options of the same values are made once
@@ -185,6 +195,9 @@ class RopeIndexOptions:
         except TypeError:
             return cls(**fields)
         return _options_of(cls, key)
+
+
+_MISSING = object()  # a config field that is not there
 
 
 @functools.lru_cache(maxsize=256)
@@ -250,7 +263,7 @@ def token_layout(
             raise ValueError(f"video_grid_thw: t must be divisible by the temporal merge size {options.temporal_merge}")
         videos[:, 0] //= options.temporal_merge
     seconds = _check_seconds(second_per_grid_ts, videos.shape[0])
-    if get_scheme(options.model_scheme).frames or get_scheme(options.scheme).frames:  # one block per frame
+    if options.frames:  # one block per frame
         seconds = np.repeat(seconds, videos[:, 0])
         videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
@@ -429,16 +442,17 @@ def get_rope_index(
         ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``) and ``rope_deltas`` ``(B, 1)``,
         equal to the model's own ``get_rope_index`` of the release whose rule is asked for.
     """
-    family = FAMILY_ROPE_INDEX.get(getattr(config, "model_type", None))
+    model_type = getattr(config, "model_type", None)
+    family = FAMILY_ROPE_INDEX.get(model_type)
     if family is not None:
-        if getattr(config, "model_type", None) == "glm_image":
+        if model_type == "glm_image":
             if video_grid_thw is not None or second_per_grid_ts is not None or mm_token_type_ids is not None:
                 raise ValueError(
                     "model_type 'glm_image' reads input_ids, image_grid_thw, images_per_sample, attention_mask"
                 )
             return family(config, input_ids, image_grid_thw, images_per_sample, attention_mask, rule=rule)
         if second_per_grid_ts is not None:
-            raise ValueError(f"second_per_grid_ts applies to the Qwen2.5-VL rule, not model_type {config.model_type!r}")
+            raise ValueError(f"second_per_grid_ts applies to the Qwen2.5-VL rule, not model_type {model_type!r}")
         return family(config, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids, rule=rule)
     if images_per_sample is not None:
         raise ValueError("images_per_sample applies to model_type 'glm_image' only")
