@@ -66,6 +66,20 @@ SIGLIP_VISION = {
 }
 
 
+#: the schemes the swap tests of the families with their own token layouts (GLM-Image, MiniCPM-V) run: their
+#: blocks placed by each rule (mhrope with sections for 2 KV heads)
+BLOCK_SWAPS = [
+    ("mrope-i", {}),
+    ("vrope", {}),
+    ("videorope", {}),
+    ("circlerope", {}),
+    ("flat", {}),
+    ("v2pe", {"delta": 0.5}),
+    ("hope", {"temporal_scale": 0.5}),
+    ("mhrope", {"head_sections": [0, 1, 1]}),
+]
+
+
 def left_padded(first: list[int], second: list[int], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` ``(2, L)`` of two prompts, the shorter one left-padded with ``pad``."""
     length = max(len(first), len(second))

@@ -14,7 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import test_hf_rope_families_glm_image as fam
-from _tiny_hf import greedy, left_padded
+from _tiny_hf import BLOCK_SWAPS, greedy, left_padded
 
 from mmpos.integrations import hf_rope
 from mmpos.integrations.hf_families import glm_image_decode_position_ids
@@ -23,16 +23,6 @@ from mmpos.integrations.hf_rope import current_rope, use_rope
 pytestmark = pytest.mark.hf
 IMG, START, END = fam.IMG, fam.START, fam.END
 SUPPRESS = [IMG, START, END]
-SWAPS = [
-    ("mrope-i", {}),
-    ("vrope", {}),
-    ("videorope", {}),
-    ("circlerope", {}),
-    ("flat", {}),
-    ("v2pe", {"delta": 0.5}),
-    ("hope", {"temporal_scale": 0.5}),
-    ("mhrope", {"head_sections": [0, 1, 1]}),
-]
 #: each sample generates one image of this grid (t, h, w) in tokens
 TARGET = [(1, 2, 3), (1, 2, 2)]
 
@@ -68,7 +58,7 @@ def _positions(model, inputs):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
+@pytest.mark.parametrize("scheme, options", BLOCK_SWAPS, ids=[s for s, _ in BLOCK_SWAPS])
 def test_the_generated_image_is_placed_as_a_prompt_image_would_be(glm_image, scheme, options):
     """The decode positions of the image being generated equal the scheme's positions of the same image written out
     complete in the prompt (found there by the model's own start / end tokens, as a source image)."""
@@ -88,7 +78,7 @@ def test_the_generated_image_is_placed_as_a_prompt_image_would_be(glm_image, sch
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
+@pytest.mark.parametrize("scheme, options", BLOCK_SWAPS, ids=[s for s, _ in BLOCK_SWAPS])
 def test_cached_generate_equals_a_full_forward(glm_image, scheme, options):
     """The swapped prompt logits move (its source images are placed by the scheme); a cached greedy ``generate``
     (3 tokens of the image) gives the logits of one forward over the generated sequence at the prompt's positions

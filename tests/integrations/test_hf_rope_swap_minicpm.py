@@ -14,7 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import test_hf_rope_families_minicpm as fam
-from _tiny_hf import assert_swap_is_consistent, left_padded
+from _tiny_hf import BLOCK_SWAPS, assert_swap_is_consistent, left_padded
 
 from mmpos.integrations import hf_families
 from mmpos.integrations.hf_rope import current_rope, use_rope
@@ -49,16 +49,6 @@ def _video_batch():
 
 
 BATCHES = {"slices": fam._canvas_batch, "videos": _video_batch}
-SWAPS = [
-    ("mrope-i", {}),
-    ("vrope", {}),
-    ("videorope", {}),
-    ("circlerope", {}),
-    ("flat", {}),
-    ("v2pe", {"delta": 0.5}),
-    ("hope", {"temporal_scale": 0.5}),
-    ("mhrope", {"head_sections": [0, 1, 1]}),
-]
 
 
 def _expected(scheme: str, options: dict, inputs: dict) -> torch.Tensor:
@@ -87,7 +77,7 @@ def _expected(scheme: str, options: dict, inputs: dict) -> torch.Tensor:
 
 @torch.no_grad()
 @pytest.mark.parametrize("batch", list(BATCHES))
-@pytest.mark.parametrize("scheme, options", SWAPS, ids=[s for s, _ in SWAPS])
+@pytest.mark.parametrize("scheme, options", BLOCK_SWAPS, ids=[s for s, _ in BLOCK_SWAPS])
 def test_swapped_scheme_places_the_crops_and_generates_consistently(minicpm, batch, scheme, options):
     inputs = BATCHES[batch]()
     use_rope(minicpm, scheme, **options)
