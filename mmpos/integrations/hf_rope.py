@@ -89,7 +89,7 @@ from ..age import age_layers
 from ..encoders.base import RotaryEncoder
 from ..encoders.mrope import default_mrope_section
 from ..encoders.registry import create, encoder_info, list_encoders
-from ..layout import VisionBlocks, pack
+from ..layout import Layout, VisionBlocks, pack
 from ..rotary import FrequencyPlan, apply_rotary, plan_angles, rope_frequencies
 from ..scaling import RopeScaling, as_scaling
 from ..schemes import (
@@ -276,18 +276,37 @@ def _rotate_heads_hook(rotary: HFRotaryEmbedding, head_dim: int, convention: str
 
 
 # ------------------------------------------------------------------------- position ids
-class _SchemeIndex:
+class _BoundIndex:
+    """A ``get_rope_index`` bound to a model instance: takes the model's own method's signature (``original``)."""
+
+    def __init__(self, original: Any) -> None:
+        self.signature = inspect.signature(original)
+
+    def _arguments(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The call's arguments by name (transformers >= 5.3 collects the rest in ``**kwargs``: merged in)."""
+        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        return arguments
+
+
+def _in_ids_dtype(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """``(position_ids (3, B, L), rope_deltas (B, 1))`` of ``lay`` (VRoPE's rows ``c0, c1, c2``, ``Scheme.hf_rows``),
+    integer ids in the dtype of ``input_ids`` (fractional schemes keep their float ids)."""
+    ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
+    if not ids.dtype.is_floating_point:
+        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+    return ids, deltas
+
+
+class _SchemeIndex(_BoundIndex):
     """Bound to a model instance as ``get_rope_index``; accepts the model's own signature."""
 
     def __init__(self, original: Any, options: RopeIndexOptions) -> None:
-        self.signature = inspect.signature(original)
+        super().__init__(original)
         self.options = options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        bound = self.signature.bind(*args, **kwargs)
-        arguments = dict(bound.arguments)
-        extra = arguments.pop("kwargs", {})  # transformers >= 5.3 collects the rest in **kwargs
-        get = lambda name: arguments.get(name, extra.get(name))
+        get = self._arguments(args, kwargs).get
         return scheme_rope_index(
             self.options,
             get("input_ids"),
@@ -299,28 +318,25 @@ class _SchemeIndex:
         )
 
 
-class _OmniIndex:
+class _OmniIndex(_BoundIndex):
     """Bound to an Omni thinker (and its inner model) as ``get_rope_index``: the model's own arguments
     (``use_audio_in_video``, ``audio_seqlens``, ``second_per_grids``) to :func:`mmpos.integrations.hf_omni.get_rope_index`
     (the model's own scheme) or to :func:`~mmpos.integrations.hf_omni.omni_layout` under another scheme."""
 
     def __init__(self, original: Any, config: Any, scheme: str | None, scheme_options: dict[str, Any]) -> None:
-        self.signature = inspect.signature(original)
+        super().__init__(original)
         self.config, self.scheme, self.scheme_options = config, scheme, scheme_options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
-        arguments.update(arguments.pop("kwargs", {}))
+        arguments = self._arguments(args, kwargs)
         names = ("image_grid_thw", "video_grid_thw", "attention_mask", "use_audio_in_video", "audio_seqlens")
         call = [arguments.get("input_ids"), *(arguments.get(n) for n in names), arguments.get("second_per_grids")]
         call[4] = bool(call[4])
         if self.scheme is None or (call[1] is None and call[2] is None):  # the own scheme; text: 1-D for all
             return hf_omni.get_rope_index(self.config, *call)
-        lay = hf_omni.omni_layout(self.config, *call, scheme=self.scheme, **self.scheme_options)
-        ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L): VRoPE's c0, c1, c2 (Scheme.hf_rows)
-        if not ids.dtype.is_floating_point:
-            ids, deltas = ids.to(call[0].dtype), deltas.to(call[0].dtype)
-        return ids, deltas
+        return _in_ids_dtype(
+            hf_omni.omni_layout(self.config, *call, scheme=self.scheme, **self.scheme_options), call[0]
+        )
 
 
 #: the families whose vision tokens end every merged row with a newline token (a grid ``(t, h / m, w / m + 1)`` of
@@ -328,7 +344,7 @@ class _OmniIndex:
 _NEWLINE_FAMILIES = ("hunyuan_vl", "hy_v4_vl")
 
 
-class _FamilyIndex:
+class _FamilyIndex(_BoundIndex):
     """Bound to a HunYuan-VL / HY-V4-VL model as ``get_rope_index`` (the model's own signature): the model's own
     scheme from :func:`mmpos.integrations.hf_rope_index.get_rope_index` (:mod:`~mmpos.integrations.hf_families`);
     another scheme packs the same blocks (:func:`~mmpos.integrations.hf_families.newline_blocks`) by its rule, its
@@ -336,12 +352,11 @@ class _FamilyIndex:
     first; no plan reads them)."""
 
     def __init__(self, original: Any, config: Any, options: SchemeOptions | None, scheme: str, rows: int) -> None:
-        self.signature = inspect.signature(original)
+        super().__init__(original)
         self.config, self.options, self.scheme, self.rows = config, options, scheme, rows
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
-        arguments.update(arguments.pop("kwargs", {}))
+        arguments = self._arguments(args, kwargs)
         input_ids = arguments["input_ids"]
         if self.options is None:  # the model's own scheme
             names = ("image_grid_thw", "video_grid_thw", "attention_mask")
@@ -349,14 +364,11 @@ class _FamilyIndex:
             return get_rope_index(self.config, input_ids, *call, mm_token_type_ids=arguments.get("mm_token_type_ids"))
         names = ("image_grid_thw", "video_grid_thw", "attention_mask", "mm_token_type_ids")
         real, blocks = newline_blocks(self.config, input_ids, *(arguments.get(n) for n in names))
-        lay = pack(real, blocks, self.scheme, self.options, device=input_ids.device)
-        ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L), (B, 1)
-        if not ids.dtype.is_floating_point:
-            ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        ids, deltas = _in_ids_dtype(pack(real, blocks, self.scheme, self.options, device=input_ids.device), input_ids)
         return torch.cat([ids[:1].expand(self.rows - 3, -1, -1), ids]), deltas  # (rows, B, L)
 
 
-class _GlmImageIndex:
+class _GlmImageIndex(_BoundIndex):
     """Bound to a GLM-Image model as ``get_rope_index``: the prompt's positions and, as the model's own method does,
     the positions of the images it generates written to ``_cached_decode_position_ids`` ``(B, 3, D)`` with
     ``_prefill_len``, which its decoding reads. The model's own scheme (``options`` ``None``):
@@ -367,12 +379,11 @@ class _GlmImageIndex:
     its last, as the model's own); ``rope_deltas`` 0, as the model's (its decoding reads the cached positions)."""
 
     def __init__(self, original: Any, core: nn.Module, scheme: str, options: SchemeOptions | None) -> None:
-        self.signature = inspect.signature(original)
+        super().__init__(original)
         self.core, self.scheme, self.options = core, scheme, options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
-        arguments.update(arguments.pop("kwargs", {}))
+        arguments = self._arguments(args, kwargs)
         names = ("input_ids", "image_grid_thw", "images_per_sample", "attention_mask")
         input_ids, grids, per_sample, mask = (arguments.get(n) for n in names)
         config = self.core.config
@@ -420,7 +431,7 @@ class _GlmImageIndex:
         return ids[:, :, :length], decode.permute(1, 0, 2).contiguous()
 
 
-class _MiniCPMIndex:
+class _MiniCPMIndex(_BoundIndex):
     """Bound to a MiniCPM-V 4.7 model as ``get_rope_index``, with the model's own arguments (``target_sizes``,
     ``target_sizes_videos``, ``downsample_mode``). Its own scheme (``options`` ``None``): the canvas positions of
     :func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`. Another scheme places every crop (thumbnail,
@@ -428,22 +439,17 @@ class _MiniCPMIndex:
     (:func:`~mmpos.integrations.hf_families.minicpmv4_7_blocks`), by its rule."""
 
     def __init__(self, original: Any, config: Any, scheme: str, options: SchemeOptions | None) -> None:
-        self.signature = inspect.signature(original)
+        super().__init__(original)
         self.config, self.scheme, self.options = config, scheme, options
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        arguments = dict(self.signature.bind(*args, **kwargs).arguments)
-        arguments.update(arguments.pop("kwargs", {}))
+        arguments = self._arguments(args, kwargs)
         names = ("mm_token_type_ids", "target_sizes", "target_sizes_videos", "downsample_mode", "attention_mask")
         input_ids = arguments["input_ids"]
         if self.options is None:
             return minicpmv4_7_rope_index(self.config, input_ids, *(arguments.get(n) for n in names))
         real, blocks = minicpmv4_7_blocks(self.config, input_ids, *(arguments.get(n) for n in names))
-        lay = pack(real, blocks, self.scheme, self.options, device=input_ids.device)
-        ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas  # (3, B, L), (B, 1)
-        if not ids.dtype.is_floating_point:
-            ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
-        return ids, deltas
+        return _in_ids_dtype(pack(real, blocks, self.scheme, self.options, device=input_ids.device), input_ids)
 
 
 #: the families whose prompts hf_families lays out its own way besides the newline ones (another scheme: their
