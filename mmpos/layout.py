@@ -63,6 +63,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._arrays import host
 from ._validate import FLOAT32_EXACT, check_bytes, check_float, check_int, warn_once
 from .coords import Coords, Modality
 from .schemes import SCHEMES, BlockGeometry, Rule, Scheme, SchemeOptions, get_rule, get_scheme, resolve_options
@@ -233,7 +234,7 @@ class Layout:
         a = len(sch.axes)
         real = self._masks[0]  # (B, L) bool, on the host
         if self._parts is None:  # position_ids hold the positions exactly (integers below 2**53)
-            exact = _host(self.position_ids[:a]).transpose(1, 2, 0)  # (B, L, A) view
+            exact = host(self.position_ids[:a]).transpose(1, 2, 0)  # (B, L, A) view
         else:  # the packer's float64 positions (position_ids may be float32)
             text, vision, is_vision = (p.numpy() for p in self._parts)
             exact = np.empty((*real.shape, a), dtype=np.float64)
@@ -365,21 +366,9 @@ class VisionBlocks:
     audio: Tensor | np.ndarray | None = None
 
 
-def _host(t: Tensor | np.ndarray) -> np.ndarray:
-    """A NumPy view of ``t`` on the host (no copy for a CPU tensor or an array; one transfer otherwise)."""
-    if not isinstance(t, Tensor):
-        return np.asarray(t)
-    if t.is_cpu and not t.requires_grad:
-        try:
-            return t.numpy()  # one call where it can (a CPU tensor without grad)
-        except (RuntimeError, TypeError):  # e.g. a conjugate or negative view
-            pass
-    return t.detach().cpu().numpy()
-
-
 def _float64(t: Tensor | np.ndarray) -> np.ndarray:
     """A float64 NumPy view (or copy) of ``t`` on the host."""
-    return _host(t.to(torch.float64)) if isinstance(t, Tensor) else np.asarray(t, dtype=np.float64)
+    return host(t.to(torch.float64)) if isinstance(t, Tensor) else np.asarray(t, dtype=np.float64)
 
 
 def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptions, k: int, generator):
@@ -398,7 +387,7 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
     ``changes (E,)``, the flat indices where ``real`` changes; checked."""
     if not isinstance(blocks, VisionBlocks):
         raise TypeError(f"blocks must be a VisionBlocks, got {type(blocks).__name__}")
-    grid, first = _host(blocks.grid), _host(blocks.first)
+    grid, first = host(blocks.grid), host(blocks.first)
     if grid.ndim != 2 or grid.shape[1] != 3 or grid.dtype.kind not in "iu":
         raise ValueError(f"blocks.grid must be an integer (K, 3) tensor, got {grid.dtype} {grid.shape}")
     k = grid.shape[0]
@@ -407,14 +396,14 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
             f"blocks.first must be an integer ({k},) tensor, one per block, got {first.dtype} {first.shape}"
         )
     grid, first = grid.astype(np.int64, copy=False), first.astype(np.int64, copy=False)
-    seconds = np.zeros(k, dtype=np.float32) if blocks.seconds is None else _host(blocks.seconds)
-    is_image = np.zeros(k, dtype=bool) if blocks.is_image is None else _host(blocks.is_image)
+    seconds = np.zeros(k, dtype=np.float32) if blocks.seconds is None else host(blocks.seconds)
+    is_image = np.zeros(k, dtype=bool) if blocks.is_image is None else host(blocks.is_image)
     for name, v in (("seconds", seconds), ("is_image", is_image)):
         if v.shape != (k,):
             raise ValueError(f"blocks.{name} must have shape ({k},), one value per block, got {v.shape}")
     if is_image.dtype != bool:
         raise ValueError(f"blocks.is_image must be bool, got {is_image.dtype}")
-    audio = None if blocks.audio is None else _host(blocks.audio)
+    audio = None if blocks.audio is None else host(blocks.audio)
     if audio is not None:
         if audio.shape != (k,) or (k and audio.dtype.kind not in "iu") or (audio < 0).any():
             raise ValueError(
@@ -470,13 +459,13 @@ def _settle_starts(sch, geometry, options, extent, text, block_first):
     sample = block_first // length  # (K,) blocks in reading order
     per_sample = np.bincount(sample, minlength=text.shape[0])
     sample_first = (np.cumsum(per_sample) - per_sample)[sample]  # (K,) the first block of each block's sample
-    extent = _host(extent.to(torch.float64))
+    extent = host(extent.to(torch.float64))
     for _ in range(int(per_sample.max()) + 1):
         done = np.cumsum(extent) - extent  # (K,) extents of the blocks before, over the whole batch ...
         done = done - done[sample_first]  # ... minus those of earlier samples
         start = torch.from_numpy(text_before[block_first] + done)
         offset, new, use_start = sch.block(dataclasses.replace(geometry, start=start), options)
-        new = _host(new.to(torch.float64))
+        new = host(new.to(torch.float64))
         if np.array_equal(new, extent):
             break
         extent = new
@@ -687,7 +676,7 @@ def pack(
         )
     if device is None:
         device = real.device if isinstance(real, Tensor) else torch.device("cpu")
-    real = _host(real)
+    real = host(real)
     if real.ndim != 2 or real.dtype != bool:
         raise ValueError(f"real must be a (B, L) bool tensor, got {real.dtype} {real.shape}")
     grid, block_first, seconds, is_image, is_vision, audio, changes = _check_blocks(blocks, real)
@@ -700,7 +689,7 @@ def pack(
     elif callable(modality):
         codes = modality
     else:
-        codes = partial(_host, modality)
+        codes = partial(host, modality)
         if codes().shape != real.shape:
             raise ValueError(f"modality must have the shape of real {real.shape}, got {codes().shape}")
     return _pack(
@@ -737,10 +726,10 @@ def _pack(
     per_row = sch.rows is not None and not sch.reads_start and k > 0
     if per_row:  # integer ids written row by row of every block: no per-token offsets
         base, step, extent, use_start = sch.rows(geometry, options)
-        base = _host(base)  # an integer base needs no integrality check
+        base = host(base)  # an integer base needs no integrality check
         base = base if base.dtype.kind in "iu" else base.astype(np.float64, copy=False)
         step, extent, use_start = (_float64(x) for x in (step, extent, use_start))
-        row_block = _host(geometry.row_block)
+        row_block = host(geometry.row_block)
         if base.ndim != 2 or base.shape[1] != row_block.shape[0] or step.shape != (base.shape[0],):
             raise ValueError(
                 f"scheme {sch.name!r}: its row rule gave offsets {base.shape} and steps {step.shape}, the blocks hold "
@@ -765,7 +754,7 @@ def _pack(
             )
         # a new contiguous float64 tensor (not a view of the geometry) is the rule's own: the values are summed into it
         fresh = offset.dtype == torch.float64 and offset.is_contiguous() and not offset._is_view()
-        offset, extent, use_start = (_host(x.to(torch.float64)) for x in (offset, extent, use_start))
+        offset, extent, use_start = (host(x.to(torch.float64)) for x in (offset, extent, use_start))
         axes = offset.shape[0]
     del geometry  # its per-token rows go back to the allocator before the ids are allocated
     rule = options.rule

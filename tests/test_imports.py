@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: floor of each room, bottom up (docs/concepts.md, "The import map")
 FLOORS: dict[str, int] = {
-    **dict.fromkeys(["_validate", "_deprecate", "_extras", "_lazy", "coords"], 0),
+    **dict.fromkeys(["_arrays", "_validate", "_deprecate", "_extras", "_lazy", "coords"], 0),
     **dict.fromkeys(["rotary", "graph"], 1),
     **dict.fromkeys(["scaling", "schemes", "age"], 2),
     "layout": 3,

@@ -11,15 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-
-def host(t: Tensor) -> np.ndarray:
-    """A NumPy view of ``t`` on the host (one device-to-host copy for an accelerator tensor)."""
-    if t.is_cpu and not t.requires_grad:
-        try:
-            return t.numpy()  # one call where it can (a CPU tensor without grad)
-        except (RuntimeError, TypeError):  # e.g. a conjugate or negative view
-            pass
-    return t.detach().cpu().numpy()
+from .._arrays import host
 
 
 def check_grid(grid: Any, name: str, merge: int | None = None) -> np.ndarray:

@@ -42,10 +42,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._arrays import host
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options
-from ._token_blocks import check_grid, host, packed_rows
+from ._token_blocks import check_grid, packed_rows
 
 __all__ = [
     "FAMILY_ROPE_INDEX",

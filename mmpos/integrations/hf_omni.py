@@ -34,11 +34,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._arrays import host
 from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, host, packed_rows
+from ._token_blocks import block_first, check_grid, packed_rows
 
 __all__ = ["TALKERS", "audio_token_counts", "get_rope_index", "omni_layout", "omni_model_type", "packed_rope_index"]
 

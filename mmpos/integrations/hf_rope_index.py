@@ -48,10 +48,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._arrays import host
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, host, packed_rows
+from ._token_blocks import block_first, check_grid, packed_rows
 from .hf_families import FAMILY_ROPE_INDEX, GLM_VIDEO_MARKER_FAMILIES, inside_markers, video_markers
 
 __all__ = [
