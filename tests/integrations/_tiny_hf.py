@@ -80,6 +80,32 @@ BLOCK_SWAPS = [
 ]
 
 
+def tiny_causal_lm(kind: str, **config):
+    """A tiny random ``LlamaForCausalLM`` (``kind="llama"``) or ``Qwen2ForCausalLM`` (``"qwen2"``): 2 layers, hidden 32,
+    4 heads (2 KV heads), vocabulary 64, ``sdpa``, seed 0, in eval mode; ``config`` overrides the config's fields."""
+    import transformers
+
+    common = {
+        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 128, **config,
+    }  # fmt: skip
+    if kind not in ("llama", "qwen2"):
+        raise ValueError(f"kind must be 'llama' or 'qwen2', got {kind!r}")
+    cfg = (transformers.LlamaConfig if kind == "llama" else transformers.Qwen2Config)(**common)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    cls = transformers.LlamaForCausalLM if kind == "llama" else transformers.Qwen2ForCausalLM
+    return cls(cfg).eval()
+
+
+def tpe_causal_lm(kind: str):
+    """:func:`tiny_causal_lm` with 2D-TPE installed (2 orders), padding id 0 and no end-of-sequence token (every
+    ``generate`` runs ``max_new_tokens`` steps)."""
+    from mmpos.integrations.hf_tpe import install_tpe
+
+    return install_tpe(tiny_causal_lm(kind, pad_token_id=0, bos_token_id=None, eos_token_id=None), orders=2)
+
+
 def left_padded(first: list[int], second: list[int], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` ``(2, L)`` of two prompts, the shorter one left-padded with ``pad``."""
     length = max(len(first), len(second))

@@ -7,6 +7,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from _tiny_hf import tiny_causal_lm
+
 from mmpos.integrations.hf_tpe import PreallocatedCache, install_tpe, uninstall_tpe
 from mmpos.layout import Text
 from mmpos.table import Table, build
@@ -14,25 +16,9 @@ from mmpos.table import Table, build
 pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 
 
-def _model(kind):
-    common = {
-        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 128,
-    }  # fmt: skip
-    if kind == "llama":
-        cfg = transformers.LlamaConfig(**common)
-        cls = transformers.LlamaForCausalLM
-    else:
-        cfg = transformers.Qwen2Config(**common)
-        cls = transformers.Qwen2ForCausalLM
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return cls(cfg).eval()
-
-
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_one_order_reproduces_the_unpatched_logits(kind):
-    model = _model(kind)
+    model = tiny_causal_lm(kind)
     ids = torch.randint(64, (2, 13))
     with torch.no_grad():
         ref = model(ids).logits
@@ -49,7 +35,7 @@ def test_one_order_reproduces_the_unpatched_logits(kind):
 
 
 def test_table_orders_cached_decoding_and_router_gradients():
-    model = _model("llama")
+    model = tiny_causal_lm("llama")
     install_tpe(model, orders=2)
     layout = build([[Text(3), Table(((1, 2), (1,), (2, 1))), Text(2)]], orders=("row", "col"))
     n = layout.order_coords.num_tokens
@@ -100,7 +86,7 @@ def _static_layers_size_values_apart():
 
 @pytest.mark.parametrize("cache", ["dynamic", "preallocated", "preallocated-4", "static"])
 def test_preallocated_caches_decode_as_the_full_forward(cache):
-    model = install_tpe(_model("qwen2"), orders=2)
+    model = install_tpe(tiny_causal_lm("qwen2"), orders=2)
     layout = build([[Text(3), Table.grid(2, 3), Text(1)]], orders=("row", "col"))
     n = layout.order_coords.num_tokens
     pos = layout.order_coords.pos.permute(2, 0, 1).long()
@@ -131,7 +117,7 @@ def test_preallocated_caches_decode_as_the_full_forward(cache):
 @pytest.mark.parametrize("cache", ["dynamic", "preallocated"])
 def test_padded_batch_decodes_chunks_as_the_full_forward(cache):
     # left padding (tpe_mask) and a chunk of two new tokens: the masked decode path
-    model = install_tpe(_model("llama"), orders=2)
+    model = install_tpe(tiny_causal_lm("llama"), orders=2)
     layout = build([[Text(2), Table.grid(2, 2)], [Text(1), Table.grid(3, 2), Text(1)]], ("row", "col"), "left")
     pos, mask = layout.order_coords.pos.permute(2, 0, 1).long(), layout.mask  # (2, 2, L), (2, L)
     b, n = mask.shape
@@ -151,7 +137,7 @@ def test_padded_batch_decodes_chunks_as_the_full_forward(cache):
 
 
 def test_preallocated_cache_writes_in_place_and_survives_reassigned_layers():
-    model = install_tpe(_model("llama"), orders=2)
+    model = install_tpe(tiny_causal_lm("llama"), orders=2)
     pos = torch.arange(12).expand(2, 1, 12)
     ids = torch.randint(64, (1, 12))
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -175,7 +161,7 @@ def test_preallocated_cache_writes_in_place_and_survives_reassigned_layers():
 
 
 def test_preallocated_cache_serves_a_plain_model_and_generate():
-    model = _model("llama")  # no 2D-TPE: the cache is a DynamicCache whose layers write in place
+    model = tiny_causal_lm("llama")  # no 2D-TPE: the cache is a DynamicCache whose layers write in place
     ids = torch.randint(64, (1, 8))
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
@@ -185,7 +171,7 @@ def test_preallocated_cache_serves_a_plain_model_and_generate():
 
 
 def test_padding_and_errors():
-    model = _model("qwen2")
+    model = tiny_causal_lm("qwen2")
     install_tpe(model, orders=2)
     layout = build([[Text(2), Table.grid(2, 2)], [Text(1), Table.grid(3, 2), Text(1)]], ("row", "col"), "left")
     pos = layout.order_coords.pos.permute(2, 0, 1).long()
@@ -199,7 +185,7 @@ def test_padding_and_errors():
     with pytest.raises(ValueError, match="tpe_positions"):
         model(ids)
     with pytest.raises(ValueError, match="orders"):
-        install_tpe(_model("llama"), orders=0)
+        install_tpe(tiny_causal_lm("llama"), orders=0)
     with pytest.raises(TypeError, match="Llama"):
         install_tpe(torch.nn.Linear(2, 2))
 
@@ -215,14 +201,14 @@ def test_padding_and_errors():
     ],
 )
 def test_install_arguments(kwargs, match):
-    model = _model("llama")
+    model = tiny_causal_lm("llama")
     with pytest.raises(ValueError, match=match):
         install_tpe(model, **{"orders": 2, **kwargs})
     assert "tpe_router" not in dict(model.named_modules())  # refused before any layer was touched
 
 
 def test_router_starts_as_the_references_from_pretrained_and_uses_hidden_act():
-    model = _model("llama")
+    model = tiny_causal_lm("llama")
     model.config.hidden_act = "gelu"
     install_tpe(model, orders=2)
     router = model.model.layers[0].self_attn.tpe_router
@@ -239,7 +225,7 @@ def test_router_starts_as_the_references_from_pretrained_and_uses_hidden_act():
 def test_patched_model_pickles():
     import pickle
 
-    model = install_tpe(_model("qwen2"), orders=2)
+    model = install_tpe(tiny_causal_lm("qwen2"), orders=2)
     pos = torch.arange(9).expand(2, 1, 9)
     ids = torch.randint(64, (1, 9))
     clone = pickle.loads(pickle.dumps(model))

@@ -12,7 +12,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mmpos.integrations.hf_tpe import PreallocatedCache, install_tpe
+from _tiny_hf import tpe_causal_lm
+
+from mmpos.integrations.hf_tpe import PreallocatedCache
 from mmpos.layout import Text
 from mmpos.table import Table, build
 
@@ -36,19 +38,6 @@ needs_static = pytest.mark.skipif(
     not _static_layers_size_values_apart(),
     reason="a StaticCache that holds 2D-TPE keys (K * D wide) beside values (D wide) needs transformers 5",
 )
-
-
-def _model(kind):
-    common = {
-        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 128, "pad_token_id": 0,
-        "bos_token_id": None, "eos_token_id": None,
-    }  # fmt: skip
-    cfg = (transformers.LlamaConfig if kind == "llama" else transformers.Qwen2Config)(**common)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    cls = transformers.LlamaForCausalLM if kind == "llama" else transformers.Qwen2ForCausalLM
-    return install_tpe(cls(cfg).eval(), orders=2)
 
 
 def _prompt(new):
@@ -87,7 +76,7 @@ def _decode(model, step, ids, full_pos, full_mask, n, cache):
 
 def test_prefill_compiles_without_graph_breaks():
     # the forward without a cache (training, prefill): the permuted multi-order path, with and without padding
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, full_pos, full_mask, _ = _prompt(new=0)
     with torch.no_grad():
         dynamo.reset()
@@ -102,7 +91,7 @@ def test_prefill_compiles_without_graph_breaks():
 @needs_static
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_static_cache_decode_step_is_one_graph_and_equals_eager(kind):
-    model = _model(kind)
+    model = tpe_causal_lm(kind)
     ids, full_pos, full_mask, n = _prompt(new=5)
     slots = ids.shape[1]
     with torch.no_grad():
@@ -130,7 +119,7 @@ def test_static_cache_decode_step_is_one_graph_and_equals_eager(kind):
 @needs_static
 def test_compiled_generate_with_a_static_cache_equals_eager_and_compiles_once():
     config = getattr(transformers, "CompileConfig", None) or transformers.generation.CompileConfig
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, full_pos, full_mask, n = _prompt(new=0)
     kw = {"tpe_positions": full_pos, "tpe_mask": full_mask, "max_new_tokens": 6, "do_sample": False}
     compile_config = config(backend="eager", fullgraph=True, dynamic=False)
@@ -149,7 +138,7 @@ def test_compiled_generate_with_a_static_cache_equals_eager_and_compiles_once():
 
 @needs_static
 def test_static_cache_takes_the_mask_of_its_slots_or_of_the_tokens_so_far():
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, full_pos, full_mask, n = _prompt(new=2)
     slots = n + 6  # room left after the last step
     padded = torch.cat([full_mask, torch.ones(2, slots - n - 2, dtype=torch.bool)], 1)  # (B, S)
@@ -180,7 +169,7 @@ def test_static_cache_takes_the_mask_of_its_slots_or_of_the_tokens_so_far():
 def test_preallocated_cache_decodes_under_compile():
     # no graph break (fullgraph=True), but its keys grow by a token a step (views of the first T slots, as
     # transformers' DynamicCache concatenates), so each step is a new shape (a new graph); results as eager
-    model = _model("qwen2")
+    model = tpe_causal_lm("qwen2")
     ids, full_pos, full_mask, n = _prompt(new=1)
     with torch.no_grad():
         dynamo.reset()

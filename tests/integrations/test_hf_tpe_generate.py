@@ -7,26 +7,15 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mmpos.integrations.hf_tpe import PreallocatedCache, install_tpe, uninstall_tpe
+from _tiny_hf import tpe_causal_lm
+
+from mmpos.integrations.hf_tpe import PreallocatedCache, uninstall_tpe
 from mmpos.layout import Text
 from mmpos.table import Table, build
 
 pytestmark = pytest.mark.hf  # run on the oldest and the newest supported transformers
 
 SHIFT = 5  # prompt positions start at 5: the next position is not the sequence length
-
-
-def _model(kind):
-    common = {
-        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 128, "pad_token_id": 0,
-        "bos_token_id": None, "eos_token_id": None,  # no end of sequence: every call generates max_new_tokens
-    }  # fmt: skip
-    cfg = (transformers.LlamaConfig if kind == "llama" else transformers.Qwen2Config)(**common)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    cls = transformers.LlamaForCausalLM if kind == "llama" else transformers.Qwen2ForCausalLM
-    return install_tpe(cls(cfg).eval(), orders=2)
 
 
 def _prompt(batch):
@@ -64,7 +53,7 @@ def _static_layers_size_values_apart():
 @pytest.mark.parametrize("cache", ["dynamic", "preallocated", "static"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_greedy_generate_equals_full_forwards(kind, cache):
-    model = _model(kind)
+    model = tpe_causal_lm(kind)
     ids, pos, mask, nxt = _prompt(2)
     n = ids.shape[1]
     new = 6
@@ -93,7 +82,7 @@ def test_greedy_generate_equals_full_forwards(kind, cache):
 def test_generated_positions_follow_the_next_position_not_the_sequence_length():
     # one sample, no padding, positions shifted: generating at sequence index L + j (a plain model's rule)
     # gives other tokens than next_position + j, so this comparison can tell the two apart
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, pos, mask, nxt = _prompt(1)
     with torch.no_grad():
         out = model.generate(ids, tpe_positions=pos, max_new_tokens=6, do_sample=False)
@@ -103,7 +92,7 @@ def test_generated_positions_follow_the_next_position_not_the_sequence_length():
 
 
 def test_generate_reads_order_coords_padding_from_attention_mask_and_no_cache():
-    model = _model("qwen2")
+    model = tpe_causal_lm("qwen2")
     layout = build([[Text(1), Table.grid(2, 2)], [Text(3), Table.grid(3, 2), Text(1)]], ("row", "col"), "left")
     pos, mask = layout.order_coords.pos.permute(2, 0, 1).long(), layout.mask
     ids = torch.randint(1, 64, mask.shape).masked_fill(~mask, 0)
@@ -122,7 +111,7 @@ def test_generate_reads_order_coords_padding_from_attention_mask_and_no_cache():
 
 def test_sampled_sequences_per_prompt_equal_the_repeated_prompt():
     # num_return_sequences repeats the batch (dim 0 of every kwarg in transformers); tpe_positions has it in dim 1
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, pos, mask, _ = _prompt(2)
     kw = {"max_new_tokens": 4, "do_sample": True, "top_k": 0}
     with torch.no_grad():
@@ -140,7 +129,7 @@ def test_sampled_sequences_per_prompt_equal_the_repeated_prompt():
 
 
 def test_generate_errors_name_the_argument():
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, pos, mask, _ = _prompt(2)
     kw, n = {"max_new_tokens": 2, "do_sample": False}, ids.shape[1]
     with torch.no_grad():
@@ -166,7 +155,7 @@ def test_generate_errors_name_the_argument():
 
 
 def test_uninstall_restores_generate():
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids = torch.randint(1, 64, (1, 6))
     uninstall_tpe(model)
     assert (
@@ -179,7 +168,7 @@ def test_uninstall_restores_generate():
 
 
 def test_generate_continues_a_cache_that_holds_the_prompt_up_to_its_last_text():
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, pos, mask, nxt = _prompt(2)
     n, name = ids.shape[1], _cache_name(model)
     with torch.no_grad():
@@ -202,7 +191,7 @@ def test_generate_continues_a_cache_that_holds_the_prompt_up_to_its_last_text():
 
 
 def test_generate_from_inputs_embeds_and_static_cache_by_name():
-    model = _model("qwen2")
+    model = tpe_causal_lm("qwen2")
     ids, pos, mask, nxt = _prompt(2)
     n = ids.shape[1]
     kw = {"tpe_positions": pos, "tpe_mask": mask, "max_new_tokens": 4, "do_sample": False}
@@ -218,7 +207,7 @@ def test_copies_generate_with_their_own_hooks():
     import copy
     import pickle
 
-    model = _model("llama")
+    model = tpe_causal_lm("llama")
     ids, pos, mask, _ = _prompt(2)
     kw = {"tpe_positions": pos, "tpe_mask": mask, "max_new_tokens": 3, "do_sample": False}
     with torch.no_grad():
@@ -231,7 +220,7 @@ def test_copies_generate_with_their_own_hooks():
 def test_generate_continues_a_cache_that_holds_the_text_before_the_table():
     # the rest of the prompt, fed after the cached text, holds the table: its tokens attend to each other in each
     # order's traversal (the column order is not the sequence order), as in a forward without a cache
-    model = _model("qwen2")
+    model = tpe_causal_lm("qwen2")
     ids, pos, mask, nxt = _prompt(1)
     name = _cache_name(model)
     with torch.no_grad():
