@@ -5,7 +5,6 @@ padding); a family the installed release lacks is skipped with the reason."""
 
 from __future__ import annotations
 
-import importlib
 import random
 import sys
 import types
@@ -15,6 +14,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+
+from _hf_samples import family_modules
 
 from mmpos import layout
 from mmpos.coords import Modality
@@ -34,11 +35,7 @@ SECONDS = [1.0, 0.5, 2.0, 0.25, 1.5, 4.0, 0.75, 6.0]
 
 def _family(model_type: str):
     """``(thinker config, model class with get_rope_index, modeling module)`` of the installed release."""
-    try:
-        cfg_mod = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
-        model_mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
-    except ImportError:
-        pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
+    cfg_mod, model_mod = family_modules(model_type)
     config_name, model_name = FAMILIES[model_type]
     config = getattr(cfg_mod, config_name)()
     # the checkpoints' config.json set these; the config classes' defaults lack some (ids of Qwen2.5-Omni-7B)
