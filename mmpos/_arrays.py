@@ -1,8 +1,10 @@
-"""Host copies of tensors for the NumPy bookkeeping of the packer and the token-id front ends."""
+"""Host copies of tensors for the NumPy bookkeeping of the packer and the token-id front ends, and the ids they
+return in the dtype of ``input_ids``."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from torch import Tensor
 
 
@@ -16,3 +18,18 @@ def host(t: Tensor | np.ndarray) -> np.ndarray:
         except (RuntimeError, TypeError):  # e.g. a conjugate or negative view
             pass
     return t.detach().cpu().numpy()
+
+
+def ids_in_dtype(ids: Tensor, deltas: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Position ids and ``rope_deltas`` cast to ``dtype`` (the dtype of ``input_ids``, as the models return
+    them), refused where a narrower integer dtype cannot hold them (int32 would wrap around)."""
+    if not (dtype.is_floating_point or dtype == torch.bool or dtype.itemsize >= 8 or not ids.numel()):
+        info = torch.iinfo(dtype)
+        low = min(int(ids.min()), int(deltas.min()) if deltas.numel() else 0)
+        high = max(int(ids.max()), int(deltas.max()) if deltas.numel() else 0)
+        if low < info.min or high > info.max:
+            raise ValueError(
+                f"position ids reach {high if high > info.max else low}, beyond the range of input_ids' dtype "
+                f"{dtype} ([{info.min}, {info.max}]): they would wrap around; pass input_ids as torch.int64"
+            )
+    return ids.to(dtype), deltas.to(dtype)

@@ -169,6 +169,19 @@ def _int32_ids_beyond_range():
     get_rope_index(config, ids, video_grid_thw=torch.tensor([[3, 2, 2]]), second_per_grid_ts=torch.tensor([1e9]))
 
 
+def _int32_packed_ids_beyond_range():
+    pytest.importorskip("transformers")
+    from transformers import Qwen2_5_VLConfig
+
+    from mmpos.integrations.hf_rope_index import packed_rope_index
+
+    config = Qwen2_5_VLConfig()
+    config.vision_config.tokens_per_second = 2
+    ids = torch.tensor([[5, 151652, 151656, 151656, 151656, 151653]], dtype=torch.int32)  # text | START, 3 video, END
+    cu = torch.tensor([0, 1, 6])
+    packed_rope_index(config, ids, cu, video_grid_thw=torch.tensor([[3, 2, 2]]), second_per_grid_ts=torch.tensor([1e9]))
+
+
 ENCODER_CASES = [
     *(
         row(
@@ -222,6 +235,13 @@ ENCODER_CASES = [
         _int32_ids_beyond_range,
         ValueError,
         r"position ids reach 4000000002, beyond the range of input_ids' dtype torch.int32",
+        marks=pytest.mark.hf,
+    ),
+    row(
+        "packed-rope-index-int32-wraps",
+        _int32_packed_ids_beyond_range,
+        ValueError,
+        r"position ids reach \d+, beyond the range of input_ids' dtype torch.int32",
         marks=pytest.mark.hf,
     ),
 ]

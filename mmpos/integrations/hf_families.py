@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._arrays import host
+from .._arrays import host, ids_in_dtype
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options
@@ -181,7 +181,7 @@ def _real_index(real: np.ndarray, out: np.ndarray) -> None:
 
 
 def _returned(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
-    return lay.position_ids.to(input_ids.dtype), lay.rope_deltas.to(input_ids.dtype)
+    return ids_in_dtype(lay.position_ids, lay.rope_deltas, input_ids.dtype)
 
 
 # --------------------------------------------------------------------------- HY-V4-VL

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._arrays import host
+from .._arrays import host, ids_in_dtype
 from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
@@ -318,7 +318,7 @@ def get_rope_index(
     )  # fmt: skip
     ids, deltas = lay.position_ids, lay.rope_deltas
     if not float_ids:
-        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        ids, deltas = ids_in_dtype(ids, deltas, input_ids.dtype)
     return ids, deltas
 
 
@@ -355,5 +355,5 @@ def packed_rope_index(
     position_ids, _, _ = lay.packed("3d")
     deltas = lay.rope_deltas  # largest position + 1 - real length: each sample's own
     if not position_ids.is_floating_point():
-        position_ids, deltas = position_ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        position_ids, deltas = ids_in_dtype(position_ids, deltas, input_ids.dtype)
     return position_ids, deltas

@@ -84,6 +84,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._arrays import ids_in_dtype
 from .._validate import check_choice
 from ..age import age_layers
 from ..encoders.base import RotaryEncoder
@@ -294,7 +295,7 @@ def _in_ids_dtype(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
     integer ids in the dtype of ``input_ids`` (fractional schemes keep their float ids)."""
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
     if not ids.dtype.is_floating_point:
-        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        ids, deltas = ids_in_dtype(ids, deltas, input_ids.dtype)
     return ids, deltas
 
 

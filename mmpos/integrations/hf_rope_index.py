@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._arrays import host
+from .._arrays import host, ids_in_dtype
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
@@ -334,23 +334,8 @@ def scheme_rope_index(
     ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
     fractional = ids.is_floating_point() and lay.num_vision_tokens > 0
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
-        _check_id_range(ids, deltas, input_ids.dtype)
-        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        ids, deltas = ids_in_dtype(ids, deltas, input_ids.dtype)
     return ids, deltas
-
-
-def _check_id_range(ids: Tensor, deltas: Tensor, dtype: torch.dtype) -> None:
-    """Position ids are returned in the dtype of ``input_ids``: refuse ids it cannot hold (int32 would wrap)."""
-    if dtype.is_floating_point or dtype == torch.bool or dtype.itemsize >= 8 or not ids.numel():
-        return
-    info = torch.iinfo(dtype)
-    low = min(int(ids.min()), int(deltas.min()) if deltas.numel() else 0)
-    high = max(int(ids.max()), int(deltas.max()) if deltas.numel() else 0)
-    if low < info.min or high > info.max:
-        raise ValueError(
-            f"position ids reach {high if high > info.max else low}, beyond the range of input_ids' dtype {dtype} "
-            f"([{info.min}, {info.max}]): they would wrap around; pass input_ids as torch.int64"
-        )
 
 
 def packed_rope_index(
@@ -402,7 +387,7 @@ def packed_rope_index(
     if options.resolved.rule.deltas == "next-padded":  # type: ignore[attr-defined]  # relative to each sample alone
         deltas = deltas + torch.from_numpy(longest - lengths).view(b, 1).to(deltas)
     if not ids.is_floating_point():
-        ids, deltas = ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+        ids, deltas = ids_in_dtype(ids, deltas, input_ids.dtype)
     return ids, deltas
 
 
