@@ -641,6 +641,7 @@ def pack(
     modality: Tensor | np.ndarray | Callable[[], np.ndarray] | None = None,
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
+    out: Tensor | None = None,
 ) -> Layout:
     """Positions of every token of a padded batch under ``scheme``, vectorised over the batch.
 
@@ -658,6 +659,10 @@ def pack(
             video 2, text and padding 0).
         generator: random source of the per-block training draws (V2PE, HoPE), drawn in reading order.
         device: where the layout's tensors go (default: ``real``'s device).
+        out: a contiguous CPU tensor of shape ``(rows, B, L)`` and the scheme's id dtype (int64 for all
+            but ``hope`` float32 and ``v2pe`` float64; ``rows``: 3, or the scheme's axes when it has more
+            than one) that the ids are written into instead of a new tensor: :attr:`Layout.position_ids`
+            is then ``out`` (``device`` must be the CPU). Its values before the call are never read.
 
     A text token advances the position by 1 and a vision block by its *extent*; a unit
     starts at the running sum of what came before it (one ``cumsum`` along ``L``, summed in
@@ -679,6 +684,8 @@ def pack(
     real = host(real)
     if real.ndim != 2 or real.dtype != bool:
         raise ValueError(f"real must be a (B, L) bool tensor, got {real.dtype} {real.shape}")
+    if out is not None:
+        _check_out(out, sch, real.shape, device)
     grid, block_first, seconds, is_image, is_vision, audio, changes = _check_blocks(blocks, real)
     if audio is not None and audio.any() and not sch.audio:
         takes = [s.name for s in SCHEMES.values() if s.audio]
@@ -693,8 +700,37 @@ def pack(
         if codes().shape != real.shape:
             raise ValueError(f"modality must have the shape of real {real.shape}, got {codes().shape}")
     return _pack(
-        real, is_vision, codes, grid, seconds, is_image, block_first, sch, options, generator, device, audio, changes
+        real,
+        is_vision,
+        codes,
+        grid,
+        seconds,
+        is_image,
+        block_first,
+        sch,
+        options,
+        generator,
+        device,
+        audio,
+        changes,
+        out,
     )
+
+
+def _check_out(out: object, sch: Scheme, shape: tuple[int, int], device: torch.device | str) -> None:
+    """``pack``'s ``out``: a contiguous CPU ``(rows, B, L)`` tensor of the scheme's id dtype, the layout on the CPU."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    rows = 3 if len(sch.axes) == 1 else len(sch.axes)
+    want = (rows, *shape)
+    if tuple(out.shape) != want or out.dtype != sch.id_dtype or out.device.type != "cpu" or not out.is_contiguous():
+        got = f"{out.dtype} {tuple(out.shape)} on {out.device}" + ("" if out.is_contiguous() else " (not contiguous)")
+        raise ValueError(
+            f"out must be a contiguous {sch.id_dtype} CPU tensor of shape {want} (rows, B, L) for scheme "
+            f"{sch.name!r}, got {got}"
+        )
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"out is a CPU tensor: device must be the CPU when out is given, got device={device!r}")
 
 
 def _pack(
@@ -711,9 +747,10 @@ def _pack(
     device: torch.device | str,
     audio: np.ndarray | None,
     changes: np.ndarray,
+    out: Tensor | None = None,
 ) -> Layout:
     """:func:`pack` on checked host arrays, blocks in reading order (their tokens are the
-    ``vision_mask()`` tokens in flat order; ``changes``: where ``real`` changes)."""
+    ``vision_mask()`` tokens in flat order; ``changes``: where ``real`` changes; ``out``: checked, the ids' tensor)."""
     b, length = real.shape
     counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio  # (K,) tokens per block
     k = block_first.shape[0]
@@ -775,12 +812,13 @@ def _pack(
             sch,
             rule,
             device,
+            out,
         )
     first = np.cumsum(counts) - counts  # (K,) each block's first token among the vision tokens
     is_vision = vision_mask()  # (B, L)
     text = real & ~is_vision  # (B, L) real text tokens
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
-    ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (rows, B * L), written through NumPy
+    ids = _ids_tensor(out, rows, b * length, sch.id_dtype)  # (rows, B * L), written through NumPy
     ids_np = ids.numpy()
     with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused below
         # integer ids and extents: the running position is summed in the ids' first row (int64, exact below
@@ -851,7 +889,8 @@ def _pack(
     n_real = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
     deltas = _deltas(sch, rule, length, nxt, n_real, top if rule.deltas == "max-real" else None, block_first, block_top)
     nv = int(counts.sum())
-    return Layout(ids.view(rows, b, length).to(device), deltas.to(device), sch.name, rule, nv, (real, codes), parts)
+    ids = ids.view(rows, b, length).to(device) if out is None else out
+    return Layout(ids, deltas.to(device), sch.name, rule, nv, (real, codes), parts)
 
 
 def _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top) -> Tensor:
@@ -869,6 +908,11 @@ def _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top) -> Tens
     else:
         deltas = nxt - length
     return torch.from_numpy(deltas.reshape(-1, 1).astype(_numpy_dtype(sch.delta_dtype)))
+
+
+def _ids_tensor(out: Tensor | None, rows: int, n: int, dtype: torch.dtype) -> Tensor:
+    """``(rows, n)`` the ids' tensor: a view of ``out`` (checked by :func:`_check_out`) or a new one."""
+    return torch.empty((rows, n), dtype=dtype) if out is None else out.view(rows, n)
 
 
 @cache
@@ -893,13 +937,14 @@ def _pack_rows(
     sch,
     rule,
     device,
+    out=None,
 ) -> Layout:
     """:func:`_pack` of a per-row rule (``Scheme.rows``) whose ids and extents are integers: every value
     written by :func:`_write_runs`, no per-token float64."""
     b, length = real.shape
     axes = base.shape[0]
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
-    ids = torch.empty((rows, b * length), dtype=sch.id_dtype)  # (rows, B * L), written through NumPy
+    ids = _ids_tensor(out, rows, b * length, sch.id_dtype)  # (rows, B * L), written through NumPy
     ids_np = ids.numpy()
     nxt, block_top, top, n_real = _write_runs(
         ids_np,
@@ -923,7 +968,8 @@ def _pack_rows(
         top = nxt - 1
     deltas = _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top)
     nv = int(counts.sum())
-    return Layout(ids.view(rows, b, length).to(device), deltas.to(device), sch.name, rule, nv, (real, codes))
+    ids = ids.view(rows, b, length).to(device) if out is None else out
+    return Layout(ids, deltas.to(device), sch.name, rule, nv, (real, codes))
 
 
 # --------------------------------------------------------------------------- build

@@ -361,3 +361,45 @@ def test_packed_equals_each_sample_alone(scheme, padding_side):
     assert torch.equal(three, ids[1:])
     with pytest.raises(ValueError, match="shape must be '3d' or '4d'"):
         lay.packed("text")
+
+
+@pytest.mark.parametrize("scheme", ["qwen2-vl", "hunyuan-vl", "vrope", "flat", "hope", "v2pe", "circlerope"])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_pack_writes_into_out(scheme, padding_side):
+    """``pack(..., out=)``: the same ids as without it, written into ``out`` (``position_ids`` is ``out``),
+    whatever ``out`` held before; a wrong ``out`` is refused before anything is written."""
+    samples = [[Text(2), Image((1, 4, 6)), Text(1), Video((2, 2, 4), 0.5), Text(2)], [Text(3), Image((1, 2, 2))]]
+    lay = _build(samples, scheme, padding_side=padding_side)
+    real = lay.attention_mask.bool()
+    is_vision = lay.modality != 0
+    starts = [(b, n) for b in range(2) for n in range(real.shape[1]) if is_vision[b, n] and not is_vision[b, n - 1]]
+    grids = [[1, 2, 3], [2, 1, 2], [1, 1, 1]]
+    blocks = VisionBlocks(
+        torch.tensor(grids),
+        torch.tensor([b * real.shape[1] + n for b, n in starts]),
+        torch.tensor([0.0, 0.5, 0.0]),
+        torch.tensor([True, False, True]),
+    )
+    options = resolve_options(scheme, **EVAL_OPTIONS.get(scheme, {}))
+    plain = pack(real, blocks, scheme, options)
+    assert torch.equal(plain.position_ids, lay.position_ids)
+    out = torch.full_like(plain.position_ids, 7)
+    into = pack(real, blocks, scheme, options, out=out)
+    assert into.position_ids is out and torch.equal(out, plain.position_ids)
+    assert torch.equal(into.rope_deltas, plain.rope_deltas) and torch.equal(into.coords.pos, plain.coords.pos)
+    rows, dtype = plain.position_ids.shape[0], plain.position_ids.dtype
+    other = torch.int32 if dtype != torch.int32 else torch.int64
+    bad = {
+        "shape": torch.zeros((rows + 1, *real.shape), dtype=dtype),
+        "dtype": torch.zeros((rows, *real.shape), dtype=other),
+        "contiguity": torch.zeros((rows, real.shape[1], real.shape[0]), dtype=dtype).transpose(1, 2),
+    }
+    for what, tensor in bad.items():
+        before = tensor.clone()
+        with pytest.raises(ValueError, match=r"out must be a contiguous .* CPU tensor of shape"):
+            pack(real, blocks, scheme, options, out=tensor)
+        assert torch.equal(tensor, before), what
+    with pytest.raises(TypeError, match="out must be a torch.Tensor or None"):
+        pack(real, blocks, scheme, options, out=out.numpy())
+    with pytest.raises(ValueError, match="device must be the CPU when out is given"):
+        pack(real, blocks, scheme, options, out=out, device="meta")
