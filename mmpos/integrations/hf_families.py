@@ -130,9 +130,12 @@ def _merge(config: Any) -> int:
 
 def _row_grid(grid: np.ndarray, m: int, name: str) -> np.ndarray:
     """``(K, 3)`` token grid ``(t, h / m, w / m + 1)``: every merged row ends with a newline token."""
-    if (grid[:, 1:] % m).any():
+    out, rest = np.divmod(grid, m)  # (K, 3) each, one pass over the whole (contiguous) grid
+    if rest[:, 1:].any():
         raise ValueError(f"{name}: h and w must be divisible by the spatial merge size {m}")
-    return grid // np.array([1, m, m]) + np.array([0, 0, 1])
+    out[:, 0] = grid[:, 0]
+    out[:, 2] += 1
+    return out
 
 
 def _runs(marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,9 +160,10 @@ def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
 
 
 def _real_index(real: np.ndarray, out: np.ndarray) -> None:
-    """Write into ``out`` ``(B, L)`` every real token's index among its row's real tokens, 0 on
-    padding. Rows whose real tokens are one span (left or right padding): each row is a window of
-    ``max(arange(-L, L), 0)`` (one row copy each), 0 after a span; else a ``cumsum`` of ``real``."""
+    """Write into ``out`` ``(B, L)`` (contiguous, a dtype that holds ``-L .. L``) every real token's index among its
+    row's real tokens, 0 on padding. Rows whose real tokens are one span (left or right padding): each row is a window
+    of ``max(arange(-L, L), 0)`` (one row copy each: ``index_select`` of the ramp's windows), 0 after a span; else a
+    ``cumsum`` of ``real``."""
     length = real.shape[1]
     if not length:
         return
@@ -174,8 +178,10 @@ def _real_index(real: np.ndarray, out: np.ndarray) -> None:
             out -= 1
             out *= real
             return
-    ramp = np.maximum(np.arange(-length, length), 0)  # (2L,)
-    out[...] = np.lib.stride_tricks.sliding_window_view(ramp, length)[length - first]  # row b: max(j - first, 0)
+    target = torch.from_numpy(out)
+    ramp = torch.from_numpy(np.maximum(np.arange(-length, length, dtype=out.dtype), 0))  # (2L,)
+    # row b: the window of the ramp from L - first[b], max(j - first[b], 0)
+    torch.index_select(ramp.unfold(0, length, 1), 0, torch.from_numpy(length - first), out=target)
     if not left.all():
         out *= real  # 0 after a span
 
@@ -282,12 +288,12 @@ def _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_tok
         )
         grid = _row_grid(check_grid(image_grid_thw, "image_grid_thw"), m, "image_grid_thw")
         grid[:, 0] = 1  # the reference reads h and w only
-        start, length = _runs(marks & real)
+        start, length = _runs(np.logical_and(marks, real, out=marks))  # the image tokens among the real ones
         if start.shape[0] != grid.shape[0]:
             raise ValueError(
                 f"image_grid_thw holds {grid.shape[0]} grids, but input_ids holds {start.shape[0]} runs of image tokens"
             )
-        tokens = grid.prod(-1)
+        tokens = grid[:, 1] * grid[:, 2]  # (t = 1)
         bad = np.flatnonzero((length != tokens) & (length != tokens + 2))
         if bad.size:
             k = int(bad[0])
@@ -331,13 +337,29 @@ def hunyuan_vl_rope_index(
         )
     real, blocks = _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
     sch = get_scheme("hunyuan-vl")
-    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device="cpu")  # moved once, below
-    out = torch.empty((axes, *input_ids.shape), dtype=input_ids.dtype)  # (N, B, L)
+    options = resolve_options(sch, rule=RULES["hf-5.3"])
+    b, length = real.shape
+    dtype = input_ids.dtype
+    # every id lies in [0, max(L, K) - 1] (an index among a row's tokens, a row or column of an image, the image's
+    # index among the batch's K) and rope_deltas in [1 - L, max(L, K)]: a dtype that holds [-L, max(L, K)] (and the
+    # ramp of _real_index) is written straight into; else int64, then the checked cast (refuses what would wrap)
+    info = torch.iinfo(dtype)
+    fits = max(length, blocks.grid.shape[0]) <= info.max and -length >= info.min
+    out = torch.empty((axes, b, length), dtype=dtype if fits else torch.int64)  # (N, B, L)
     out_np = out.numpy()
-    _real_index(real, out_np[0])  # every real token's index among the real tokens, 0 on padding
-    out_np[1 : axes - 3] = out_np[0]
-    np.copyto(out_np[axes - 3 :], lay.position_ids.numpy(), casting="unsafe")  # (as Tensor.to: int64 ids)
-    return out.to(input_ids.device), lay.rope_deltas.to(input_ids.dtype).to(input_ids.device)
+    if out.dtype == torch.int64:  # the packer writes the last three axes in place
+        lay = pack(real, blocks, sch, options, device="cpu", out=out[axes - 3 :])
+    else:
+        lay = pack(real, blocks, sch, options, device="cpu")  # moved once, below
+        np.copyto(out_np[axes - 3 :], lay.position_ids.numpy(), casting="unsafe")  # (fits: as Tensor.to)
+    if axes > 3:  # the leading N - 3 axes: every real token's index among the real tokens, 0 on padding
+        _real_index(real, out_np[0])
+        out_np[1 : axes - 3] = out_np[0]
+    if fits:
+        ids, deltas = out, lay.rope_deltas.to(dtype)
+    else:
+        ids, deltas = ids_in_dtype(out, lay.rope_deltas, dtype)
+    return ids.to(input_ids.device), deltas.to(input_ids.device)
 
 
 # --------------------------------------------------------------------------- GLM-Image
@@ -444,8 +466,12 @@ def glm_image_rope_index(
     ``start + max(h, w)``. 1 on padding (as transformers' ``GlmImageModel.get_rope_index``)."""
     _check_rule(rule, "glm_image")
     lay = _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask)[0]
-    ids = lay.position_ids.to(input_ids.dtype)
-    return ids, torch.zeros(input_ids.shape[0], 1, dtype=input_ids.dtype, device=input_ids.device)
+    deltas = torch.zeros(input_ids.shape[0], 1, dtype=torch.int64, device=input_ids.device)
+    # a token's position is at most its index in the row (an image's extent, max(h, w), is at most its t * h * w
+    # tokens), padding 1: a dtype holding L is cast to; else the checked cast (refuses what would wrap around)
+    if input_ids.shape[1] <= torch.iinfo(input_ids.dtype).max:
+        return lay.position_ids.to(input_ids.dtype), deltas.to(input_ids.dtype)
+    return ids_in_dtype(lay.position_ids, deltas, input_ids.dtype)
 
 
 def glm_image_decode_position_ids(
