@@ -73,13 +73,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._extras import requires
-from .._validate import check_int, check_ints
+from .._validate import check_bool, check_int, check_ints
 from ..coords import Coords
-from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa, order_permutation
+from ..nn.multi_order import TPERouter, mix_orders, multi_order_sdpa, order_permutation, static_slots
 from ..table import ORDER_SUFFIX
 
 with requires("hf"):  # one line naming the package and the extra when it is missing
-    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+    from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, DynamicLayer
 
 __all__ = ["PreallocatedCache", "decoder_layers", "install_tpe", "uninstall_tpe"]
 
@@ -127,8 +127,110 @@ class _PreallocatedLayer(DynamicLayer):
         return self.keys, self.values
 
 
+class _StaticLayer(CacheLayerMixin):
+    """A static layer that sizes keys and values apart: ``(B, Hk, S, Dk)`` and ``(B, Hk, S, Dv)``, ``S`` = ``capacity``.
+
+    As transformers 5's ``StaticLayer`` (4.57's sizes values like keys, so it cannot hold 2D-TPE keys
+    ``K * D`` wide): the buffers are allocated at the first update and written in place at slots
+    ``n_seen .. n_seen + n - 1`` (``index_copy_``, :func:`~mmpos.nn.multi_order.static_slots`),
+    ``n_seen`` is a 0-d int64 tensor incremented in place (``get_seq_length()``; 0 before the first
+    update), and ``update`` returns every slot, so every step has the same shapes. It has the layer
+    methods of 4.57 and 5.x (``get_mask_sizes``, ``get_max_cache_shape`` / ``get_max_length``, ``crop``
+    with either release's argument, beams reordered in place).
+    """
+
+    is_compileable = True
+    is_sliding = False
+    is_croppable = True
+    supports_early_init = False  # 5.x's early_initialization would size the keys like the values
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = self.max_cache_len = capacity
+        self.n_seen = torch.zeros((), dtype=torch.long)
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor | None = None) -> None:
+        value_states = key_states if value_states is None else value_states
+        n = key_states.shape[-2]
+        if n > self.capacity:
+            raise ValueError(
+                f"PreallocatedCache(capacity={self.capacity}, static=True) cannot hold the {n} tokens of its first "
+                f"update: give it capacity >= {n} (the prompt plus the tokens to generate)"
+            )
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.max_batch_size = self.batch_size = key_states.shape[0]
+        self.num_heads = key_states.shape[1]
+        self.keys = key_states.new_zeros((*key_states.shape[:2], self.capacity, key_states.shape[-1]))
+        self.values = value_states.new_zeros((*value_states.shape[:2], self.capacity, value_states.shape[-1]))
+        self.n_seen = self.n_seen.to(self.device)
+        if not torch.compiler.is_compiling():  # fixed addresses for CUDA graphs, as transformers' StaticLayer
+            for t in (self.keys, self.values, self.n_seen):
+                torch._dynamo.mark_static_address(t)
+        self.is_initialized = True
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        # key_states (B, Hk, n, Dk), value_states (B, Hk, n, Dv) -> all S slots (B, Hk, S, Dk / Dv)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        for name, new, held in (("keys", key_states, self.keys), ("values", value_states, self.values)):
+            if new.shape[:2] != held.shape[:2] or new.shape[-1] != held.shape[-1]:
+                raise ValueError(
+                    f"PreallocatedCache(static=True): new {name} {tuple(new.shape)} do not match the layer's "
+                    f"(B, Hk, S, D) = {tuple(held.shape)}"
+                )
+        name = f"PreallocatedCache(capacity={self.capacity}, static=True)"
+        slots = static_slots(self.n_seen, key_states.shape[-2], self.capacity, name)
+        self.keys.index_copy_(2, slots, key_states.to(self.keys.dtype))
+        self.values.index_copy_(2, slots, value_states.to(self.values.dtype))
+        self.n_seen.add_(key_states.shape[-2])
+        return self.keys, self.values
+
+    def get_mask_sizes(self, *args: Any) -> tuple[int, int]:  # (cache_position) in 4.57, (query_length) in 5.x
+        return self.capacity, 0
+
+    def get_seq_length(self) -> int | Tensor:
+        return self.n_seen if self.is_initialized else 0
+
+    def get_max_cache_shape(self) -> int:  # 4.57
+        return self.capacity
+
+    def get_max_length(self) -> int:  # 5.x
+        return self.capacity
+
+    def reset(self) -> None:
+        if self.is_initialized:
+            self.keys.zero_()
+            self.values.zero_()
+        self.n_seen.zero_()  # in place: compiled steps hold its address
+
+    def crop(self, length: int) -> None:
+        """Keep ``length`` tokens (4.57's ``max_length``), or drop ``-length`` (5.x's ``tokens_to_remove`` < 0).
+
+        Reads the count once (a host sync on a GPU; ``crop`` runs between forwards).
+        """
+        if self.is_initialized:
+            held = int(self.n_seen)
+            self.n_seen.fill_(max(0, held + length) if length < 0 else min(length, held))
+
+    def reorder_cache(self, beam_idx: Tensor) -> None:
+        if self.is_initialized:  # in place: the buffers keep their addresses
+            self.keys.copy_(self.keys.index_select(0, beam_idx.to(self.device)))
+            self.values.copy_(self.values.index_select(0, beam_idx.to(self.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self.keys = self.keys.repeat_interleave(repeats, dim=0)
+            self.values = self.values.repeat_interleave(repeats, dim=0)
+            self.max_batch_size = self.batch_size = self.keys.shape[0]
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        if self.is_initialized:
+            self.keys, self.values = self.keys[indices, ...], self.values[indices, ...]
+            self.max_batch_size = self.batch_size = self.keys.shape[0]
+
+
 class PreallocatedCache(DynamicCache):
-    """A transformers ``DynamicCache`` whose layers write into preallocated buffers that double when full.
+    """A transformers ``DynamicCache`` whose layers write into preallocated buffers (doubling, or static).
 
     For decoding through :func:`install_tpe` (keys ``(B, Hk, T, K * D)``, values ``(B, Hk, T, D)``) or
     any model: an update writes the new tokens (amortised ``O(new tokens)`` copying) where the default
@@ -136,15 +238,31 @@ class PreallocatedCache(DynamicCache):
 
     Args:
         capacity: tokens each layer allocates room for at its first update (``None``: that update's
-            length); the buffers double when full.
+            length); the buffers double when full. Required with ``static=True``.
+        static: fixed size for ``torch.compile`` (transformers 4.57 and 5.x): each layer holds
+            ``capacity`` slots, keys and values sized apart, counts its tokens with a 0-d tensor and
+            returns all slots from ``update``, so a decode step has the same shapes every time (one
+            graph); ``is_compileable`` is ``True`` (``generate`` compiles its decode steps on a GPU,
+            or where ``compile_config`` asks). An update that does not fit is refused
+            (:func:`~mmpos.nn.multi_order.static_slots`); ``generate`` checks each step first.
 
-    ``model(ids, ..., use_cache=True, past_key_values=PreallocatedCache(capacity=L + new_tokens))``.
+    ``model(ids, ..., use_cache=True, past_key_values=PreallocatedCache(capacity=L + new_tokens))``
+    (``cache=`` on transformers 5).
     """
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None, static: bool = False) -> None:
         capacity = check_int(capacity, "capacity", none_ok=True)
-        Cache.__init__(self, layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
-        self.capacity = capacity
+        static = check_bool(static, "static")
+        if static and capacity is None:
+            raise ValueError("capacity must be a positive int with static=True (each layer's fixed size), got None")
+        layer = _StaticLayer if static else _PreallocatedLayer
+        Cache.__init__(self, layer_class_to_replicate=functools.partial(layer, capacity))
+        self.capacity, self.static = capacity, static
+
+    @property
+    def is_compileable(self) -> bool:
+        # static: True before the first update too (generate decides before its prefill creates the layers)
+        return self.static or super().is_compileable
 
 
 def decoder_layers(model: nn.Module) -> tuple[nn.Module, Sequence[nn.Module]]:
@@ -233,10 +351,15 @@ def _step_mask(key_mask: Any, b: int, n: int, past: int | Tensor, slots: int | N
 
     Returns it as bool ``(B, S)`` for a static cache (padded with ``True``: the slots after the new
     tokens are never attended), else ``(B, T)``. Under ``torch.compile`` a static cache's count is a
-    tensor and only ``(B, S)`` (fixed for every step, as ``generate`` passes it) can be checked.
+    tensor and only ``(B, S)`` (fixed for every step, as ``generate`` passes it) can be checked;
+    eagerly a ``(B, T)`` mask is checked with one read of the count (``(B, S)`` needs none).
     """
     if key_mask is None:
         return None
+    if not isinstance(past, int) and not torch.compiler.is_compiling():
+        width = key_mask.shape[-1] if isinstance(key_mask, Tensor) and key_mask.dim() == 2 else None
+        if width != slots:  # eager, not (B, S): checking (B, T) reads the count once ((B, S) needs no read)
+            past = int(past)
     traced = not isinstance(past, int)
     want = [] if traced else [past + n]
     want += [] if slots is None or slots in want else [slots]
@@ -277,9 +400,8 @@ def _tpe_forward(
     b, n, _ = hidden_states.shape
     positions = _order_positions(positions, orders, b, n)
     past = 0 if cache is None else cache.get_seq_length(attn.layer_idx)  # an int, or a static layer's tensor
-    if isinstance(past, Tensor):  # the layer's counter itself, which its update increments in place
-        # eager: the prefill is told apart by its empty cache; compiled: no host sync, one graph for every step
-        past = past.clone() if torch.compiler.is_compiling() else int(past)
+    if isinstance(past, Tensor):  # the layer's counter itself, which its update increments in place: a copy,
+        past = past.clone()  # never read on the host (eager or compiled: no sync; compiled: one graph every step)
     slots = None if cache is None else _static_slots(cache, attn.layer_idx)
     key_mask = _step_mask(kwargs.get("tpe_mask"), b, n, past, slots)
     d = attn.head_dim
@@ -475,8 +597,14 @@ class _TPEPrepareInputs:
         positions, mask = _generation_positions(
             tpe_positions, tpe_mask, kwargs.get("attention_mask"), self.orders, batch, past, tokens
         )
-        slots = None if mask is None else _static_slots(cache, 0)
-        if slots is not None and slots > mask.shape[1]:  # a static cache: one (B, S) mask shape for every step
+        slots = _static_slots(cache, 0)  # None before a static cache's first update (the prefill: (B, L) mask)
+        room = cache.capacity if isinstance(cache, PreallocatedCache) and cache.static else slots
+        if room is not None and past + tokens > room:  # on the host, before the forward (past is read above)
+            raise ValueError(
+                f"the static cache holds {room} tokens: {past} cached and {tokens} new do not fit (give it room for "
+                "the prompt plus max_new_tokens)"
+            )
+        if mask is not None and slots is not None and slots > mask.shape[1]:  # one (B, S) mask shape every step
             mask = torch.cat([mask, mask.new_ones(batch, slots - mask.shape[1])], dim=1)
         inputs["tpe_positions"], inputs["tpe_mask"] = positions, mask
         return inputs

@@ -46,6 +46,7 @@ __all__ = [
     "order_permutation",
     "router_entropy",
     "router_entropy_loss",
+    "static_slots",
 ]
 
 
@@ -159,59 +160,121 @@ def router_entropy_loss(model: nn.Module, token_mask: Tensor | None = None) -> T
     return torch.stack(values).mean()
 
 
+def static_slots(length: Tensor, n: int, capacity: int, cache: str) -> Tensor:
+    """The slots ``(n,)`` int64, ``length .. length + n - 1``, that ``n`` new tokens take in a static cache.
+
+    ``length`` is the cache's 0-d int64 counter of filled slots (a tensor, so a compiled step does
+    not specialise on it), ``capacity`` its fixed number of slots, ``cache`` its name for the error.
+    ``n`` tokens that do not fit are refused before anything is written, with no host sync: a
+    ``ValueError`` in eager mode when the counter is in host memory (CPU), else
+    ``torch._assert_async`` (under ``torch.compile`` on CPU a ``RuntimeError`` with the same
+    message; on a GPU a device-side assert, reported at a later synchronisation).
+    """
+    over = length + n > capacity  # 0-d bool on the counter's device
+    msg = f"{cache} is full: {n} more token(s) do not fit in its {capacity} slots (crop it, or give it more capacity)"
+    if over.device.type == "cpu" and not torch.compiler.is_compiling():
+        if bool(over):  # host memory: reading it syncs nothing
+            raise ValueError(msg)
+    else:
+        torch._assert_async(~over, msg)
+    return length + torch.arange(n, device=length.device)
+
+
 class MultiOrderCache:
     """Keys under every order, values, positions and padding of the tokens seen so far (one per layer).
 
-    ``keys`` ``(K, B, Hk, T, D)`` (rotated per order), ``values`` ``(B, Hk, T, D)``,
-    ``pos`` ``(K, B, T)``, ``mask`` ``(B, T)``: views of the first ``T`` = :attr:`length` slots of
-    preallocated buffers. A buffer holds ``capacity`` tokens (given up front, or the first
-    update's length) and doubles when full, so an update is a write into the buffer (``O(1)``
-    allocations, amortised ``O(new tokens)`` copying), not a copy of every cached key.
-    Keys cost ``K`` times a 1-D cache's keys, so the cache is ``(K + 1) / 2`` times a plain KV
-    cache (1.5x for two orders, as in the paper).
+    ``keys`` ``(K, B, Hk, S, D)`` (rotated per order), ``values`` ``(B, Hk, S, D)``,
+    ``pos`` ``(K, B, S)``, ``mask`` ``(B, S)``. Keys cost ``K`` times a 1-D cache's keys, so the
+    cache is ``(K + 1) / 2`` times a plain KV cache (1.5x for two orders, as in the paper).
+
+    Two modes:
+
+    * dynamic (default): ``S`` = :attr:`length` ``T``, the tokens held (an ``int``); the tensors
+      are views of the first ``T`` slots of preallocated buffers. A buffer holds ``capacity``
+      tokens (given up front, or the first update's length) and doubles when full, so an update
+      is a write into the buffer (``O(1)`` allocations, amortised ``O(new tokens)`` copying), not a
+      copy of every cached key. Every step has new shapes (under ``torch.compile``: a new graph).
+    * ``static=True`` (for ``torch.compile``, as transformers' ``StaticCache``): the buffers hold
+      ``capacity`` tokens, allocated at the first update and never reallocated; :attr:`length`
+      is a 0-d int64 tensor on the buffers' device, incremented in place; ``S`` = ``capacity``:
+      the tensors are the whole buffers, ``mask`` ``False`` on the slots not filled. An update
+      writes at slots ``length .. length + n - 1`` (``index_copy_``), and
+      :class:`MultiOrderAttention` attends over all ``S`` slots with a mask built from tensors, so
+      every decode step has the same shapes and no host sync (one graph for every step). A first
+      update longer than ``capacity`` is a ``ValueError`` before allocating; an update that would
+      overflow is refused before it writes: a ``ValueError`` in eager mode on CPU (the counter is
+      in host memory), else an asynchronous assertion (``torch._assert_async``: a ``RuntimeError``
+      naming ``capacity`` on CPU, a device-side assert on a GPU; no host sync).
 
     Args:
-        capacity: tokens to allocate room for at the first update (``None``: that update's length).
+        capacity: tokens to allocate room for at the first update (``None``: that update's
+            length; required with ``static=True``, where it is the fixed size).
+        static: fixed size and a tensor counter (see above).
     """
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None, static: bool = False) -> None:
         self.capacity = check_int(capacity, "capacity", none_ok=True)
-        self.length = 0
+        self.static = check_bool(static, "static")
+        if self.static and self.capacity is None:
+            raise ValueError("capacity must be a positive int with static=True (the cache's fixed size), got None")
+        self.length: int | Tensor = torch.zeros((), dtype=torch.long) if self.static else 0
+        self._empty = True  # no token held: known on the host in both modes (the layer's prefill test)
         self._keys: Tensor | None = None
         self._values: Tensor | None = None
         self._pos: Tensor | None = None
         self._mask: Tensor | None = None
 
+    def _held(self, buffer: Tensor | None, dim: int) -> Tensor | None:
+        """The slots a step reads: the first ``T`` (dynamic) or all of them (static)."""
+        if buffer is None or self.static:
+            return buffer
+        return buffer.narrow(dim, 0, self.length)
+
     @property
     def keys(self) -> Tensor | None:
-        return None if self._keys is None else self._keys[:, :, :, : self.length]
+        return self._held(self._keys, 3)
 
     @property
     def values(self) -> Tensor | None:
-        return None if self._values is None else self._values[:, :, : self.length]
+        return self._held(self._values, 2)
 
     @property
     def pos(self) -> Tensor | None:
-        return None if self._pos is None else self._pos[:, :, : self.length]
+        return self._held(self._pos, 2)
 
     @property
     def mask(self) -> Tensor | None:
-        return None if self._mask is None else self._mask[:, : self.length]
+        return self._held(self._mask, 1)
 
     def _grow(self, needed: int) -> None:
         have = self._values.shape[2]  # 0 before the first update: room for `capacity` tokens then
         size = max(needed, 2 * have if have else (self.capacity or 0))
         old = self._keys, self._values, self._pos, self._mask
-        self._keys = old[0].new_empty((*old[0].shape[:3], size, old[0].shape[4]))
-        self._values = old[1].new_empty((*old[1].shape[:2], size, old[1].shape[3]))
+        # static: every slot is read (masked), so the unfilled ones hold zeros, never uninitialised memory
+        fresh = torch.Tensor.new_zeros if self.static else torch.Tensor.new_empty
+        self._keys = fresh(old[0], (*old[0].shape[:3], size, old[0].shape[4]))
+        self._values = fresh(old[1], (*old[1].shape[:2], size, old[1].shape[3]))
         self._pos = old[2].new_zeros((*old[2].shape[:2], size))
         self._mask = old[3].new_zeros((old[3].shape[0], size))
-        t = self.length
+        t = 0 if self.static else self.length
         if t:
             self._keys[:, :, :, :t] = old[0][:, :, :, :t]
             self._values[:, :, :t] = old[1][:, :, :t]
             self._pos[:, :, :t] = old[2][:, :, :t]
             self._mask[:, :t] = old[3][:, :t]
+
+    def _allocate_static(self, n: int, device: torch.device) -> None:
+        """The static buffers (``capacity`` slots) and the counter on their device, at the first update."""
+        if n > self.capacity:
+            raise ValueError(
+                f"MultiOrderCache(capacity={self.capacity}, static=True) cannot hold the {n} tokens of its first "
+                f"update: build it with capacity >= {n} (the prompt plus the tokens to generate)"
+            )
+        self._grow(self.capacity)
+        self.length = self.length.to(device)
+        if not torch.compiler.is_compiling():  # fixed addresses for CUDA graphs, as transformers' StaticLayer
+            for t in (self._keys, self._values, self._pos, self._mask, self.length):
+                torch._dynamo.mark_static_address(t)
 
     def update(self, keys: Tensor, values: Tensor, pos: Tensor, mask: Tensor) -> None:
         """Append ``n`` tokens: ``keys`` ``(K, B, Hk, n, D)``, ``values`` ``(B, Hk, n, D)``, ``pos`` ``(K, B, n)``, ``mask`` ``(B, n)``."""
@@ -223,24 +286,49 @@ class MultiOrderCache:
                 pos[:, :, :0],
                 mask[:, :0],
             )
-            self._grow(n)
+            if self.static:
+                self._allocate_static(n, values.device)
+            else:
+                self._grow(n)
         elif keys.shape[:3] != self._keys.shape[:3] or values.shape[:2] != self._values.shape[:2]:
             raise ValueError(
                 f"keys {tuple(keys.shape)} / values {tuple(values.shape)} do not match the cache's "
                 f"(K, B, Hk) = {tuple(self._keys.shape[:3])}"
             )
-        elif self.length + n > self._values.shape[2]:
+        elif not self.static and self.length + n > self._values.shape[2]:
             self._grow(self.length + n)
-        t = self.length
-        self._keys[:, :, :, t : t + n] = keys
-        self._values[:, :, t : t + n] = values
-        self._pos[:, :, t : t + n] = pos
-        self._mask[:, t : t + n] = mask
-        self.length = t + n
+        if self.static:  # slots length .. length + n - 1, the counter incremented in place
+            slots = static_slots(
+                self.length, n, self.capacity, f"MultiOrderCache(capacity={self.capacity}, static=True)"
+            )
+            self._keys.index_copy_(3, slots, keys.to(self._keys.dtype))
+            self._values.index_copy_(2, slots, values.to(self._values.dtype))
+            self._pos.index_copy_(2, slots, pos.to(self._pos.dtype))
+            self._mask.index_copy_(1, slots, mask.to(self._mask.dtype))
+            self.length.add_(n)
+        else:
+            t = self.length
+            self._keys[:, :, :, t : t + n] = keys
+            self._values[:, :, t : t + n] = values
+            self._pos[:, :, t : t + n] = pos
+            self._mask[:, t : t + n] = mask
+            self.length = t + n
+        self._empty = False
 
     def crop(self, length: int) -> None:
-        """Keep the first ``length`` tokens (as transformers' ``DynamicCache.crop``; the buffers stay allocated)."""
-        self.length = check_int(length, "length", 0, self.length)
+        """Keep the first ``length`` tokens (as transformers' ``DynamicCache.crop``; the buffers stay allocated).
+
+        Static: the counter is set in place and the later slots' ``mask`` cleared; checking ``length``
+        reads the counter once (a host sync on a GPU; ``crop`` runs between forwards, not in one).
+        """
+        if self.static:
+            length = check_int(length, "length", 0, int(self.length))
+            self.length.fill_(length)
+            if self._mask is not None:
+                self._mask[:, length:] = False
+        else:
+            self.length = length = check_int(length, "length", 0, self.length)
+        self._empty = length == 0
 
 
 class MultiOrderAttention(nn.Module):
@@ -389,7 +477,7 @@ class MultiOrderAttention(nn.Module):
         k, v = self.kv(x).view(b, n, 2, self.num_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         qs, ks = self._rotate(q, k, pos)
         drop = self.attn_drop if self.training else 0.0
-        if cache is None or cache.length == 0:
+        if cache is None or cache._empty:  # a host flag in both modes: no read of a static cache's counter
             out = multi_order_sdpa(qs, ks, v, pos, key_mask, self.causal, self.sequential, drop)
             if cache is not None:
                 real = x.new_ones(b, n, dtype=torch.bool) if key_mask is None else key_mask
@@ -415,37 +503,48 @@ class MultiOrderAttention(nn.Module):
 
         ``qs`` ``K x (B, H, n, D)``, ``key_mask`` ``(B, n)`` of the new tokens (``None``: all real),
         ``w`` ``(B, n, H, K)`` -> ``(B, H, n, D)``; equal to :meth:`_cached` followed by
-        :func:`mix_orders` (the mix is linear).
+        :func:`mix_orders` (the mix is linear). The cache (updated with the new tokens) gives ``S``
+        slots: ``T`` (dynamic) or all its ``capacity`` (static; the unfilled ones have ``mask`` False).
         """
         b, h, n, d = qs[0].shape
-        hk, t = self.num_kv_heads, cache.length
+        keys, values = cache.keys, cache.values
+        hk, s = self.num_kv_heads, values.shape[2]
         g, k = h // hk, len(qs)
-        blocked = (cache.pos[:, :, None, :] > pos[:, :, :, None]) | ~cache.mask[:, None, :]  # (K, B, n, T)
+        blocked = (cache.pos[:, :, None, :] > pos[:, :, :, None]) | ~cache.mask[:, None, :]  # (K, B, n, S)
         if key_mask is not None:  # padding queries see themselves (no empty row)
-            own = torch.zeros(n, t, dtype=torch.bool, device=pos.device)
-            own[:, t - n :] = torch.eye(n, dtype=torch.bool, device=pos.device)
-            blocked = blocked & ~(own & ~key_mask[:, :, None])
+            blocked = blocked & ~(_new_slots(cache, n, s) & ~key_mask[:, :, None])
         q = torch.stack(qs).reshape(k, b, hk, g * n, d) * (d**-0.5)
-        scores = (q @ cache.keys.transpose(-1, -2)).view(k, b, h, n, t)  # (K, B, H, n, T)
+        scores = (q @ keys.transpose(-1, -2)).view(k, b, h, n, s)  # (K, B, H, n, S)
         probs = scores.masked_fill_(blocked[:, :, None], float("-inf")).softmax(-1)
-        mixed = (probs * w.permute(3, 0, 2, 1).unsqueeze(-1).to(probs.dtype)).sum(0)  # (B, H, n, T)
-        return (mixed.view(b, hk, g * n, t) @ cache.values).view(b, h, n, d)
+        mixed = (probs * w.permute(3, 0, 2, 1).unsqueeze(-1).to(probs.dtype)).sum(0)  # (B, H, n, S)
+        return (mixed.view(b, hk, g * n, s) @ values).view(b, h, n, d)
 
     def _cached(self, qs: list[Tensor], cache: MultiOrderCache, pos: Tensor, real: Tensor, drop: float) -> Tensor:
-        n, t = pos.shape[-1], cache.length
+        keys, values = cache.keys, cache.values
+        n, s = pos.shape[-1], values.shape[2]
         gqa = self.num_heads != self.num_kv_heads
-        own = torch.zeros(n, t, dtype=torch.bool, device=pos.device)
-        own[:, t - n :] = torch.eye(n, dtype=torch.bool, device=pos.device)  # padding queries see themselves
+        own = _new_slots(cache, n, s)  # padding queries see themselves
         outs = []
         for i, qi in enumerate(qs):
-            mask = (cache.pos[i][:, None, :] <= pos[i][:, :, None]) & cache.mask[:, None, :]  # (B, n, T)
+            mask = (cache.pos[i][:, None, :] <= pos[i][:, :, None]) & cache.mask[:, None, :]  # (B, n, S)
             mask = mask | (own & ~real[:, :, None])
             outs.append(
                 F.scaled_dot_product_attention(
-                    qi, cache.keys[i], cache.values, attn_mask=mask[:, None], dropout_p=drop, enable_gqa=gqa
+                    qi, keys[i], values, attn_mask=mask[:, None], dropout_p=drop, enable_gqa=gqa
                 )
             )
         return torch.stack(outs)
+
+
+def _new_slots(cache: MultiOrderCache, n: int, slots: int) -> Tensor:
+    """``(n, S)`` bool: the slot of each of the ``n`` tokens the last update wrote (``length - n + i``).
+
+    Built from ``cache.length`` as it is, an ``int`` or a static cache's counter tensor (no host sync).
+    """
+    length = cache.length
+    device = length.device if isinstance(length, Tensor) else cache._values.device
+    rel = torch.arange(slots, device=device) - (length - n)  # (S,): slot index relative to the first new token
+    return rel == torch.arange(n, device=device)[:, None]
 
 
 class TPERouter(nn.Module):
