@@ -263,13 +263,8 @@ class MultiOrderCache:
             self._pos[:, :, :t] = old[2][:, :, :t]
             self._mask[:, :t] = old[3][:, :t]
 
-    def _allocate_static(self, n: int, device: torch.device) -> None:
+    def _allocate_static(self, device: torch.device) -> None:
         """The static buffers (``capacity`` slots) and the counter on their device, at the first update."""
-        if n > self.capacity:
-            raise ValueError(
-                f"MultiOrderCache(capacity={self.capacity}, static=True) cannot hold the {n} tokens of its first "
-                f"update: build it with capacity >= {n} (the prompt plus the tokens to generate)"
-            )
         self._grow(self.capacity)
         self.length = self.length.to(device)
         if not torch.compiler.is_compiling():  # fixed addresses for CUDA graphs, as transformers' StaticLayer
@@ -279,6 +274,11 @@ class MultiOrderCache:
     def update(self, keys: Tensor, values: Tensor, pos: Tensor, mask: Tensor) -> None:
         """Append ``n`` tokens: ``keys`` ``(K, B, Hk, n, D)``, ``values`` ``(B, Hk, n, D)``, ``pos`` ``(K, B, n)``, ``mask`` ``(B, n)``."""
         n = values.shape[2]
+        if self._values is None and self.static and n > self.capacity:  # before allocating anything
+            raise ValueError(
+                f"MultiOrderCache(capacity={self.capacity}, static=True) cannot hold the {n} tokens of its first "
+                f"update: build it with capacity >= {n} (the prompt plus the tokens to generate)"
+            )
         if self._values is None:  # the first update fixes the shapes and dtypes of the buffers
             self._keys, self._values, self._pos, self._mask = (
                 keys[:, :, :, :0],
@@ -287,7 +287,7 @@ class MultiOrderCache:
                 mask[:, :0],
             )
             if self.static:
-                self._allocate_static(n, values.device)
+                self._allocate_static(values.device)
             else:
                 self._grow(n)
         elif keys.shape[:3] != self._keys.shape[:3] or values.shape[:2] != self._values.shape[:2]:

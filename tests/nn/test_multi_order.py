@@ -303,3 +303,126 @@ def test_base_class_needs_mix_weights():
 
     with pytest.raises(TypeError, match="mix_weights"):
         MultiOrderAttention(32, 4)
+
+
+def _decode_batch():
+    """A left-padded batch of two tables, the layer's input and the full forward's output (the reference)."""
+    torch.manual_seed(3)
+    layout = build(
+        [[Text(2), Table(((1, 2), (2,), (1, 1, 1))), Text(5)], [Text(1), Table.grid(2, 2), Text(4)]], ORDERS, "left"
+    )
+    c = layout.order_coords
+    m = TPEAttention(32, 4, orders=AXES, num_kv_heads=1).eval()
+    x = torch.randn(2, c.num_tokens, 32)
+    with torch.no_grad():
+        full = m(x, c)
+    return m, x, c, full
+
+
+def _part(c, a, b):
+    return Coords(c.pos[:, a:b], c.axes, mask=c.mask[:, a:b])
+
+
+def _steps(step, m, x, c, split, cache):
+    """Eager prefill of ``split`` tokens into ``cache``, then one token a step through ``step``: ``(B, L, dim)``."""
+    with torch.no_grad():
+        outs = [m(x[:, :split], _part(c, 0, split), cache=cache)]
+        outs += [step(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+    return torch.cat(outs, 1)
+
+
+class _NoHostReads:
+    """Makes ``int()`` / ``.item()`` / ``.tolist()`` / ``__index__`` of any tensor raise (a host sync on a GPU)."""
+
+    def __init__(self, monkeypatch):
+        self.monkeypatch = monkeypatch
+
+    def __enter__(self):
+        def refuse(*args, **kwargs):
+            raise AssertionError("a tensor was read on the host")
+
+        for name in ("__int__", "__index__", "item", "tolist"):
+            self.monkeypatch.setattr(torch.Tensor, name, refuse)
+
+    def __exit__(self, *exc):
+        self.monkeypatch.undo()
+
+
+def test_static_cache_decodes_as_the_dynamic_cache_without_host_reads(monkeypatch):
+    m, x, c, full = _decode_batch()
+    split, slots = c.num_tokens - 4, c.num_tokens + 3
+    dynamic = _steps(m, m, x, c, split, MultiOrderCache())
+    cache = MultiOrderCache(slots, static=True)
+    with torch.no_grad():
+        m(x[:, :split], _part(c, 0, split), cache=cache)
+        with _NoHostReads(monkeypatch):  # a decode step reads no counter (eager, as compiled)
+            outs = [m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+    static = torch.cat([dynamic[:, :split], *outs], 1)
+    torch.testing.assert_close(static, dynamic, rtol=0, atol=1e-6)
+    torch.testing.assert_close(static[c.mask], full[c.mask], rtol=0, atol=1e-5)
+    # every slot is visible, the unfilled ones masked; the count is a tensor
+    assert cache.keys.shape == (3, 2, 1, slots, 8) and cache.values.shape == (2, 1, slots, 8)
+    assert isinstance(cache.length, torch.Tensor) and int(cache.length) == c.num_tokens
+    assert torch.equal(cache.mask[:, : c.num_tokens], c.mask) and not cache.mask[:, c.num_tokens :].any()
+    assert torch.equal(cache.pos[..., : c.num_tokens], c.pos.permute(2, 0, 1))
+    cache.crop(split)  # decoding again from the prefix: the same outputs, the later slots masked
+    assert int(cache.length) == split and not cache.mask[:, split:].any()
+    with torch.no_grad():
+        again = [m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+    torch.testing.assert_close(torch.cat(again, 1), static[:, split:], rtol=0, atol=0)
+
+
+def test_static_cache_decode_step_is_one_graph():
+    # fullgraph=True: a graph break raises; error_on_recompile: the later steps run the first step's graph (the
+    # dynamic cache's tensors grow by a token a step, a new shape and graph each step; the static cache's do not)
+    dynamo = torch._dynamo
+    m, x, c, full = _decode_batch()
+    split = c.num_tokens - 5
+    eager = _steps(m, m, x, c, split, MultiOrderCache(c.num_tokens, static=True))
+    dynamo.reset()
+    dynamo.utils.counters.clear()
+    compiled = torch.compile(m, backend="eager", fullgraph=True, dynamic=False)
+    cache = MultiOrderCache(c.num_tokens, static=True)
+    with torch.no_grad():
+        outs = [
+            m(x[:, :split], _part(c, 0, split), cache=cache),
+            compiled(x[:, split : split + 1], _part(c, split, split + 1), cache=cache),
+        ]
+        graphs = dynamo.utils.counters["stats"]["unique_graphs"]
+        with dynamo.config.patch(error_on_recompile=True):
+            outs += [compiled(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split + 1, c.num_tokens)]
+            cache.crop(split)  # a crop changes no shape: the same graph decodes again
+            again = [compiled(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+    assert graphs == 1 and dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert not dynamo.utils.counters["graph_break"]
+    steps = torch.cat(outs, 1)
+    torch.testing.assert_close(steps, eager, rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.cat(again, 1), steps[:, split:], rtol=0, atol=0)
+    torch.testing.assert_close(steps[c.mask], full[c.mask], rtol=0, atol=1e-5)
+    # one step more than the capacity: refused by the compiled step, before it writes
+    with torch.no_grad(), pytest.raises(RuntimeError, match=r"MultiOrderCache\(capacity=\d+, static=True\) is full"):
+        compiled(x[:, -1:], _part(c, c.num_tokens - 1, c.num_tokens), cache=cache)
+    assert int(cache.length) == c.num_tokens
+
+
+def test_static_cache_arguments_and_overflow():
+    with pytest.raises(ValueError, match=r"capacity must be a positive int with static=True.*got None"):
+        MultiOrderCache(static=True)
+    with pytest.raises(TypeError, match=r"static must be a bool \(True or False\), got 1"):
+        MultiOrderCache(4, static=1)
+    keys, values = torch.zeros(2, 1, 1, 3, 4), torch.zeros(1, 1, 3, 4)
+    pos, real = torch.zeros(2, 1, 3), torch.ones(1, 3, dtype=torch.bool)
+    small = MultiOrderCache(2, static=True)
+    with pytest.raises(ValueError, match=r"capacity=2, static=True\) cannot hold the 3 tokens of its first update"):
+        small.update(keys, values, pos, real)
+    assert small._values is None  # refused before allocating
+    cache = MultiOrderCache(4, static=True)
+    cache.update(keys, values, pos, real)
+    with pytest.raises(ValueError, match=r"MultiOrderCache\(capacity=4, static=True\) is full: 3 more token"):
+        cache.update(keys, values, pos, real)
+    assert int(cache.length) == 3 and cache.mask[0].tolist() == [True, True, True, False]  # nothing written
+    with pytest.raises(ValueError, match=r"length must be an int in \[0, 3\], got 4"):
+        cache.crop(4)
+    cache.crop(1)
+    cache.update(keys, values, pos, real)
+    assert int(cache.length) == 4 and cache.mask.all()
