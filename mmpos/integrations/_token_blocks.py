@@ -31,40 +31,82 @@ def check_grid(grid: Any, name: str, merge: int | None = None) -> np.ndarray:
     return out
 
 
-def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
-    """``(K,)`` flat index of each block's first token: the marked tokens of a ``(B, L)`` batch,
-    in reading order, fill the blocks one after the other (as the reference consumes its grids).
-    Every block's tokens must be consecutive tokens of one sample.
+def check_grids(image_grid_thw: Any, video_grid_thw: Any, merge: int) -> tuple[np.ndarray, int]:
+    """:func:`check_grid` of both grid arguments at once: ``(K, 3)`` int64 host array, the image grids
+    then the video grids (a fresh array: callers may write into it), and the number of image grids.
+    The checks and their order (image grid first) are :func:`check_grid`'s: where a value check fails,
+    the grids are checked one by one for the error."""
+    parts = [g for g in (image_grid_thw, video_grid_thw) if g is not None]
+    for g in parts:  # metadata first; an invalid one: the one-by-one checks raise in order
+        if not isinstance(g, Tensor) or g.dim() != 2 or g.shape[1] != 3 or g.dtype != torch.int64:
+            return _grids_one_by_one(image_grid_thw, video_grid_thw, merge)
+    if not parts:
+        return np.zeros((0, 3), dtype=np.int64), 0
+    k_img = 0 if image_grid_thw is None else image_grid_thw.shape[0]
+    grid = np.concatenate([host(g) for g in parts]) if len(parts) == 2 else host(parts[0]).copy()  # (K, 3) fresh
+    if grid.size and (grid.min() <= 0 or (merge != 1 and (grid[:, 1:] % merge).any())):
+        return _grids_one_by_one(image_grid_thw, video_grid_thw, merge)  # raises the first grid's error
+    return grid, k_img
 
-    The marked tokens are read as runs (one pass for the edges, no index per token): block ``k``
-    holds the marked tokens ``offset[k] .. offset[k] + tokens[k] - 1`` of the batch, which must lie
-    in one run, runs cut at the sample starts."""
-    length = is_token.shape[1]
-    flat = is_token.reshape(-1)
+
+def _grids_one_by_one(image_grid_thw: Any, video_grid_thw: Any, merge: int) -> tuple[np.ndarray, int]:
+    images = check_grid(image_grid_thw, "image_grid_thw", merge)
+    videos = check_grid(video_grid_thw, "video_grid_thw", merge)
+    return np.concatenate([images, videos]), images.shape[0]
+
+
+def marked_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of equal nonzero values of a ``(B, L)`` integer or bool ``code`` (0: not marked), cut at the
+    sample starts: ``start (M,)``, ``end (M,)`` flat indices (end exclusive) and ``value (M,)``, in reading
+    order. One pass over the batch for the edges, no index per token."""
+    length = code.shape[1]
+    flat = code.reshape(-1)
     n = flat.shape[0]
-    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where a run starts or ends
-    if n and length < n:  # runs cut at every sample start inside one
+    if not n:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, flat[:0]
+    cut = np.flatnonzero(flat[1:] != flat[:-1])  # (E,) where the value changes, minus one
+    cut += 1
+    if length < n:  # runs cut at every sample start inside one
         inside = np.arange(length, n, length)
-        inside = inside[flat[inside] & flat[inside - 1]]
+        at = flat[inside]
+        inside = inside[(at != 0) & (at == flat[inside - 1])]
         if inside.size:
-            edges = np.sort(np.concatenate([edges, inside, inside]))  # an end and a start there
-    if n:
-        edges = np.concatenate([[0], edges]) if flat[0] else edges
-        edges = np.concatenate([edges, [n]]) if flat[-1] else edges
-    start, end = edges[0::2], edges[1::2]  # (M,) the runs of marked tokens, in reading order
-    run_end = np.cumsum(end - start)  # (M,) marked tokens up to each run's end
+            cut = np.sort(np.concatenate([cut, inside]))
+    bounds = np.concatenate([[0], cut, [n]])  # (R + 1,) every run, marked or not
+    value = flat[bounds[:-1]]
+    marked = np.flatnonzero(value)
+    return bounds[marked], bounds[marked + 1], value[marked]
+
+
+def fit_blocks(
+    start: np.ndarray,
+    end: np.ndarray,
+    block_tokens: np.ndarray,
+    name: str,
+    length: int,
+    marked: Callable[[], np.ndarray],
+) -> np.ndarray:
+    """``(K,)`` flat index of each block's first token: the marked tokens, read as the runs ``start``,
+    ``end`` (:func:`marked_runs`, in reading order), fill the blocks one after the other; block ``k``
+    holds the marked tokens ``offset[k] .. offset[k] + tokens[k] - 1``, which must lie in one run.
+    ``length``: the batch's ``L``; ``marked``: the flat mask of the marked tokens (made on the error path only)."""
+    size = end - start  # (M,)
+    run_end = np.cumsum(size)  # (M,) marked tokens up to each run's end
     found = int(run_end[-1]) if run_end.size else 0
     total = int(block_tokens.sum())
     if found != total:
         raise ValueError(f"{name} describes {total} tokens, but input_ids holds {found} such tokens")
     if not total:
         return np.zeros(block_tokens.shape[0], dtype=np.int64)
-    offset = np.cumsum(block_tokens) - block_tokens  # (K,) marked tokens before each block
+    block_end = np.cumsum(block_tokens)  # (K,) marked tokens up to each block's end ...
+    offset = block_end - block_tokens  # ... and before it
     run = np.searchsorted(run_end, offset, side="right")  # (K,) the run holding each block's first token
-    first = start[run] + offset - (run_end[run] - (end - start)[run])
-    bad = offset + block_tokens > run_end[run]  # the block runs past its run
+    run_stop = run_end[run]
+    first = start[run] + offset - (run_stop - size[run])
+    bad = block_end > run_stop  # the block runs past its run
     if bad.any():
-        index = np.flatnonzero(is_token)  # the error path: where the block's last token is
+        index = np.flatnonzero(marked())  # the error path: where the block's last token is
         k = int(np.flatnonzero(bad)[0])
         last = index[offset[k] + block_tokens[k] - 1]
         raise ValueError(
@@ -73,6 +115,14 @@ def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np
             "each grid must match one run of placeholder tokens"
         )
     return first
+
+
+def block_first(is_token: np.ndarray, block_tokens: np.ndarray, name: str) -> np.ndarray:
+    """``(K,)`` flat index of each block's first token: the marked tokens of a ``(B, L)`` bool batch,
+    in reading order, fill the blocks one after the other (as the reference consumes its grids).
+    Every block's tokens must be consecutive tokens of one sample (:func:`marked_runs`, :func:`fit_blocks`)."""
+    start, end, _ = marked_runs(is_token)
+    return fit_blocks(start, end, block_tokens, name, is_token.shape[1], lambda: is_token.reshape(-1))
 
 
 def check_cu_seqlens(cu_seqlens: Any, total: int) -> np.ndarray:

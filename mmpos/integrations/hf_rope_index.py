@@ -52,7 +52,7 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, packed_rows
+from ._token_blocks import block_first, check_grids, fit_blocks, marked_runs, packed_rows
 from .hf_families import FAMILY_ROPE_INDEX, GLM_VIDEO_MARKER_FAMILIES, inside_markers, video_markers
 
 __all__ = [
@@ -257,41 +257,137 @@ def token_layout(
     types = None if mm_token_type_ids is None else host(mm_token_type_ids)
     if types is not None and types.size and not ((types >= 0) & (types <= 2)).all():
         raise ValueError("mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video)")
-    images = check_grid(image_grid_thw, "image_grid_thw", options.merge)
-    videos = check_grid(video_grid_thw, "video_grid_thw", options.merge)
-    if options.temporal_merge > 1:  # ERNIE-4.5-VL: frames merged in time before the LLM
-        if (videos[:, 0] % options.temporal_merge).any():
-            raise ValueError(f"video_grid_thw: t must be divisible by the temporal merge size {options.temporal_merge}")
-        videos[:, 0] //= options.temporal_merge
+    merge, temporal_merge = options.merge, options.temporal_merge
+    grid, k_img = check_grids(image_grid_thw, video_grid_thw, merge)  # (K, 3) images then videos, a fresh array
+    videos = grid[k_img:]
+    if temporal_merge > 1:  # ERNIE-4.5-VL: frames merged in time before the LLM
+        if (videos[:, 0] % temporal_merge).any():
+            raise ValueError(f"video_grid_thw: t must be divisible by the temporal merge size {temporal_merge}")
+        videos[:, 0] //= temporal_merge
     seconds = _check_seconds(second_per_grid_ts, videos.shape[0])
-    if options.frames:  # one block per frame
+    if options.frames and videos.shape[0]:  # one block per frame
         seconds = np.repeat(seconds, videos[:, 0])
-        videos = np.repeat(videos, videos[:, 0], axis=0)
-        videos[:, 0] = 1
-    grid = np.concatenate([images, videos]) // np.array([1, options.merge, options.merge])  # (K, 3)
-    tokens = grid.prod(-1)
+        grid = np.concatenate([grid[:k_img], np.repeat(videos, videos[:, 0], axis=0)])
+        grid[k_img:, 0] = 1
+    if merge != 1:
+        grid[:, 1:] //= merge  # (K, 3) in tokens
+    tokens = grid.prod(-1)  # (K,)
 
-    real = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else host(attention_mask) == 1
-    marks = host(input_ids) if types is None else types
-    image_mark, video_mark = (options.image_token_id, options.video_token_id) if types is None else (1, 2)
-    is_image, is_video = marks == image_mark, marks == video_mark
-    is_image &= real
-    is_video &= real
-    if options.video_markers is not None:  # GLM-4V: image tokens between video start / end tokens are frames
-        inside = inside_markers(host(input_ids), *options.video_markers)  # (transformers 4.57 types them 1)
-        framed = is_image & inside
-        is_video = framed if types is None else is_video | framed  # without types: the framed image tokens only
-        is_image ^= framed  # is_image & ~inside (framed is a subset of is_image)
-    k_img = images.shape[0]
-    firsts = np.concatenate(
-        [
-            block_first(is_image, tokens[:k_img], "image_grid_thw"),
-            block_first(is_video, tokens[k_img:], "video_grid_thw"),
-        ]
-    )  # (K,)
-    seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])  # images: no time scaling
-    blocks = VisionBlocks(grid, firsts, seconds, np.arange(grid.shape[0]) < k_img)  # pack sorts them
+    real = None if attention_mask is None else host(attention_mask) == 1
+    code = _vision_code(options, input_ids, types, real)  # (B, L) 1 image, 2 video, 0 else
+    if code is None:  # image and video tokens share an id: two masks, as the reference reads them
+        marks = host(input_ids)
+        is_image, is_video = marks == options.image_token_id, marks == options.video_token_id
+        if real is not None:
+            is_image &= real
+            is_video &= real
+        firsts = np.concatenate(
+            [
+                block_first(is_image, tokens[:k_img], "image_grid_thw"),
+                block_first(is_video, tokens[k_img:], "video_grid_thw"),
+            ]
+        )  # (K,) as listed: pack sorts them (and refuses overlapping ones)
+        seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])
+        blocks = VisionBlocks(grid, firsts, seconds, np.arange(grid.shape[0]) < k_img)
+    else:
+        start, end, value = marked_runs(code)
+        blocks = _blocks_as_runs(grid, tokens, k_img, seconds, start, end, value)
+        if blocks is None:  # blocks sharing a run, or an error to find: each modality's blocks fill its runs
+            length = code.shape[1]
+            first_image, first_video = (
+                fit_blocks(start[value == v], end[value == v], part, name, length, lambda v=v: code.reshape(-1) == v)
+                for v, part, name in ((1, tokens[:k_img], "image_grid_thw"), (2, tokens[k_img:], "video_grid_thw"))
+            )
+            blocks = _reading_order(grid, first_image, first_video, seconds)  # no sort left to pack
+    if real is None:
+        real = np.ones(input_ids.shape, dtype=bool)
     return pack(real, blocks, options.scheme, options.resolved, generator=generator, device=input_ids.device)
+
+
+def _vision_code(
+    options: RopeIndexOptions, input_ids: Tensor, types: np.ndarray | None, real: np.ndarray | None
+) -> np.ndarray | None:
+    """``(B, L)`` uint8: 1 on the image tokens, 2 on the video tokens (real tokens only), 0 elsewhere; ``None``
+    where the config gives images and videos one token id (the caller reads two masks)."""
+    markers = options.video_markers
+    if types is not None and types.dtype.kind in "biu":  # checked: 0, 1 or 2
+        code = types.astype(np.uint8)
+        if real is not None:
+            code *= real.view(np.uint8)
+    else:
+        if types is not None:  # e.g. float types: the tokens equal to 1 and 2
+            marks, image_mark, video_mark = types, 1, 2
+        else:
+            marks, image_mark, video_mark = host(input_ids), options.image_token_id, options.video_token_id
+            if markers is None and image_mark == video_mark:
+                return None
+        image = marks == image_mark  # (B, L) bool; the ops below stay in one dtype (no casts: SIMD loops)
+        if real is not None:
+            image &= real
+        code = image.view(np.uint8)
+        if types is not None or markers is None:  # GLM-4V without types: its video tokens are not read
+            video = marks == video_mark
+            if real is not None:
+                video &= real
+            code = video.view(np.uint8)
+            code += code
+            code |= image.view(np.uint8)
+    if markers is not None:  # image tokens between video start / end tokens are frames (transformers 4.57 types 1)
+        framed = inside_markers(host(input_ids), *markers) & (code == 1)
+        code += framed.view(np.uint8)
+    return code
+
+
+def _blocks_as_runs(
+    grid: np.ndarray,
+    tokens: np.ndarray,
+    k_img: int,
+    seconds: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    value: np.ndarray,
+) -> VisionBlocks | None:
+    """The :class:`~mmpos.layout.VisionBlocks` in reading order where every run of placeholder tokens
+    (:func:`~._token_blocks.marked_runs`) is one block: the ``i``-th image run holds the ``i``-th image grid's
+    tokens, the ``i``-th video run the ``i``-th video grid's (what :func:`~._token_blocks.fit_blocks` finds then,
+    in a few operations on the ``K`` runs); else ``None``."""
+    k = tokens.shape[0]
+    if start.shape[0] != k:
+        return None
+    is_image = value == 1  # (K,) the runs in reading order
+    before = np.cumsum(is_image)  # (K,) image runs up to each run
+    if k and before[-1] != k_img:
+        return None
+    order = np.where(is_image, before - 1, np.arange(k_img, k_img + k) - before)  # (K,) the grid of each run
+    if ((end - start) != tokens[order]).any():
+        return None
+    all_seconds = np.zeros(k, dtype=np.float32)  # images: no time scaling
+    all_seconds[k_img:] = seconds
+    return VisionBlocks(grid[order], start, all_seconds[order], is_image)
+
+
+def _reading_order(grid: np.ndarray, first_image: np.ndarray, first_video: np.ndarray, seconds: np.ndarray):
+    """The :class:`~mmpos.layout.VisionBlocks` of the image blocks and the video blocks (each in reading order),
+    merged in reading order (as :func:`~mmpos.layout.pack` reads them; images: no time scaling)."""
+    k_img, k_vid = first_image.shape[0], first_video.shape[0]
+    if not (k_img and k_vid):
+        is_image = np.full(k_img + k_vid, bool(k_img))
+        first = first_image if k_img else first_video
+        return VisionBlocks(grid, first, seconds if k_vid else np.zeros(k_img, dtype=np.float32), is_image)
+    at_image = np.searchsorted(first_video, first_image)  # (K_img,) videos before each image ...
+    at_image += np.arange(k_img)  # ... plus the images before: its place among all blocks
+    at_video = np.searchsorted(first_image, first_video)
+    at_video += np.arange(k_vid)
+    order = np.empty(k_img + k_vid, dtype=np.int64)  # (K,) the block at each place, blocks as listed
+    order[at_image] = np.arange(k_img)
+    order[at_video] = np.arange(k_img, k_img + k_vid)
+    first = np.empty(k_img + k_vid, dtype=np.int64)
+    first[at_image], first[at_video] = first_image, first_video
+    is_image = np.zeros(k_img + k_vid, dtype=bool)
+    is_image[at_image] = True
+    all_seconds = np.zeros(k_img + k_vid, dtype=np.float32)
+    all_seconds[at_video] = seconds
+    return VisionBlocks(grid[order], first, all_seconds, is_image)
 
 
 def scheme_rope_index(
