@@ -50,7 +50,7 @@ def _static_layers_size_values_apart():
     return static is not None and "value_states" in inspect.signature(static.lazy_initialization).parameters
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "preallocated", "static"])
+@pytest.mark.parametrize("cache", ["dynamic", "preallocated", "preallocated-static", "static"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_greedy_generate_equals_full_forwards(kind, cache):
     model = tpe_causal_lm(kind)
@@ -60,6 +60,7 @@ def test_greedy_generate_equals_full_forwards(kind, cache):
     made = {
         "dynamic": None,
         "preallocated": PreallocatedCache(capacity=n + 2),  # doubles once while generating
+        "preallocated-static": PreallocatedCache(capacity=n + new + 3, static=True),  # 4.57.1 and 5.x
         "static": transformers.StaticCache(config=model.config, max_cache_len=n + new),
     }[cache]
     kw = {"max_new_tokens": new, "do_sample": False, "tpe_positions": pos, "tpe_mask": mask}
@@ -77,6 +78,34 @@ def test_greedy_generate_equals_full_forwards(kind, cache):
         layer = made.layers[0]
         assert made.get_seq_length() == n + new - 1 and layer._key_buffer.shape[2] == 2 * (n + 2)
         assert layer.keys.shape[-1] == 2 * layer.values.shape[-1]  # the keys of both orders side by side
+    if cache == "preallocated-static":  # all the slots, a tensor count
+        layer = made.layers[0]
+        assert isinstance(made.get_seq_length(), torch.Tensor) and int(made.get_seq_length()) == n + new - 1
+        assert layer.keys.shape[2] == layer.values.shape[2] == n + new + 3
+        assert layer.keys.shape[-1] == 2 * layer.values.shape[-1]
+
+
+def test_static_preallocated_cache_beams_and_reuse():
+    # beams reorder the static layers in place; a reset cache decodes again (its prefill then runs the cached path
+    # over all slots, the count being a tensor) -- as transformers 5 reuses its own StaticCache between calls
+    model = tpe_causal_lm("llama")
+    ids, pos, mask, nxt = _prompt(2)
+    n, name = ids.shape[1], _cache_name(model)
+    kw = {"tpe_positions": pos, "tpe_mask": mask, "max_new_tokens": 4, "do_sample": False}
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, 4)
+        beams_ref = model.generate(ids, num_beams=2, use_cache=False, **kw)
+        beams = model.generate(ids, num_beams=2, **kw, **{name: PreallocatedCache(n + 4, static=True)})
+        cache = PreallocatedCache(n + 4, static=True)
+        first = model.generate(ids, **kw, **{name: cache})
+        cache.reset()
+        again = model.generate(ids, **kw, **{name: cache})
+        twice = []
+        if _static_layers_size_values_apart():  # transformers 5 keeps and resets its StaticCache between calls
+            twice = [model.generate(ids, cache_implementation="static", **kw) for _ in range(2)]
+    assert torch.equal(beams, beams_ref)
+    assert torch.equal(first, ref) and torch.equal(again, ref)
+    assert all(torch.equal(t, ref) for t in twice)
 
 
 def test_generated_positions_follow_the_next_position_not_the_sequence_length():
@@ -230,7 +259,8 @@ def test_generate_continues_a_cache_that_holds_the_text_before_the_table():
         rest = model(ids[:, 2:], tpe_positions=pos[..., 2:], use_cache=True, **{name: cache}).logits
         full = model(ids, tpe_positions=pos).logits
         torch.testing.assert_close(torch.cat([prefix, rest], 1), full, rtol=0, atol=1e-5)
-        cache = PreallocatedCache()
-        model(ids[:, :2], tpe_positions=pos[..., :2], use_cache=True, **{name: cache})
-        out = model.generate(ids, tpe_positions=pos, max_new_tokens=4, do_sample=False, **{name: cache})
-    assert torch.equal(out, ref)
+        outs = []
+        for cache in (PreallocatedCache(), PreallocatedCache(ids.shape[1] + 4, static=True)):
+            model(ids[:, :2], tpe_positions=pos[..., :2], use_cache=True, **{name: cache})
+            outs.append(model.generate(ids, tpe_positions=pos, max_new_tokens=4, do_sample=False, **{name: cache}))
+    assert all(torch.equal(out, ref) for out in outs)
