@@ -558,16 +558,15 @@ def _minicpm_error(k: int, fmod, ft, flast, cs, ce, hw, bad_table, merge: int) -
     raise AssertionError("frame without an error")  # pragma: no cover
 
 
-def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[int, ...]) -> np.ndarray:
-    """``(3, N)`` int64 positions of the unpadded samples laid end to end (``ids`` / ``types`` ``(N,)``,
-    ``counts`` ``(B,)`` tokens per sample); ``tables`` per modality the ``(h, w)`` in tokens of every
-    crop, consumed in order across the batch. Vectorised over crops and frames: every write of the
-    reference's walk lands on tokens no later write of it touches, once each frame's span is cut where
-    the next frame of its group starts (its base coat covers the rest)."""
+def _minicpm_crops(ids, types, counts, tables, merge: int, markers: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """The crops and frames of the unpadded samples laid end to end (arguments as :func:`_minicpm_positions`):
+    ``(s_start, s_end)`` ``(B,)`` each sample's tokens; per crop ``(C,)`` ``cs, ce`` its tokens, ``csample``, ``first``
+    (its sample's first crop), ``is_slice``, ``fid`` (its frame) and ``hw`` ``(C, 2)`` its table row; per frame
+    ``(F,)`` ``ft`` / ``flast`` its thumbnail / last crop, ``fmod`` its modality, ``fsample``. Every crop's size is
+    checked against its table row (the reference's errors, in the order it meets them)."""
     n = ids.shape[0]
     s_start = np.cumsum(counts) - counts  # (B,) first token of each sample
     s_end = s_start + counts
-    pos = np.empty((3, n), dtype=np.int64)
     # ---- crops: maximal runs of one non-zero type, cut at the samples' edges
     edge = np.ones(n, dtype=bool)
     edge[1:] = types[1:] != types[:-1]
@@ -581,14 +580,10 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     first[1:] = csample[1:] != csample[:-1]
     is_slice = ~first & (ids[np.maximum(cs - 1, 0)] == markers[0])
     ft = np.flatnonzero(~is_slice)  # (F,) each frame's thumbnail crop
-    nf = ft.shape[0]
     fid = np.cumsum(~is_slice) - 1  # (C,) frame of each crop
     flast = np.append(ft[1:], cs.shape[0]) - 1  # (F,) its last crop
     fmod, fsample = types[cs[ft]], csample[ft]
-    if nf == 0:  # text only: one step per token
-        pos[:] = np.arange(n) - np.repeat(s_start, counts)
-        return pos
-    # ---- each crop's (h, w) in tokens from its frame's modality table, in order
+    # ---- each crop's (h, w) in tokens from its frame's modality table, in order (no frame: no crop)
     tmod = fmod[fid]
     hw = np.zeros((cs.shape[0], 2), dtype=np.int64)
     bad_table = np.zeros(cs.shape[0], dtype=bool)
@@ -601,6 +596,22 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     if bad.any():
         k = int(fid[np.argmax(bad)])
         raise _minicpm_error(k, fmod, ft, flast, cs, ce, hw, bad_table, merge)
+    return s_start, s_end, cs, ce, csample, first, is_slice, fid, hw, ft, flast, fmod, fsample
+
+
+def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[int, ...]) -> np.ndarray:
+    """``(3, N)`` int64 positions of the unpadded samples laid end to end (``ids`` / ``types`` ``(N,)``,
+    ``counts`` ``(B,)`` tokens per sample); ``tables`` per modality the ``(h, w)`` in tokens of every
+    crop, consumed in order across the batch. Vectorised over crops and frames: every write of the
+    reference's walk lands on tokens no later write of it touches, once each frame's span is cut where
+    the next frame of its group starts (its base coat covers the rest)."""
+    crops = _minicpm_crops(ids, types, counts, tables, merge, markers)
+    s_start, s_end, cs, ce, _, first, is_slice, fid, hw, ft, flast, _, fsample = crops
+    n, nf = ids.shape[0], ft.shape[0]
+    pos = np.empty((3, n), dtype=np.int64)
+    if nf == 0:  # text only: one step per token
+        pos[:] = np.arange(n) - np.repeat(s_start, counts)
+        return pos
     # ---- frames: groups, ends, canvas
     ts, te = cs[ft], ce[ft]
     fs = ts - 1  # the <image> slot
@@ -687,9 +698,20 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
         keys, inverse = np.unique(shape, axis=1, return_inverse=True)
     first_of = np.zeros(keys.shape[-1], dtype=np.int64)
     first_of[inverse.reshape(-1)] = np.arange(cs.shape[0])
-    grids = [_crop_grid(*key) for key in shape.T[first_of].tolist()]
-    chosen = inverse.reshape(-1).tolist()
     lens = ce - cs
+    # every distinct grid once, end to end (2, S); each crop's tokens read their grid's span of it, shifted
+    lib = np.concatenate([_crop_grid(*key) for key in shape.T[first_of].tolist()], axis=1)
+    size = lens[first_of]  # (U,) tokens of each distinct grid
+    at = np.stack([(np.cumsum(size) - size)[inverse.reshape(-1)] - (np.cumsum(lens) - lens), offset[0], offset[1]])
+
+    def crop_values() -> np.ndarray:  # (2, T) the crops' tokens in order: their grids + their offsets
+        per = np.repeat(at, lens, axis=1)  # (3, T)
+        per[0] += np.arange(per.shape[1])  # each token's index into lib
+        val = per[1:]  # the offsets, plus each token's grid coordinates: 1-D gathers (a 2-D one is slower)
+        val[0] += lib[0].take(per[0])
+        val[1] += lib[1].take(per[0])
+        return val
+
     # ---- the markers: <image> halo, </image> at the canvas's far corner, </slice> at a slice's
     # bottom-right corner, then <slice> at its top-left (a crop's grid, written after, wins on its tokens)
     halo = fs >= lo
@@ -710,8 +732,7 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     on_crops = any((types[at] != 0).any() for at in marks_at)
     if not head and not on_crops and not (ce > hi[fid]).any():  # axes 1, 2: the coat and the grids in turn
         pos[1:] = base  # the coat, then over the crops' tokens (masked writes) their grids, shifted
-        crop_val = np.concatenate([grids[i] for i in chosen], axis=1)  # (2, T) the crops' tokens in order
-        crop_val += np.repeat(offset, lens, axis=1)
+        crop_val = crop_values()  # (2, T) the crops' tokens in order
         is_crop = types != 0
         pos[1][is_crop], pos[2][is_crop] = crop_val
         write_markers()  # on no crop's token
@@ -726,8 +747,7 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
             if z == s_end[fsample[k]]:  # ... but for the sample's last token, where that slice lands (origin 0)
                 pos[:, z - 1] = 0
         write_markers()
-        hw_val = np.concatenate([grids[i] for i in chosen], axis=1)  # (2, T)
-        hw_val += np.repeat(offset, lens, axis=1)
+        hw_val = crop_values()  # (2, T)
         tok = np.flatnonzero(types != 0)  # the crops' tokens, in order
         inside = tok < np.repeat(hi[fid], lens)  # a crop running into the next frame's <image> slot: cut
         pos[1:, tok[inside]] = hw_val[:, inside]
@@ -762,43 +782,14 @@ def minicpmv4_7_rope_index(
     each slice sits at its row and column, the markers at its corners, the newline past its right
     edge; the text after it at ``origin + max(canvas) + 1``. 0 on padding; ``rope_deltas`` = largest
     position + 1 - real length (transformers' ``MiniCPMV4_7Model.get_rope_index``). Array ops over all
-    the batch's crops and frames on the host; no Python loop over tokens (per crop only the list of
-    its cached grid for one ``concatenate``; per sample only a thumbnail at its first token)."""
+    the batch's crops and frames on the host; no Python loop over tokens (per distinct crop grid its
+    cached coordinates, for one ``concatenate``; per sample only a thumbnail at its first token)."""
     _check_rule(rule, "minicpmv4_7")
-    _check_ids(input_ids)
-    _check_like(attention_mask, "attention_mask", input_ids)
-    _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
-    markers = tuple(getattr(config, name, None) for name in _MINICPM_MARKERS)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in markers):
-        raise ValueError(f"config must set the marker token ids {_MINICPM_MARKERS}, got {markers}")
-    mode = downsample_mode or config.downsample_mode
-    if mode not in ("16x", "4x"):
-        raise ValueError(f"downsample_mode must be '16x' or '4x', got {mode!r}")
-    merge = 2 if mode == "4x" else 4
-    tables = {}
-    for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
-        if sizes is None:
-            tables[kind] = np.zeros((0, 2), dtype=np.int64)
-            continue
-        if not isinstance(sizes, Tensor) or sizes.dim() != 2 or sizes.shape[1] != 2 or sizes.is_floating_point():
-            raise ValueError(
-                f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
-            )
-        tables[kind] = host(sizes).astype(np.int64) // merge  # (h, w) in tokens per crop
-    real = _real(attention_mask, input_ids)
+    real, counts, flat, padded, args = _minicpm_inputs(
+        config, input_ids, mm_token_type_ids, target_sizes, target_sizes_videos, downsample_mode, attention_mask
+    )
     b, length = real.shape
-    counts = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
-    flat = real.reshape(-1)  # (B * L,) the real tokens, row by row: masked reads and writes (no index arrays)
-    padded = not flat.all()
-    ids = host(input_ids).reshape(-1)
-    ids = ids[flat] if padded else ids  # (N,)
-    if mm_token_type_ids is None:
-        types = (ids == config.video_token_id).view(np.int8) * np.int8(2)  # (N,) 0 text, 1 image, 2 video
-        types[ids == config.image_token_id] = 1
-    else:
-        types = host(mm_token_type_ids).reshape(-1)
-        types = types[flat] if padded else types
-    pos = _minicpm_positions(ids, types, counts, tables, merge, markers)
+    pos = _minicpm_positions(*args)
     if padded:
         out = np.zeros((3, b * length), dtype=np.int64)  # 0 on padding
         for axis in range(3):  # a 1-D masked write per axis (a 2-D one is about 4x slower)
@@ -817,6 +808,47 @@ def minicpmv4_7_rope_index(
     return torch.from_numpy(out).to(device), torch.from_numpy(deltas.reshape(b, 1).astype(np.int64)).to(device)
 
 
+def _minicpm_inputs(config, input_ids, mm_token_type_ids, target_sizes, target_sizes_videos, downsample_mode, mask):
+    """:func:`minicpmv4_7_rope_index`'s arguments checked and read on the host: ``real`` ``(B, L)`` bool, ``counts``
+    ``(B,)`` real tokens per sample, ``flat`` ``(B * L,)`` ``real`` in flat order, ``padded`` (any padding) and the
+    arguments of :func:`_minicpm_positions` (the real tokens' ids and types end to end, ``counts``, the crop
+    tables, the merge and the marker ids)."""
+    _check_ids(input_ids)
+    _check_like(mask, "attention_mask", input_ids)
+    _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
+    markers = tuple(getattr(config, name, None) for name in _MINICPM_MARKERS)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in markers):
+        raise ValueError(f"config must set the marker token ids {_MINICPM_MARKERS}, got {markers}")
+    mode = downsample_mode or config.downsample_mode
+    if mode not in ("16x", "4x"):
+        raise ValueError(f"downsample_mode must be '16x' or '4x', got {mode!r}")
+    merge = 2 if mode == "4x" else 4
+    tables = {}
+    for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
+        if sizes is None:
+            tables[kind] = np.zeros((0, 2), dtype=np.int64)
+            continue
+        if not isinstance(sizes, Tensor) or sizes.dim() != 2 or sizes.shape[1] != 2 or sizes.is_floating_point():
+            raise ValueError(
+                f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
+            )
+        tables[kind] = host(sizes).astype(np.int64) // merge  # (h, w) in tokens per crop
+    real = _real(mask, input_ids)
+    length = real.shape[1]
+    counts = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
+    flat = real.reshape(-1)  # (B * L,) the real tokens, row by row: masked reads and writes (no index arrays)
+    padded = not flat.all()
+    ids = host(input_ids).reshape(-1)
+    ids = ids[flat] if padded else ids  # (N,)
+    if mm_token_type_ids is None:
+        types = (ids == config.video_token_id).view(np.int8) * np.int8(2)  # (N,) 0 text, 1 image, 2 video
+        types[ids == config.image_token_id] = 1
+    else:
+        types = host(mm_token_type_ids).reshape(-1)
+        types = types[flat] if padded else types
+    return real, counts, flat, padded, (ids, types, counts, tables, merge, markers)
+
+
 def minicpmv4_7_blocks(
     config: Any,
     input_ids: Tensor,
@@ -826,17 +858,17 @@ def minicpmv4_7_blocks(
     downsample_mode: str | None = None,
     attention_mask: Tensor | None = None,
 ) -> tuple[np.ndarray, VisionBlocks]:
-    """``(real, blocks)`` of a MiniCPM-V 4.7 batch (arguments as :func:`minicpmv4_7_rope_index`, which checks them
-    first: the same errors): ``real`` ``(B, L)`` bool, and every crop -- a thumbnail, a slice or a video frame, i.e.
+    """``(real, blocks)`` of a MiniCPM-V 4.7 batch (arguments as :func:`minicpmv4_7_rope_index`, checked as it checks
+    them: the same errors): ``real`` ``(B, L)`` bool, and every crop -- a thumbnail, a slice or a video frame, i.e.
     a run of image (video) tokens -- a vision block of its own grid ``(1, h / m, w / m)`` (its ``target_sizes``
     (``target_sizes_videos``) row, in order), images ``is_image``; the markers and newlines are text. The blocks
     another scheme places under ``use_rope`` (the canvas, the thumbnail stretched over its slices, is the model's
-    own rule only)."""
-    minicpmv4_7_rope_index(
+    own rule only, and is not computed here)."""
+    real, _, _, _, args = _minicpm_inputs(
         config, input_ids, mm_token_type_ids, target_sizes, target_sizes_videos, downsample_mode, attention_mask
     )
-    merge = 2 if (downsample_mode or config.downsample_mode) == "4x" else 4
-    real = _real(attention_mask, input_ids)
+    _minicpm_crops(*args)  # the crops read as the own rule reads them (its errors)
+    tables = args[3]
     if mm_token_type_ids is None:
         ids = host(input_ids)
         types = np.where(ids == config.video_token_id, 2, 0)
@@ -846,8 +878,7 @@ def minicpmv4_7_blocks(
     grids, firsts, is_image = [], [], []
     for kind, sizes, name in ((1, target_sizes, "target_sizes"), (2, target_sizes_videos, "target_sizes_videos")):
         first, length = _runs((types == kind) & real)  # (C,) each crop of this modality, in reading order
-        table = np.zeros((0, 2), dtype=np.int64) if sizes is None else host(sizes).astype(np.int64) // merge
-        hw = table[: first.shape[0]]
+        hw = tables[kind][: first.shape[0]]
         if hw.shape[0] != first.shape[0] or (hw.prod(-1) != length).any():
             raise ValueError(  # a crop the own rule reads otherwise (cut by padding): no grid to place
                 f"{name}: the {first.shape[0]} runs of {'image' if kind == 1 else 'video'} tokens hold "
