@@ -490,17 +490,20 @@ def _write_runs(
     vision block (token ``j`` of row ``r`` of block ``k`` at ``block_start[k] * use_start + base[:, r]
     + step * j``). Each axis is one ``cumsum`` along every sample of its per-token steps (1 on text,
     ``step`` on vision, 0 on padding) in which each run's first token holds its jump from the token
-    before: a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum``
-    per axis. The runs are found from the edges of ``real`` (``changes``, where it changes) and the
-    blocks (no index per token); every value is computed per run, in int64 after the finiteness check
-    (exact). Small per-axis values (steps, ``use_start``) are read as Python numbers.
+    before: a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum`` per
+    axis. The runs
+    are found from the edges of ``real`` (``changes``, where it changes) and the blocks (no index per
+    token); every value is computed per run, in int64 after the finiteness check (exact). Inside a block
+    the jump from one row to the next is ``base``'s difference minus the row's span (the block start
+    cancels), so only each block's first and last values add it. Small per-axis values (steps,
+    ``use_start``) are read as Python numbers.
 
-    Returns ``(nxt (B,), block_top (K,) or None, top (B,) or None, n_real (B,))``: the next position
-    after each sample (float64), each block's largest value on any axis (when ``tops``, for the
-    ``"max-real"`` deltas), the largest text position of each sample (``None`` while the extents are
-    all >= 0) and real tokens per sample."""
+    Returns ``(nxt (B,), top (B,) or None, n_real (B,))`` int64: the next position after each sample, the
+    largest position of each sample (text or vision, any axis; when ``tops``, for the ``"max-real"``
+    deltas) and real tokens per sample."""
     b, length = real.shape
     n = b * length
+    a_n = base.shape[0]
     block_w = grid[:, 2]  # (K,) tokens per row of each block
     rows_k = grid[:, 0] * grid[:, 1]  # (K,) rows per block
     row_end = np.cumsum(rows_k)  # (K,) one past each block's last row
@@ -517,67 +520,85 @@ def _write_runs(
     run_len = cuts[1:] - cuts[:-1]  # (C,)
     cuts = cuts[:-1]  # (C,)
     blk = cuts.searchsorted(block_first)  # (K,) each block's run
-    text = flat.take(cuts)  # (C,) real runs ...
-    sample = cuts // length  # (C,)
-    n_real = np.bincount(sample, weights=run_len * text, minlength=b).astype(np.int64)  # (B,)
-    text[blk] = False  # ... but the blocks': text runs
-    adv = np.where(text, run_len, 0.0)  # (C,) float64: how far each run moves the position
-    adv[blk] = extent
     first_run = cuts.searchsorted(samples)  # (B,) each sample's first run
+    text = flat.take(cuts)  # (C,) real runs ...
+    adv = run_len * text  # (C,) int64: real tokens of each run ...
+    n_real = np.add.reduceat(adv, first_run)  # (B,)
+    text[blk] = False  # ... but the blocks': text runs
+    adv[blk] = extent  # ... how far each run moves the position (integers: the caller's _exact_sum)
     before = np.cumsum(adv)
-    before -= adv  # (C,) exact: integers below 2**53 (the caller's _exact_sum)
-    pos = before - before.take(first_run).take(sample)  # (C,) running position at each run's first token
+    before -= adv  # (C,) exact: |sums| <= n + sum |extent| < 2**53
+    pos = before - before.take(first_run).take(cuts // length)  # (C,) running position at each run's first token
     nxt = np.add.reduceat(adv, first_run)  # (B,) the position the token after each sample gets
     block_start = pos.take(blk)  # (K,)
-    row_w = block_w.take(row_block)  # (R,) tokens per row
-    step = step.astype(np.int64)
-    steps, us = step.tolist(), use_start.tolist()  # (A,) as Python numbers
-    ends = np.abs(np.concatenate([nxt, block_start, block_start + extent])).max()
-    if not float(ends) < 2**53:  # NaN fails the comparison too
-        raise _not_finite()
-    # each row's first value (A, R): in int64 where base and use_start are integers and no sum can reach
-    # 2**53, else in float64 (checked, then cast)
+    step_i = step.astype(np.int64)
+    steps, us = step_i.tolist(), use_start.tolist()  # (A,) as Python numbers
+    # |every running position| <= ends < 2**53 (the caller's _exact_sum), so none needs a finiteness check
+    ends = float(np.abs(extent).sum()) + n
+    # the values (A, R) of each row's first token: in int64 where base and use_start are integers and no sum
+    # can reach 2**53, else in float64 (checked, then cast)
     spread = max(map(abs, steps)) * (int(block_w.max()) - 1)  # how far a row's last value is from its first
-    integer = base.dtype.kind in "iu" and all(float(u).is_integer() for u in us)
-    if integer:  # (|block_start| <= ends)
-        reach = max(abs(int(base.max())), abs(int(base.min()))) + max(map(abs, us)) * float(ends)
-        integer = reach + spread < 2**53
+    integer = all(float(u).is_integer() for u in us)
     if integer:
-        start = block_start.astype(np.int64).take(row_block)  # (R,)
-        if all(u == 1 for u in us):
-            first = base + start
-        else:
-            first = base + np.array(us, dtype=np.int64)[:, None] * start
+        with np.errstate(all="ignore"):  # NaN / inf in a float base: the float64 path below refuses them
+            reach = max(abs(float(base.max())), abs(float(base.min()))) + max(map(abs, us)) * ends
+        integer = reach + spread < 2**53  # (NaN fails the comparison too)
+        if integer and base.dtype.kind not in "iu":
+            base = base.astype(np.int64)  # exact: integers (checked by the caller) below 2**53
+    row_w = block_w.take(row_block)  # (R,) tokens per row
+    block_top = None
+    if integer:
+        # (A, R - 1) the jump from each row's last token to the next row's first: base's difference minus the
+        # row's span (the block start cancels inside a block; a block's first row takes its run's jump below)
+        row_jump = np.diff(base, axis=1)
+        if any(steps):
+            span = row_w[:-1] - 1  # (R - 1,)
+            for a, s in enumerate(steps):
+                if s:
+                    row_jump[a] -= span if s == 1 else s * span
+        lift = block_start if all(u == 1 for u in us) else np.multiply.outer(np.array(us, dtype=np.int64), block_start)
+        block_first_value = base.take(block_row, axis=1) + lift  # (A, K) each block's first token
+        block_last_value = base.take(row_end - 1, axis=1) + lift  # (A, K) ... its last row's first token ...
+        block_last_value += np.multiply.outer(step_i, block_w - 1)  # ... and last token
+        if tops:  # each block's largest value on any axis (w is fixed along a block's rows)
+            row_max = np.maximum.reduceat(base, block_row, axis=1) + lift  # (A, K)
+            up = [max(s, 0) for s in steps]
+            if any(up):
+                row_max += np.multiply.outer(up, block_w - 1)
+            block_top = row_max.max(0)  # (K,)
         near = False
     else:
         with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused here
-            start = block_start.take(row_block)  # (R,)
+            start = block_start.take(row_block).astype(np.float64)  # (R,)
             first = base + start if (use_start == 1).all() else base + use_start[:, None] * start  # (A, R)
             largest = float(np.abs(first).max())
         if not largest < 2**53:
             raise _not_finite()
         near = not largest + spread < 2**53  # the rows' last values then checked one by one
         first = first.astype(np.int64)
-    row_span = row_w - 1  # (R,)
-    last = [first[a] if s == 0 else first[a] + s * row_span for a, s in enumerate(steps)]  # (R,) per axis
-    block_top = None
-    if tops or near:  # each block's largest value on any axis (and the smallest vision value)
-        row_top = np.maximum.reduce([last[a] if s >= 0 else first[a] for a, s in enumerate(steps)])  # (R,)
-        block_top = np.maximum.reduceat(row_top, block_row).astype(np.float64)  # (K,)
-        if near:
-            low = np.minimum.reduce([first[a] if s >= 0 else last[a] for a, s in enumerate(steps)]).min()
-            if not (float(np.abs(block_top).max()) < 2**53 and abs(float(low)) < 2**53):
-                raise _not_finite()
+        row_span = row_w - 1  # (R,)
+        last = [first[a] if s == 0 else first[a] + s * row_span for a, s in enumerate(steps)]  # (R,) per axis
+        if tops or near:  # each block's largest value on any axis (and the smallest vision value)
+            row_top = np.maximum.reduce([last[a] if s >= 0 else first[a] for a, s in enumerate(steps)])  # (R,)
+            block_top = np.maximum.reduceat(row_top, block_row)  # (K,)
+            if near:
+                low = np.minimum.reduce([first[a] if s >= 0 else last[a] for a, s in enumerate(steps)]).min()
+                if not (float(np.abs(block_top.astype(np.float64)).max()) < 2**53 and abs(float(low)) < 2**53):
+                    raise _not_finite()
+        row_jump = np.stack([first[a][1:] - last[a][:-1] for a in range(a_n)])  # (A, R - 1)
+        block_first_value = first.take(block_row, axis=1)
+        block_last_value = first.take(row_end - 1, axis=1) + np.multiply.outer(step_i, block_w - 1)
     top = None
-    if not extent.min() >= 0:  # positions may go back: the largest text position of each sample
-        top = np.full(b, -math.inf)
-        np.maximum.at(top, sample[text], (pos + run_len - 1)[text])
+    if tops:  # the largest position of each sample: a text run's last, or a block's top (padding: none)
+        run_top = np.where(text, pos + run_len - 1, np.iinfo(np.int64).min)  # (C,)
+        run_top[blk] = block_top
+        top = np.maximum.reduceat(run_top, first_run)  # (B,)
     # the jumps: at each run's first token (a block's: its first row's) and at each other row's first token
-    head = np.empty(first.shape[:1] + cuts.shape, dtype=np.int64)  # (A, C) each run's first value ...
+    head = np.empty((a_n, cuts.shape[0]), dtype=np.int64)  # (A, C) each run's first value ...
     head[:] = np.where(text, pos, pad)  # ... text: its position; padding: the padding value
-    head[:, blk] = first.take(block_row, axis=1)
+    head[:, blk] = block_first_value
     tail = head + text * (run_len - 1)  # (A, C) its last value
-    tail[:, blk] = first.take(row_end - 1, axis=1) + np.multiply.outer(step, block_w - 1)
+    tail[:, blk] = block_last_value
     jump = np.empty_like(head)  # (A, C); column 0 is a sample's first run (below)
     np.subtract(head[:, 1:], tail[:, :-1], out=jump[:, 1:])
     jump[:, first_run] = head[:, first_run]  # a sample's cumsum starts at 0
@@ -601,14 +622,14 @@ def _write_runs(
             np.multiply(vision_mask().reshape(-1), s - 1, out=buf)
             buf += flat
         for a in group:  # every axis of a group jumps at the same tokens: each one's jumps overwrite the last's
-            buf[row_at] = first[a][1:] - last[a][:-1]  # a row after a row (a block's first: its run's jump below)
+            buf[row_at] = row_jump[a]  # a row after a row (a block's first: its run's jump below)
             buf[cuts] = jump[a]
             src = torch.from_numpy(buf.reshape(b, length))
             if a == group[-1]:
                 src.cumsum_(1)
             else:
                 torch.cumsum(src, 1, out=torch.from_numpy(ids[a].reshape(b, length)))
-    return nxt, block_top, top, n_real
+    return nxt, top, n_real
 
 
 def _not_finite() -> ValueError:
@@ -915,6 +936,9 @@ def _ids_tensor(out: Tensor | None, rows: int, n: int, dtype: torch.dtype) -> Te
     return torch.empty((rows, n), dtype=dtype) if out is None else out.view(rows, n)
 
 
+_NO_BLOCKS = np.empty(0)  # _deltas' block_top when top already holds the blocks' values
+
+
 @cache
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The NumPy dtype of a torch dtype (asked once per dtype)."""
@@ -946,7 +970,7 @@ def _pack_rows(
     rows = 3 if axes == 1 else axes  # 1-axis schemes write their axis on all three rows
     ids = _ids_tensor(out, rows, b * length, sch.id_dtype)  # (rows, B * L), written through NumPy
     ids_np = ids.numpy()
-    nxt, block_top, top, n_real = _write_runs(
+    nxt, top, n_real = _write_runs(
         ids_np,
         real,
         vision_mask,
@@ -964,9 +988,7 @@ def _pack_rows(
     )
     if axes == 1:
         ids_np[1:] = ids_np[0]  # one axis on all three rows
-    if rule.deltas == "max-real" and top is None:  # positions never go back: the last real token's is the largest
-        top = nxt - 1
-    deltas = _deltas(sch, rule, length, nxt, n_real, top, block_first, block_top)
+    deltas = _deltas(sch, rule, length, nxt, n_real, top, block_first, _NO_BLOCKS)  # top: the blocks' included
     nv = int(counts.sum())
     ids = ids.view(rows, b, length).to(device) if out is None else out
     return Layout(ids, deltas.to(device), sch.name, rule, nv, (real, codes))
