@@ -28,15 +28,18 @@ and causally to each other -- the reference's decoding rule (new tokens follow t
 every order, at positions ``next_position + i`` for every order). transformers' default
 ``DynamicCache`` concatenates every cached key at every step (``O(T)`` copying a token);
 :class:`PreallocatedCache` ``(capacity=)`` writes into buffers that double when full (the growth
-rule of :class:`mmpos.nn.MultiOrderCache`), and a transformers ``StaticCache`` whose layers size
-keys and values apart (5.x) works as well.
+rule of :class:`mmpos.nn.MultiOrderCache`). Static caches: ``PreallocatedCache(capacity,
+static=True)`` (4.57 and 5.x) and a transformers ``StaticCache`` whose layers size keys and values
+apart (5.x only).
 
 ``torch.compile``: the forward without a cache and, with a static cache, every decode step are
 one graph each (no graph break; decode steps do not recompile). A static layer counts its tokens
-with a tensor; the layer reads it without a host sync and attends over all ``S`` slots the cache
-returns with a ``(B, 1, n, S)`` mask built from tensors, so every step has the same shapes
-(``tpe_mask`` ``(B, S)``, as ``generate`` pads it; eagerly ``(B, T)`` is taken too). Dynamic
-caches (``DynamicCache``, :class:`PreallocatedCache`) return ``T`` slots, a new shape each step.
+with a tensor; the layer never reads it on the host (eager or compiled: no sync) and attends over
+all ``S`` slots the cache returns with a ``(B, 1, n, S)`` mask built from tensors, so every step has
+the same shapes (``tpe_mask`` ``(B, S)``, as ``generate`` pads it; eagerly ``(B, T)`` is taken too,
+at the cost of one read of the count). On 4.57 a model called by hand under ``torch.compile`` needs
+``cache_position`` (it computes it from the cache's count otherwise; ``generate`` passes it).
+Dynamic caches (``DynamicCache``, :class:`PreallocatedCache`) return ``T`` slots, a new shape each step.
 
 ``model.generate(input_ids, tpe_positions=..., tpe_mask=..., max_new_tokens=...)``: on a
 ``*ForCausalLM``, :func:`install_tpe` also replaces the instance's ``prepare_inputs_for_generation``

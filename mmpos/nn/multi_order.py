@@ -168,7 +168,9 @@ def static_slots(length: Tensor, n: int, capacity: int, cache: str) -> Tensor:
     ``n`` tokens that do not fit are refused before anything is written, with no host sync: a
     ``ValueError`` in eager mode when the counter is in host memory (CPU), else
     ``torch._assert_async`` (under ``torch.compile`` on CPU a ``RuntimeError`` with the same
-    message; on a GPU a device-side assert, reported at a later synchronisation).
+    message, or inductor's own "index out of bounds" when its kernel checks first; on a GPU a
+    device-side assert, reported at a later synchronisation). On overflow the returned slots all
+    lie past the end, so no kernel writes part of the update.
     """
     over = length + n > capacity  # 0-d bool on the counter's device
     msg = f"{cache} is full: {n} more token(s) do not fit in its {capacity} slots (crop it, or give it more capacity)"
@@ -177,7 +179,9 @@ def static_slots(length: Tensor, n: int, capacity: int, cache: str) -> Tensor:
             raise ValueError(msg)
     else:
         torch._assert_async(~over, msg)
-    return length + torch.arange(n, device=length.device)
+    # an overflow also moves every slot past the end: a compiled kernel's own bounds check (inductor's, which may
+    # fire before the assertion) then refuses the whole write, never a part of it
+    return length + torch.arange(n, device=length.device) + over.long() * capacity
 
 
 class MultiOrderCache:
@@ -202,9 +206,8 @@ class MultiOrderCache:
       :class:`MultiOrderAttention` attends over all ``S`` slots with a mask built from tensors, so
       every decode step has the same shapes and no host sync (one graph for every step). A first
       update longer than ``capacity`` is a ``ValueError`` before allocating; an update that would
-      overflow is refused before it writes: a ``ValueError`` in eager mode on CPU (the counter is
-      in host memory), else an asynchronous assertion (``torch._assert_async``: a ``RuntimeError``
-      naming ``capacity`` on CPU, a device-side assert on a GPU; no host sync).
+      overflow is refused before it writes (:func:`static_slots`: a ``ValueError`` in eager mode on
+      CPU, else ``torch._assert_async``, no host sync). :meth:`crop` reads the counter once.
 
     Args:
         capacity: tokens to allocate room for at the first update (``None``: that update's
@@ -357,7 +360,10 @@ class MultiOrderAttention(nn.Module):
     naming ``coords`` and the expected axes otherwise, e.g. for ``grid_coords``), and its
     ``mask`` marks padding. With a :class:`MultiOrderCache` the new tokens are appended to it;
     a token may attend to every cached or new token whose position is not larger than its own,
-    in each order (when the cache is empty the causal permuted path runs and fills it).
+    in each order (when the cache is empty the causal permuted path runs and fills it). With a
+    static cache (``MultiOrderCache(capacity, static=True)``) a step attends over all its slots
+    and reads nothing on the host: under ``torch.compile(fullgraph=True)`` every decode step runs
+    one graph.
     The router weights of the last forward are kept in :attr:`router_weights` (for
     :func:`router_entropy_loss`).
     """
