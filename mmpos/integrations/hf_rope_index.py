@@ -156,8 +156,13 @@ class RopeIndexOptions:
         """The options of a Qwen-VL ``config`` for ``scheme`` (default: the model's own,
         :func:`scheme_for_config`); ``options``: ``delta``, ``temporal_scale``, ``visual_stride``, ``training``,
         ``rule``, ``scheme_options``."""
-        # every field read once (a transformers config attribute read costs microseconds)
-        model_type = getattr(config, "model_type", None)
+        return cls._of_config(config, _attrs(config, ("model_type",))[0], scheme, options)
+
+    @classmethod
+    def _of_config(cls, config: Any, model_type: Any, scheme: str | None, options: dict) -> RopeIndexOptions:
+        """:meth:`from_config` of a ``config`` whose ``model_type`` was read (``_MISSING``: it has none)."""
+        # every field read once, from the instance dict where that is what getattr reads (:func:`_attrs`)
+        model_type = None if model_type is _MISSING else model_type
         sch = scheme_for_model_type(model_type)
         if sch.audio:  # the Omni models: audio and their own arguments
             raise ValueError(
@@ -165,10 +170,13 @@ class RopeIndexOptions:
                 "mmpos.integrations.hf_omni.get_rope_index"
             )
         own = sch.name
-        vision = getattr(config, "vision_config", None)
-        image_token_id = getattr(config, "image_token_id", _MISSING)
-        video_token_id = getattr(config, "video_token_id", _MISSING)
-        merge = _MISSING if vision is None else getattr(vision, "spatial_merge_size", _MISSING)
+        vision, image_token_id, video_token_id = _attrs(config, ("vision_config", "image_token_id", "video_token_id"))
+        vision = None if vision is _MISSING else vision
+        merge, tokens_per_second, temporal_merge = (
+            (_MISSING, 1, None)
+            if vision is None
+            else _attrs(vision, ("spatial_merge_size", "tokens_per_second", "temporal_merge_size"))
+        )
         missing = [
             n for n, v in (("image_token_id", image_token_id), ("video_token_id", video_token_id)) if v is _MISSING
         ]
@@ -177,20 +185,25 @@ class RopeIndexOptions:
                 f"config of model_type {model_type!r} lacks "
                 f"{missing + ([] if vision is not None else ['vision_config'])} or vision_config.spatial_merge_size"
             )
+        markers = None
+        if model_type in GLM_VIDEO_MARKER_FAMILIES:
+            markers = tuple(_attrs(config, ("video_start_token_id", "video_end_token_id")))
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in markers):
+                markers = video_markers(config)  # raises its error
         fields = dict(
             scheme=own if scheme is None else scheme,
             model_scheme=own,
             merge=merge,
             image_token_id=image_token_id,
             video_token_id=video_token_id,
-            tokens_per_second=getattr(vision, "tokens_per_second", 1),
-            temporal_merge=getattr(vision, "temporal_merge_size", None) or 1,
-            video_markers=video_markers(config) if model_type in GLM_VIDEO_MARKER_FAMILIES else None,
+            tokens_per_second=1 if tokens_per_second is _MISSING else tokens_per_second,
+            temporal_merge=(None if temporal_merge is _MISSING else temporal_merge) or 1,
+            video_markers=markers,
             **options,
         )
         # every get_rope_index call asks for its options: the checked options of the same values are made once
         # (the key holds types too, so 1 and 1.0 or True stay apart; unhashable values are checked every call)
-        key = tuple((k, type(v), v) for k, v in sorted(fields.items()))
+        key = tuple([(k, type(v), v) for k, v in fields.items()])
         try:
             hash(key)
         except TypeError:
@@ -199,6 +212,55 @@ class RopeIndexOptions:
 
 
 _MISSING = object()  # a config field that is not there
+
+
+#: the ``__getattribute__`` of transformers' configs: the class's ``attribute_map`` renames a field
+#: (``configuration_utils``), a heterogeneous config refuses its per-layer fields (``integrations.heterogeneity``);
+#: every other field is read as ``object.__getattribute__`` reads it
+_CONFIG_GETATTRIBUTE = {
+    ("transformers.configuration_utils", "PreTrainedConfig.__getattribute__"),
+    ("transformers.configuration_utils", "PretrainedConfig.__getattribute__"),
+    ("transformers.integrations.heterogeneity.configuration_utils", "HeterogeneousConfigMixin.__getattribute__"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``getattr(obj, name)`` of an instance of ``cls`` is the instance dict's entry where it has one,
+    else the class attribute, for every name: no ``__getattr__``, every ``__getattribute__`` in the MRO
+    ``object``'s or transformers' config ones, no name renamed by the class's ``attribute_map``, no descriptor
+    of that name on the class (read once per class)."""
+    for k in cls.__mro__:
+        f = k.__dict__.get("__getattribute__")
+        if "__getattr__" in k.__dict__ or (
+            f is not None
+            and f is not object.__getattribute__
+            and (getattr(f, "__module__", None), getattr(f, "__qualname__", None)) not in _CONFIG_GETATTRIBUTE
+        ):
+            return False
+    renames = getattr(cls, "attribute_map", {})
+    if not isinstance(renames, dict) or any(name in renames for name in names):
+        return False
+    for name in names:
+        owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+        if owner is not None and hasattr(type(owner.__dict__[name]), "__get__"):  # a property, a method ...
+            return False
+    return True
+
+
+def _attrs(obj: Any, names: tuple[str, ...]) -> list:
+    """``getattr(obj, name, _MISSING)`` of every name, read from the instance dict where that is what
+    ``getattr`` reads (:func:`_plain_fields`; a transformers config's ``getattr`` goes through two Python-level
+    ``__getattribute__`` and costs microseconds): not for an instance ``attribute_map`` or a heterogeneous config."""
+    cls = type(obj)
+    if _plain_fields(cls, names):
+        try:
+            d = object.__getattribute__(obj, "__dict__")
+        except AttributeError:  # no instance dict (slots)
+            d = None
+        if type(d) is dict and "attribute_map" not in d and d.get("_heterogeneity_spec") is None:
+            return [d[n] if n in d else getattr(cls, n, _MISSING) for n in names]
+    return [getattr(obj, n, _MISSING) for n in names]
 
 
 @functools.lru_cache(maxsize=256)
@@ -290,12 +352,21 @@ def token_layout(
         seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])
         blocks = VisionBlocks(grid, firsts, seconds, np.arange(grid.shape[0]) < k_img)
     else:
-        start, end, value = marked_runs(code)
+        start, end, value = marked_runs(code)  # (M,) the runs of image / video tokens, reading order
+        if _frames_by_runs(options, types):  # GLM-4V: the image runs between video markers are frames
+            value = value + _runs_inside(host(input_ids), start, *options.video_markers)
         blocks = _blocks_as_runs(grid, tokens, k_img, seconds, start, end, value)
         if blocks is None:  # blocks sharing a run, or an error to find: each modality's blocks fill its runs
-            length = code.shape[1]
+            length, n = code.shape[1], code.size
             first_image, first_video = (
-                fit_blocks(start[value == v], end[value == v], part, name, length, lambda v=v: code.reshape(-1) == v)
+                fit_blocks(
+                    start[value == v],
+                    end[value == v],
+                    part,
+                    name,
+                    length,
+                    functools.partial(_mask, start, end, value, v, n),
+                )
                 for v, part, name in ((1, tokens[:k_img], "image_grid_thw"), (2, tokens[k_img:], "video_grid_thw"))
             )
             blocks = _reading_order(grid, first_image, first_video, seconds)  # no sort left to pack
@@ -332,10 +403,42 @@ def _vision_code(
             code = video.view(np.uint8)
             code += code
             code |= image.view(np.uint8)
-    if markers is not None:  # image tokens between video start / end tokens are frames (transformers 4.57 types 1)
-        framed = inside_markers(host(input_ids), *markers) & (code == 1)
+    if markers is not None and not _frames_by_runs(options, types):  # image tokens between video markers: frames
+        framed = inside_markers(host(input_ids), *markers) & (code == 1)  # (transformers 4.57 types them 1)
         code += framed.view(np.uint8)
     return code
+
+
+def _mask(start: np.ndarray, end: np.ndarray, value: np.ndarray, v: int, n: int) -> np.ndarray:
+    """``(n,)`` bool: the tokens of the runs of value ``v`` (made on the error path only)."""
+    change = np.zeros(n + 1, dtype=np.int64)
+    change[start[value == v]] += 1
+    change[end[value == v]] -= 1
+    return np.cumsum(change[:-1]) > 0
+
+
+def _frames_by_runs(options: RopeIndexOptions, types: np.ndarray | None) -> bool:
+    """Whether GLM-4V's frames are told from its images run by run (:func:`_runs_inside`), not token by token
+    (:func:`~.hf_families.inside_markers`): without ``mm_token_type_ids`` (only image tokens are read) and with
+    marker ids other than the image token's (a run then holds no marker, so it lies inside or outside as a whole)."""
+    markers = options.video_markers
+    return markers is not None and types is None and options.image_token_id not in markers
+
+
+def _runs_inside(ids: np.ndarray, first: np.ndarray, start_id: int, end_id: int) -> np.ndarray:
+    """``(M,)`` bool: whether the token at each flat index ``first`` of the ``(B, L)`` ``ids`` follows more
+    ``start_id`` than ``end_id`` tokens of its row (GLM-4V's ``create_mm_token_type_ids``, as
+    :func:`~.hf_families.inside_markers` reads it), from the marker tokens alone (no ``(B, L)`` mask)."""
+    length = ids.shape[1]
+    flat = ids.reshape(-1)
+    is_start = flat == start_id
+    marks = np.flatnonzero(is_start | (flat == end_id))  # (P,) every marker, reading order
+    if not marks.size:
+        return np.zeros(first.shape[0], dtype=bool)
+    opened = np.zeros(marks.shape[0] + 1, dtype=np.int64)  # (P + 1,) starts minus ends among the first i markers
+    np.cumsum(np.where(is_start[marks], 1, -1), out=opened[1:])
+    row_start = first - first % length
+    return opened[np.searchsorted(marks, first)] > opened[np.searchsorted(marks, row_start)]
 
 
 def _blocks_as_runs(
@@ -524,7 +627,8 @@ def get_rope_index(
         ``position_ids`` ``(3, B, L)`` (dtype of ``input_ids``) and ``rope_deltas`` ``(B, 1)``,
         equal to the model's own ``get_rope_index`` of the release whose rule is asked for.
     """
-    model_type = getattr(config, "model_type", None)
+    model_type = _attrs(config, ("model_type",))[0]
+    model_type = None if model_type is _MISSING else model_type
     family = FAMILY_ROPE_INDEX.get(model_type)
     if family is not None:
         if model_type == "glm_image":
@@ -538,7 +642,7 @@ def get_rope_index(
         return family(config, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids, rule=rule)
     if images_per_sample is not None:
         raise ValueError("images_per_sample applies to model_type 'glm_image' only")
-    options = RopeIndexOptions.from_config(config, rule=rule)
+    options = RopeIndexOptions._of_config(config, model_type, None, {"rule": rule})
     return scheme_rope_index(
         options, input_ids, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, mm_token_type_ids
     )
