@@ -414,10 +414,14 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
         raise ValueError("blocks.grid must hold sizes >= 1")
     if k > 1 and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
         order = np.argsort(first, kind="stable")
-        grid, first, seconds, is_image = grid[order], first[order], seconds[order], is_image[order]
-        audio = None if audio is None else audio[order]
+        grid, first = grid.take(order, axis=0), first.take(order)
+        seconds = seconds if blocks.seconds is None else seconds.take(order)  # (the default zeros need no gather)
+        is_image = is_image if blocks.is_image is None else is_image.take(order)
+        audio = None if audio is None else audio.take(order)
     b, length = real.shape
-    counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio
+    counts = grid[:, 0] * grid[:, 1] * grid[:, 2]  # (K,) tokens per block
+    if audio is not None:
+        counts += audio
     last = first + counts - 1
     if k and (first[0] < 0 or last[-1] >= b * length):
         raise ValueError(f"blocks.first: the blocks' tokens must lie in the (B, L) = {(b, length)} batch")
@@ -426,14 +430,32 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
             "blocks: every block's tokens must be consecutive tokens of one sample, and blocks must not overlap"
         )
     flat = real.reshape(-1)
-    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # (E,) where real changes
+    changes = _changes(flat)  # (E,) where real changes
     # a block lies on real tokens: its first one is real, and real does not change after it inside the block
     if k and not (
-        flat[first].all() and np.array_equal(changes.searchsorted(first, "right"), changes.searchsorted(last, "right"))
+        flat[first].all() and not (changes.searchsorted(first, "right") != changes.searchsorted(last, "right")).any()
     ):
         raise ValueError("blocks: every vision token must be a real token (real is True there)")
     is_vision = partial(_vision_mask, b, length, first, counts)
-    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio, changes
+    return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio, changes, counts
+
+
+_EIGHT = np.arange(8)
+
+
+def _changes(flat: np.ndarray) -> np.ndarray:
+    """``(E,)`` int64 the indices ``i >= 1`` where ``flat[i] != flat[i - 1]`` (``flat`` ``(N,)`` bool), increasing:
+    the comparison's bytes read eight at a time (a word holding no change is skipped), then the few words that
+    hold one read byte by byte."""
+    m = flat.shape[0] - 1
+    if m <= 0:
+        return np.empty(0, dtype=np.int64)
+    ne = np.empty(m + (-m % 8), dtype=bool)  # (m rounded up to a multiple of 8,)
+    np.not_equal(flat[1:], flat[:-1], out=ne[:m])
+    ne[m:] = False
+    words = np.flatnonzero(ne.view(np.uint64))  # (W,) the words holding a change
+    near = (words[:, None] * 8 + _EIGHT).reshape(-1)  # (8 W,) their bytes
+    return near[ne.take(near)] + 1
 
 
 def _vision_mask(b: int, length: int, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -539,10 +561,9 @@ def _write_runs(
     # can reach 2**53, else in float64 (checked, then cast)
     spread = max(map(abs, steps)) * (int(block_w.max()) - 1)  # how far a row's last value is from its first
     integer = all(float(u).is_integer() for u in us)
-    if integer:
-        with np.errstate(all="ignore"):  # NaN / inf in a float base: the float64 path below refuses them
-            reach = max(abs(float(base.max())), abs(float(base.min()))) + max(map(abs, us)) * ends
-        integer = reach + spread < 2**53  # (NaN fails the comparison too)
+    if integer:  # (an inf in a float base fails the comparison: the float64 path below refuses it)
+        reach = max(abs(float(base.max())), abs(float(base.min()))) + max(map(abs, us)) * ends
+        integer = reach + spread < 2**53
         if integer and base.dtype.kind not in "iu":
             base = base.astype(np.int64)  # exact: integers (checked by the caller) below 2**53
     row_w = block_w.take(row_block)  # (R,) tokens per row
@@ -707,12 +728,11 @@ def pack(
         raise ValueError(f"real must be a (B, L) bool tensor, got {real.dtype} {real.shape}")
     if out is not None:
         _check_out(out, sch, real.shape, device)
-    grid, block_first, seconds, is_image, is_vision, audio, changes = _check_blocks(blocks, real)
+    grid, block_first, seconds, is_image, is_vision, audio, changes, counts = _check_blocks(blocks, real)
     if audio is not None and audio.any() and not sch.audio:
         takes = [s.name for s in SCHEMES.values() if s.audio]
         raise ValueError(f"blocks.audio (audio-visual blocks) applies only to schemes {takes}, got scheme={sch.name!r}")
     if modality is None:
-        counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio
         codes = partial(_block_codes, is_vision, block_first, counts, is_image)
     elif callable(modality):
         codes = modality
@@ -735,6 +755,7 @@ def pack(
         audio,
         changes,
         out,
+        counts,
     )
 
 
@@ -768,12 +789,13 @@ def _pack(
     device: torch.device | str,
     audio: np.ndarray | None,
     changes: np.ndarray,
-    out: Tensor | None = None,
+    out: Tensor | None,
+    counts: np.ndarray,
 ) -> Layout:
     """:func:`pack` on checked host arrays, blocks in reading order (their tokens are the
-    ``vision_mask()`` tokens in flat order; ``changes``: where ``real`` changes; ``out``: checked, the ids' tensor)."""
+    ``vision_mask()`` tokens in flat order; ``changes``: where ``real`` changes; ``out``: checked, the ids' tensor;
+    ``counts`` ``(K,)``: tokens per block)."""
     b, length = real.shape
-    counts = grid.prod(-1) if audio is None else grid.prod(-1) + audio  # (K,) tokens per block
     k = block_first.shape[0]
     delta = _per_block(sch, "delta", options.delta, options, k, generator)
     scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator)

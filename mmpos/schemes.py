@@ -573,12 +573,21 @@ def _constant(values: list[float]) -> np.ndarray:
 
 _STEP_W = _constant([0.0, 0.0, 1.0])  # t, h, w: a row's tokens step along w (read-only NumPy: no conversion)
 _USE_START = {False: _constant([1.0, 1.0, 1.0]), True: _constant([1.0, 0.0, 0.0])}
+_STEP_VROPE = _constant([1.0, -1.0, 1.0, -1.0])  # c0 .. c3 along a row: j and W - 1 - j
+_ONES4 = _constant([1.0, 1.0, 1.0, 1.0])
+_ONE = _constant([1.0])
+
+
+def _side(g: BlockGeometry) -> np.ndarray:
+    """``(K,)`` float64 ``max(h, w)`` of every block (from the int64 grid)."""
+    return np.maximum(g._grid[:, 1], g._grid[:, 2]).astype(np.float64)
 
 
 def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> np.ndarray:
-    """``(3, R)`` row offsets ``(t_base, i, 0)``: int64 where ``t_base`` is (the packer skips its check), else float64."""
+    """``(3, R)`` row offsets ``(t_base, i, 0)``: int64 where ``t_base`` is (an int, or an integer array: the packer
+    skips its check), else float64."""
     hi = g._frame_row[1]  # (R,) int64 row of every row in its frame
-    integer = isinstance(t_base, np.ndarray) and t_base.dtype.kind in "iu"
+    integer = type(t_base) is int or (isinstance(t_base, np.ndarray) and t_base.dtype.kind in "iu")
     base = np.empty((3, hi.shape[0]), dtype=np.int64 if integer else np.float64)
     base[0], base[1], base[2] = t_base, hi, 0  # cast as written (no float64 copy of the rows)
     return base
@@ -635,12 +644,17 @@ def _reset_rows(g: BlockGeometry, o: SchemeOptions):
 def _vrope_rows(g: BlockGeometry, o: SchemeOptions):
     """VRoPE: the four symmetric combinations of ``(i, j)``, frame ``f`` at ``f (H + W - 1)``."""
     rb = g.row_block.numpy()
-    hk, wk = g.h.numpy()[rb], g.w.numpy()[rb]  # (R,)
-    i, frame = g.row_h.numpy(), g.row_t.numpy() * (hk + wk - 1)
+    t, h, w = g._grid.T  # (K,) int64
+    hk, wk = h.take(rb), w.take(rb)  # (R,)
+    frame_i, i = g._frame_row  # (R,) int64
+    frame = frame_i * (hk + wk - 1)
     i_flip = hk - 1 - i
-    base = np.stack([i, i + (wk - 1), i_flip, i_flip + (wk - 1)]) + frame  # (4, R): j = 0
-    step = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)  # j and W - 1 - j
-    return torch.from_numpy(base), step, g.t * (g.h + g.w - 1), torch.ones(4, dtype=torch.float64)
+    base = np.empty((4, rb.shape[0]), dtype=np.int64)  # (4, R): j = 0, in int64 (the packer skips its check)
+    np.add(i, frame, out=base[0])
+    np.add(base[0], wk - 1, out=base[1])
+    np.add(i_flip, frame, out=base[2])
+    np.add(base[2], wk - 1, out=base[3])
+    return base, _STEP_VROPE, (t * (h + w - 1)).astype(np.float64), _ONES4
 
 
 def _v2pe_block(g: BlockGeometry, o: SchemeOptions):
@@ -708,46 +722,48 @@ def _circle_block(g: BlockGeometry, o: SchemeOptions):
 
 
 def _flat_rows(g: BlockGeometry, o: SchemeOptions):
-    one = torch.ones(1, dtype=torch.float64)
-    return g.row_first.unsqueeze(0), one, g.tokens.to(torch.float64), one
+    _, row_local, row_w, _ = g._rows
+    return (row_local * row_w)[None], _ONE, g._grid.prod(-1).astype(np.float64), _ONE  # (1, R) int64 row starts
 
 
 def _hy_v4_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HY-V4-VL (XD-RoPE): a frame of ``H`` rows of ``W`` tokens (``w`` counts the newline token that
     ends every merged row) spans ``S = max(H, W)`` positions; token ``(f, i, j)`` at
     ``(start + f S, start + i + f S, start + j + f S)``, the text after the block at ``start + T S``."""
-    side = torch.maximum(g.h, g.w)  # (K,) S
-    frame = g.row_t.numpy() * side.numpy()[g.row_block.numpy()]  # (R,) f S
-    base = np.empty((3, frame.shape[0]))
+    side = np.maximum(g._grid[:, 1], g._grid[:, 2])  # (K,) int64 S
+    frame_i, i = g._frame_row  # (R,) int64
+    frame = frame_i * side.take(g.row_block.numpy())  # (R,) f S
+    base = np.empty((3, frame.shape[0]), dtype=np.int64)  # int64: the packer skips its check
     base[0], base[2] = frame, frame
-    np.add(g.row_h.numpy(), frame, out=base[1])
-    return torch.from_numpy(base), _STEP_W, g.t * side, _USE_START[False]
+    np.add(i, frame, out=base[1])
+    return base, _STEP_W, (g._grid[:, 0] * side).astype(np.float64), _USE_START[False]
 
 
 def _glm_image_rows(g: BlockGeometry, o: SchemeOptions):
     """GLM-Image: ``(start + f, start + i, start + j)``, the text after the block at
     ``start + max(h, w)`` (its one rule: the temporal extent is ignored)."""
-    return _thw_rows(g._frame_row[0], g), _STEP_W, torch.maximum(g.h, g.w), _USE_START[False]
+    return _thw_rows(g._frame_row[0], g), _STEP_W, _side(g), _USE_START[False]
 
 
 def _minicpm_canvas_rows(g: BlockGeometry, o: SchemeOptions):
     """MiniCPM-V 4.7, a canvas of one thumbnail (no slices): ``(start, start + i, start + j)``, the
     text after it at ``start + max(h, w) + 1``. Slices and marker tokens: the token-id path
     (:func:`mmpos.integrations.hf_families.minicpmv4_7_rope_index`)."""
-    return _thw_rows(0.0, g), _STEP_W, torch.maximum(g.h, g.w) + 1, _USE_START[False]
+    return _thw_rows(0, g), _STEP_W, _side(g) + 1, _USE_START[False]
 
 
-_STEP_HUNYUAN = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)  # w, h, image: a row steps along w
-_NO_START = torch.zeros(3, dtype=torch.float64)
+_STEP_HUNYUAN = _constant([1.0, 0.0, 0.0])  # w, h, image: a row steps along w
+_NO_START = _constant([0.0, 0.0, 0.0])
 
 
 def _hunyuan_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HunYuan-VL: token ``(i, j)`` of the ``k``-th image of the batch (reading order) at
     ``(w, h, image) = (j, i, k)``, absolute (no block start); the text runs on over the block
     (extent: its token count), so text tokens sit at their index among the real tokens."""
-    base = np.zeros((3, g.row_h.shape[0]))
-    base[1], base[2] = g.row_h.numpy(), g.row_block.numpy()
-    return torch.from_numpy(base), _STEP_HUNYUAN, g.tokens.to(torch.float64), _NO_START
+    hi = g._frame_row[1]  # (R,) int64
+    base = np.empty((3, hi.shape[0]), dtype=np.int64)  # int64: the packer skips its check
+    base[0], base[1], base[2] = 0, hi, g.row_block.numpy()
+    return base, _STEP_HUNYUAN, g._grid.prod(-1).astype(np.float64), _NO_START
 
 
 # --------------------------------------------------------------------------- the registry
