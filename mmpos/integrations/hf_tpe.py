@@ -279,7 +279,7 @@ def decoder_layers(model: nn.Module) -> tuple[nn.Module, Sequence[nn.Module]]:
     return base, layers
 
 
-def _static_slots(cache: Any, layer_idx: int) -> int | None:
+def _slot_count(cache: Any, layer_idx: int) -> int | None:
     """Key slots of ``cache``'s layer ``layer_idx`` when it is a static layer holding tokens, else ``None``.
 
     Feature detection: a static layer (transformers' ``StaticLayer``) counts its tokens with a tensor
@@ -405,7 +405,7 @@ def _tpe_forward(
     past = 0 if cache is None else cache.get_seq_length(attn.layer_idx)  # an int, or a static layer's tensor
     if isinstance(past, Tensor):  # the layer's counter itself, which its update increments in place: a copy,
         past = past.clone()  # never read on the host (eager or compiled: no sync; compiled: one graph every step)
-    slots = None if cache is None else _static_slots(cache, attn.layer_idx)
+    slots = None if cache is None else _slot_count(cache, attn.layer_idx)
     key_mask = _step_mask(kwargs.get("tpe_mask"), b, n, past, slots)
     d = attn.head_dim
     q = attn.q_proj(hidden_states).view(b, n, -1, d).transpose(1, 2)
@@ -600,7 +600,7 @@ class _TPEPrepareInputs:
         positions, mask = _generation_positions(
             tpe_positions, tpe_mask, kwargs.get("attention_mask"), self.orders, batch, past, tokens
         )
-        slots = _static_slots(cache, 0)  # None before a static cache's first update (the prefill: (B, L) mask)
+        slots = _slot_count(cache, 0)  # None before a static cache's first update (the prefill: (B, L) mask)
         room = cache.capacity if isinstance(cache, PreallocatedCache) and cache.static else slots
         if room is not None and past + tokens > room:  # on the host, before the forward (past is read above)
             raise ValueError(
