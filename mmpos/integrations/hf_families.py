@@ -412,8 +412,11 @@ def glm_image_blocks(
     real = host(attention_mask) == 1 if use_mask else np.ones((b, length), dtype=bool)
     grids, offset, count = _glm_image_grids(image_grid_thw, images_per_sample, b)
     ids = host(input_ids)
-    starts = np.flatnonzero((ids == config.image_start_token_id) & real)  # image start tokens, reading order
-    ends = np.flatnonzero((ids == config.image_end_token_id) & real)
+    flat_real = real.reshape(-1)
+    starts = np.flatnonzero(ids == config.image_start_token_id)  # image start tokens, reading order ...
+    starts = starts[flat_real[starts]]  # ... the real ones (a few: read at them, no (B, L) mask)
+    ends = np.flatnonzero(ids == config.image_end_token_id)
+    ends = ends[flat_real[ends]]
     n_start, n_end = np.bincount(starts // length, minlength=b), np.bincount(ends // length, minlength=b)
     complete = np.minimum(n_start, n_end)  # zip(starts, ends): the k-th start with the k-th end
     used = np.minimum(complete, count)  # images past the sample's grids stay text (the reference breaks)
@@ -841,8 +844,12 @@ def _minicpm_inputs(config, input_ids, mm_token_type_ids, target_sizes, target_s
     ids = host(input_ids).reshape(-1)
     ids = ids[flat] if padded else ids  # (N,)
     if mm_token_type_ids is None:
-        types = (ids == config.video_token_id).view(np.int8) * np.int8(2)  # (N,) 0 text, 1 image, 2 video
-        types[ids == config.image_token_id] = 1
+        image, video = config.image_token_id, config.video_token_id
+        types = (ids == video).view(np.int8) * np.int8(2)  # (N,) 0 text, 1 image, 2 video
+        if image == video:
+            types[ids == image] = 1  # (one id for both: image)
+        else:
+            types += (ids == image).view(np.int8)  # (no masked write)
     else:
         types = host(mm_token_type_ids).reshape(-1)
         types = types[flat] if padded else types
