@@ -45,7 +45,7 @@ from torch import Tensor
 from .._arrays import host, ids_in_dtype
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
-from ..schemes import RULES, get_scheme, resolve_options
+from ..schemes import RULES, Scheme, SchemeOptions, get_scheme, resolve_options
 from ._token_blocks import check_grid, packed_rows
 
 __all__ = [
@@ -186,6 +186,14 @@ def _real_index(real: np.ndarray, out: np.ndarray) -> None:
         out *= real  # 0 after a span
 
 
+@functools.cache
+def _own_scheme(name: str, rule: str) -> tuple[Scheme, SchemeOptions]:
+    """A family's own registry scheme and its options under ``RULES[rule]``: constants (a registered name is never
+    replaced), resolved once."""
+    sch = get_scheme(name)
+    return sch, resolve_options(sch, rule=RULES[rule])
+
+
 def _returned(lay: Layout, input_ids: Tensor) -> tuple[Tensor, Tensor]:
     return ids_in_dtype(lay.position_ids, lay.rope_deltas, input_ids.dtype)
 
@@ -268,8 +276,7 @@ def hy_v4_vl_rope_index(
     _check_rule(rule, "hy_v4_vl")
     args = (image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids)
     real, blocks = _hy_v4_vl_blocks(config, input_ids, *args)
-    sch = get_scheme("hy-v4-vl")
-    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["hf-5.3"]), device=input_ids.device)
+    lay = pack(real, blocks, *_own_scheme("hy-v4-vl", "hf-5.3"), device=input_ids.device)
     return _returned(lay, input_ids)
 
 
@@ -336,8 +343,7 @@ def hunyuan_vl_rope_index(
             f"M-RoPE axes), got {section!r}"
         )
     real, blocks = _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
-    sch = get_scheme("hunyuan-vl")
-    options = resolve_options(sch, rule=RULES["hf-5.3"])
+    sch, options = _own_scheme("hunyuan-vl", "hf-5.3")
     b, length = real.shape
     dtype = input_ids.dtype
     # every id lies in [0, max(L, K) - 1] (an index among a row's tokens, a row or column of an image, the image's
@@ -446,8 +452,7 @@ def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, atte
     real, blocks, generated, sample = glm_image_blocks(
         config, input_ids, image_grid_thw, images_per_sample, attention_mask
     )
-    sch = get_scheme("glm-image")
-    lay = pack(real, blocks, sch, resolve_options(sch, rule=RULES["original"]), device=input_ids.device)
+    lay = pack(real, blocks, *_own_scheme("glm-image", "original"), device=input_ids.device)
     return lay, generated, sample
 
 
@@ -506,9 +511,8 @@ def glm_image_decode_position_ids(
     first = np.repeat(np.arange(b) * width, n_dec) + (
         np.cumsum(dec.prod(-1)) - dec.prod(-1) - np.repeat(np.cumsum(per - 1) - (per - 1), n_dec)
     )
-    sch = get_scheme("glm-image")
     blocks = VisionBlocks(dec, first, np.zeros(dec.shape[0], np.float32), np.ones(dec.shape[0], dtype=bool))
-    gen = pack(real, blocks, sch, resolve_options(sch, rule=RULES["original"]))
+    gen = pack(real, blocks, *_own_scheme("glm-image", "original"))
     start = (lay.rope_deltas.cpu() + input_ids.shape[1]).view(1, b, 1)  # the prompt's next position, per sample
     pos = gen.position_ids + start  # (3, B, D)
     last = torch.from_numpy(per - 1).view(1, b, 1).expand(3, -1, -1)
