@@ -32,4 +32,4 @@ def ids_in_dtype(ids: Tensor, deltas: Tensor, dtype: torch.dtype) -> tuple[Tenso
                 f"position ids reach {high if high > info.max else low}, beyond the range of input_ids' dtype "
                 f"{dtype} ([{info.min}, {info.max}]): they would wrap around; pass input_ids as torch.int64"
             )
-    return ids.to(dtype), deltas.to(dtype)
+    return (ids, deltas) if ids.dtype == dtype and deltas.dtype == dtype else (ids.to(dtype), deltas.to(dtype))

@@ -67,12 +67,11 @@ def marked_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return empty, empty, flat[:0]
     cut = np.flatnonzero(flat[1:] != flat[:-1])  # (E,) where the value changes, minus one
     cut += 1
-    if length < n:  # runs cut at every sample start inside one
-        inside = np.arange(length, n, length)
-        at = flat[inside]
-        inside = inside[(at != 0) & (at == flat[inside - 1])]
-        if inside.size:
-            cut = np.sort(np.concatenate([cut, inside]))
+    if length < n:  # runs cut at every sample start inside one: a row's first token marked as the last before it
+        at = code[1:, 0]  # (B - 1,) views, no index
+        joined = (at != 0) & (at == code[:-1, -1])
+        if joined.any():
+            cut = np.sort(np.concatenate([cut, (np.flatnonzero(joined) + 1) * length]))
     bounds = np.concatenate([[0], cut, [n]])  # (R + 1,) every run, marked or not
     value = flat[bounds[:-1]]
     marked = np.flatnonzero(value)

@@ -286,10 +286,13 @@ def _check_seconds(second_per_grid_ts: Any, videos: int) -> np.ndarray:
     seconds = torch.as_tensor(second_per_grid_ts)
     if seconds.dtype == torch.bool or seconds.is_complex():
         raise ValueError(f"second_per_grid_ts must hold real numbers, got dtype {seconds.dtype}")
-    seconds = seconds.detach().cpu().reshape(-1).float().numpy()
+    if seconds.dtype == torch.float32:  # a host copy in fewer calls
+        seconds = host(seconds).reshape(-1)  # read only
+    else:
+        seconds = seconds.detach().cpu().reshape(-1).float().numpy()
     if seconds.shape[0] != videos:
         raise ValueError(f"second_per_grid_ts must hold one value per video ({videos}), got {seconds.shape[0]}")
-    if seconds.size and not (np.isfinite(seconds) & (seconds >= 0)).all():
+    if seconds.size and not (seconds.min() >= 0 and np.isfinite(seconds.max())):  # no NaN, negative or infinity
         raise ValueError(f"second_per_grid_ts must hold finite numbers >= 0, got {seconds.tolist()}")
     return seconds
 
@@ -570,7 +573,7 @@ def packed_rope_index(
     b, longest = lengths.shape[0], int(lengths.max())
     if mm_token_type_ids is not None and tuple(mm_token_type_ids.shape) != tuple(input_ids.shape):
         raise ValueError(f"mm_token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}")
-    mask = unpack(torch.ones_like(input_ids))  # right padding
+    mask = unpack(torch.ones_like(input_ids, dtype=torch.bool))  # right padding
     options = RopeIndexOptions.from_config(config, scheme, rule=rule)
     lay = token_layout(
         options,
