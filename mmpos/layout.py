@@ -413,7 +413,7 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
     if k and grid.min() < 1:
         raise ValueError("blocks.grid must hold sizes >= 1")
     if k > 1 and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
-        order = np.argsort(first, kind="stable")
+        order = first.argsort(kind="stable")
         grid, first = grid.take(order, axis=0), first.take(order)
         seconds = seconds if blocks.seconds is None else seconds.take(order)  # (the default zeros need no gather)
         is_image = is_image if blocks.is_image is None else is_image.take(order)
@@ -528,7 +528,7 @@ def _write_runs(
     a_n = base.shape[0]
     block_w = grid[:, 2]  # (K,) tokens per row of each block
     rows_k = grid[:, 0] * grid[:, 1]  # (K,) rows per block
-    row_end = np.cumsum(rows_k)  # (K,) one past each block's last row
+    row_end = rows_k.cumsum()  # (K,) one past each block's last row
     block_row = row_end - rows_k  # (K,) each block's first row
     # the coarse runs: the batch cut at every sample start, where real changes and at every block's edges
     flat = real.reshape(-1)
@@ -548,7 +548,7 @@ def _write_runs(
     n_real = np.add.reduceat(adv, first_run)  # (B,)
     text[blk] = False  # ... but the blocks': text runs
     adv[blk] = extent  # ... how far each run moves the position (integers: the caller's _exact_sum)
-    before = np.cumsum(adv)
+    before = adv.cumsum()
     before -= adv  # (C,) exact: |sums| <= n + sum |extent| < 2**53
     pos = before - before.take(first_run).take(cuts // length)  # (C,) running position at each run's first token
     nxt = np.add.reduceat(adv, first_run)  # (B,) the position the token after each sample gets
@@ -571,7 +571,7 @@ def _write_runs(
     if integer:
         # (A, R - 1) the jump from each row's last token to the next row's first: base's difference minus the
         # row's span (the block start cancels inside a block; a block's first row takes its run's jump below)
-        row_jump = np.diff(base, axis=1)
+        row_jump = base[:, 1:] - base[:, :-1]
         if any(steps):
             span = row_w[:-1] - 1  # (R - 1,)
             for a, s in enumerate(steps):
@@ -624,19 +624,19 @@ def _write_runs(
     np.subtract(head[:, 1:], tail[:, :-1], out=jump[:, 1:])
     jump[:, first_run] = head[:, first_run]  # a sample's cumsum starts at 0
     # each row's first token (flat): its row tokens before it plus its block's shift, summed from the differences
-    shift = block_first - (np.cumsum(counts) - counts)  # (K,)
+    shift = block_first - (counts.cumsum() - counts)  # (K,)
     at = np.empty(row_w.shape[0], dtype=np.int64)  # (R,)
     at[0] = shift[0]
     at[1:] = row_w[:-1]
     at[block_row[1:]] += shift[1:] - shift[:-1]
-    row_at = np.cumsum(at)[1:]  # (R - 1,) every row but the first
+    row_at = at.cumsum()[1:]  # (R - 1,) every row but the first
     groups = {}  # step -> its axes (a loop over axes)
     for a, s in enumerate(steps):
         groups.setdefault(s, []).append(a)
     for s, group in groups.items():
         buf = ids[group[-1]]  # the per-token steps (1 on text, s on vision, 0 on padding); its axis last
         if s == 0:
-            np.copyto(buf, np.repeat(text, run_len))
+            np.copyto(buf, text.repeat(run_len))
         elif s == 1:
             np.copyto(buf, flat)
         else:

@@ -194,7 +194,7 @@ class BlockGeometry:
     ) -> BlockGeometry:
         """From the per-block ``grid`` ``(K, 3)`` int64 (array or tensor) and per-block values."""
         grid = np.ascontiguousarray(grid.cpu().numpy() if isinstance(grid, Tensor) else grid, dtype=np.int64)
-        t, h, w = torch.from_numpy(grid.astype(np.float64).T.copy()).unbind()  # (3, K) -> three (K,) rows
+        t, h, w = torch.from_numpy(np.ascontiguousarray(grid.T, dtype=np.float64)).unbind()  # (3, K): three (K,) rows
         tokens = torch.from_numpy(grid.prod(-1))
         return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid, audio)
 
@@ -204,10 +204,10 @@ class BlockGeometry:
         width, and per token its row; vectorised in two levels, no division per token."""
         t, h, w = self._grid.T
         k_rows = t * h  # (K,) rows per block
-        row_block = np.repeat(np.arange(len(k_rows)), k_rows)  # (R,)
-        row_local = np.arange(len(row_block)) - np.repeat(np.cumsum(k_rows) - k_rows, k_rows)  # f * H + i
-        row_w = w[row_block]
-        return row_block, row_local, row_w, np.cumsum(row_w) - row_w  # ..., first token of each row
+        row_block = np.arange(len(k_rows)).repeat(k_rows)  # (R,)
+        row_local = np.arange(len(row_block)) - (k_rows.cumsum() - k_rows).repeat(k_rows)  # f * H + i
+        row_w = w.take(row_block)
+        return row_block, row_local, row_w, row_w.cumsum() - row_w  # ..., first token of each row
 
     def _per_token(self, per_row: np.ndarray) -> Tensor:
         """``(Nv,)`` float64: a per-row value repeated over the row's tokens."""
@@ -217,7 +217,7 @@ class BlockGeometry:
     def row_block(self) -> Tensor:
         if "_rows" in self.__dict__:
             return torch.from_numpy(self._rows[0])
-        return torch.from_numpy(np.repeat(np.arange(self._grid.shape[0]), self._grid[:, 0] * self._grid[:, 1]))
+        return torch.from_numpy(np.arange(self._grid.shape[0]).repeat(self._grid[:, 0] * self._grid[:, 1]))
 
     @cached_property
     def row_t(self) -> Tensor:
@@ -247,10 +247,10 @@ class BlockGeometry:
     def _frame_row(self) -> tuple[np.ndarray, np.ndarray]:
         """Per row: its frame ``f`` and row ``i`` in the frame (two levels of runs, no division)."""
         t, h = self._grid[:, 0], self._grid[:, 1]
-        frame_h = np.repeat(h, t)  # (F,) rows per frame, frames in order
-        frame_f = np.arange(frame_h.shape[0]) - np.repeat(np.cumsum(t) - t, t)  # (F,) index in its block
-        ti = np.repeat(frame_f, frame_h)  # (R,)
-        return ti, np.arange(ti.shape[0]) - np.repeat(np.cumsum(frame_h) - frame_h, frame_h)
+        frame_h = h.repeat(t)  # (F,) rows per frame, frames in order
+        frame_f = np.arange(frame_h.shape[0]) - (t.cumsum() - t).repeat(t)  # (F,) index in its block
+        ti = frame_f.repeat(frame_h)  # (R,)
+        return ti, np.arange(ti.shape[0]) - (frame_h.cumsum() - frame_h).repeat(frame_h)
 
     @cached_property
     def ti(self) -> Tensor:
