@@ -107,7 +107,7 @@ from ..schemes import (
     scheme_for_model_type,
 )
 from . import hf_omni
-from ._hf_age import AGE_DECODINGS, AgeIndex, AgeRotary, own_layer_hook, past_length_hook
+from ._hf_age import AGE_DECODINGS, AgeIndex, AgeRotary, caller_ids_hook, own_layer_hook, past_length_hook
 from .hf_families import (
     glm_image_blocks,
     glm_image_decode_position_ids,
@@ -1068,6 +1068,8 @@ def use_rope(
             rotary = AgeRotary(rotary, age_flags, age_decoding)
             core.get_rope_index = AgeIndex(core.get_rope_index, _SchemeIndex(original, own_options), rotary)
             installed.hooks.append(text.register_forward_pre_hook(past_length_hook(rotary), with_kwargs=True))
+            caller = caller_ids_hook(rotary, core.forward)
+            installed.hooks.append(core.register_forward_pre_hook(caller, with_kwargs=True))
             for layer, circle in zip(text.layers, age_flags):
                 if not circle:
                     installed.hooks.append(layer.register_forward_pre_hook(own_layer_hook(rotary), with_kwargs=True))
