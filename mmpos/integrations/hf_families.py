@@ -682,7 +682,8 @@ def _minicpm_positions(ids, types, counts, tables, merge: int, markers: tuple[in
     tail = ge < s_end[fsample[glast]]
     step[ge[tail]] = adv[glast[tail]]
     step[lead[1:]] -= np.add.reduceat(step, lead)[:-1]  # back to 0: minus the sample before's total
-    base = np.cumsum(step, out=step)
+    torch.cumsum(torch.from_numpy(step), 0, out=torch.from_numpy(step))  # (in place; NumPy's is several times slower)
+    base = step
     within = np.cumsum(adv) - adv
     within -= within[gfirst][gid]  # the canvases of its group's frames before it
     at_start = glo == s_start[fsample[gfirst]]
