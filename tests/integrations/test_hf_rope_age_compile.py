@@ -152,3 +152,21 @@ def test_a_reset_static_cache_takes_a_text_prompt_in_one_layout():
     swapped = _call(model, cache, torch.arange(7), **prompt).logits
     use_rope(model, "own")
     torch.testing.assert_close(swapped, model(**prompt).logits, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.skipif(
+    installed_rule() != "hf-5.3",
+    reason="transformers < 5.3 runs get_rope_index (host reads of the ids, its own code) in every prefill forward",
+)
+def test_a_text_forward_after_a_vision_prompt_compiles_without_host_reads():
+    """A text forward without position ids (the model's own text positions; the index does not run) after a vision
+    prompt: no value check of the ids (the old code compared their rows, a graph break), every layer on the text
+    positions (the model's own logits)."""
+    model, inputs = _age_model()
+    model(**inputs)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [0, 0, 3, 4, 5, 6, 7]])
+    mask = (ids != 0).long()
+    swapped = _compiled(lambda ids, mask: model(input_ids=ids, attention_mask=mask).logits)(ids, mask)
+    use_rope(model, "own")
+    torch.testing.assert_close(swapped, model(input_ids=ids, attention_mask=mask).logits, rtol=1e-5, atol=1e-5)
