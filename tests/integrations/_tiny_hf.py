@@ -77,6 +77,8 @@ BLOCK_SWAPS = [
     ("v2pe", {"delta": 0.5}),
     ("hope", {"temporal_scale": 0.5}),
     ("mhrope", {"head_sections": [0, 1, 1]}),
+    ("grape", {}),
+    ("grape-i", {}),
 ]
 
 

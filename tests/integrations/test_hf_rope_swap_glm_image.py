@@ -25,6 +25,10 @@ IMG, START, END = fam.IMG, fam.START, fam.END
 SUPPRESS = [IMG, START, END]
 #: each sample generates one image of this grid (t, h, w) in tokens
 TARGET = [(1, 2, 3), (1, 2, 2)]
+#: GRAPE's canonical planes, chunked by the model's own sections, on Qwen2-VL's positions (``get_mrope_index``): on
+#: GLM-Image (images of one frame, the text after a block at its start + max(h, w)) that is the model's own scheme --
+#: the same positions of the prompt and of the generated image, the same rotation: the same logits, bit for bit
+SAME_AS_OWN = {"grape"}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +93,10 @@ def test_cached_generate_equals_a_full_forward(glm_image, scheme, options):
     use_rope(glm_image, scheme, **options)
     assert current_rope(glm_image) == scheme
     logits = glm_image(**inputs).logits
-    assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
+    if scheme in SAME_AS_OWN:
+        assert torch.equal(logits, ref)
+    else:
+        assert torch.isfinite(logits).all() and not torch.allclose(logits, ref)
     seq, steps = greedy(glm_image, inputs, SUPPRESS)
     prompt, decode = _positions(glm_image, inputs)
     position_ids = torch.cat([prompt, decode[:, :, :3].permute(1, 0, 2).to(prompt.dtype)], 2)  # (3, B, L + 3)
@@ -121,6 +128,30 @@ def test_decoding_reads_the_swapped_positions(glm_image):
         finally:
             hf_rope._GlmImageIndex._scheme_positions = old
         assert not torch.allclose(unswapped, steps)
+    finally:
+        use_rope(glm_image, "own")
+
+
+@torch.no_grad()
+def test_grape_decodes_the_generated_image_by_its_planes(glm_image):
+    """Cyclic GRAPE (``grape-i``) places the images as the model does (the positions of the prompt and of the
+    generated image are the own's) and rotates them by other planes: the decoding steps' logits differ from the
+    model's own; chunked ``grape`` (the own plan, :data:`SAME_AS_OWN`) gives the own's bit for bit."""
+    inputs = _prompts()
+    use_rope(glm_image, "own")
+    own_prompt, own_decode = _positions(glm_image, inputs)
+    _, own = greedy(glm_image, inputs, SUPPRESS)
+    try:
+        use_rope(glm_image, "grape-i")
+        prompt, decode = _positions(glm_image, inputs)
+        assert torch.equal(prompt.to(own_prompt.dtype), own_prompt) and torch.equal(
+            decode.to(own_decode.dtype), own_decode
+        )
+        _, cyclic = greedy(glm_image, inputs, SUPPRESS)
+        assert torch.isfinite(cyclic).all() and not torch.allclose(cyclic, own)
+        use_rope(glm_image, "grape")
+        _, chunked = greedy(glm_image, inputs, SUPPRESS)
+        assert torch.equal(chunked, own)
     finally:
         use_rope(glm_image, "own")
 

@@ -95,13 +95,14 @@ def test_swapped_scheme_places_the_crops_and_generates_consistently(minicpm, bat
 
 
 @torch.no_grad()
-def test_the_swap_reaches_the_positions(minicpm):
+@pytest.mark.parametrize("scheme", ["vrope", "grape", "grape-i"])
+def test_the_swap_reaches_the_positions(minicpm, scheme):
     """Mutation check: with the patched index's blocks dropped (every crop read as text), the swapped logits
     change -- the consistency above holds on the crops' positions, not on a scheme that ignores them."""
     from mmpos.integrations import hf_rope
 
     inputs = fam._canvas_batch()
-    use_rope(minicpm, "vrope")
+    use_rope(minicpm, scheme)
     ref = minicpm(**inputs).logits
     old = hf_rope.minicpmv4_7_blocks
     as_text = lambda *a: (old(*a)[0], VisionBlocks(np.zeros((0, 3), np.int64), np.zeros(0, np.int64)))
