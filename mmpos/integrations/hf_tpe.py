@@ -264,8 +264,9 @@ class PreallocatedCache(DynamicCache):
 
     @property
     def is_compileable(self) -> bool:
-        # static: True before the first update too (generate decides before its prefill creates the layers)
-        return self.static or super().is_compileable
+        # static: True before the first update too (generate decides before its prefill creates the layers); the
+        # doubling layers never are. A plain attribute read (dynamo cannot trace a property through super())
+        return self.static
 
 
 def decoder_layers(model: nn.Module) -> tuple[nn.Module, Sequence[nn.Module]]:
