@@ -513,9 +513,8 @@ def _write_runs(
     + step * j``). Each axis is one ``cumsum`` along every sample of its per-token steps (1 on text,
     ``step`` on vision, 0 on padding) in which each run's first token holds its jump from the token
     before: a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum`` per
-    axis. The runs
-    are found from the edges of ``real`` (``changes``, where it changes) and the blocks (no index per
-    token); every value is computed per run, in int64 after the finiteness check (exact). Inside a block
+    axis. The runs are found from the edges of ``real`` (``changes``, where it changes) and the blocks (no
+    index per token); every value is computed per run, in int64 after the finiteness check (exact). Inside a block
     the jump from one row to the next is ``base``'s difference minus the row's span (the block start
     cancels), so only each block's first and last values add it. Small per-axis values (steps,
     ``use_start``) are read as Python numbers.
