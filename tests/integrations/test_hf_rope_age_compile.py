@@ -36,6 +36,9 @@ def _no_sync_backend(graph: torch.fx.GraphModule, example_inputs):
 
 
 def _compiled(fn):
+    """``fn`` compiled whole (``fullgraph``) through :func:`_no_sync_backend`; dynamo's caches cleared first (each test
+    builds its own model: the guards of the last test's would count as recompiles of the same code)."""
+    torch._dynamo.reset()
     return torch.compile(fn, fullgraph=True, backend=_no_sync_backend)
 
 
@@ -111,12 +114,10 @@ def _next_position(model, mask: torch.Tensor) -> torch.Tensor:
     return (text + model.model.rope_deltas).view(1, -1, 1).expand(3, -1, 1)
 
 
-@torch.no_grad()
-@pytest.mark.parametrize("kind", CACHES)
-def test_decoding_steps_compile_without_graph_breaks_and_equal_a_full_forward(kind):
-    """An eager prefill, then three greedy steps of the whole model compiled with ``fullgraph=True``: their logits
-    are those of one eager forward over the generated sequence (to 1e-4, the cache's order of float sums)."""
-    model, inputs = _age_model()
+def assert_compiled_decoding_is_a_full_forward(model, inputs: dict, kind: str, steps: int = 3) -> None:
+    """An eager prefill with a ``kind`` cache, then ``steps`` greedy steps of the whole model compiled with
+    ``fullgraph=True`` (:func:`_no_sync_backend`): their logits are those of one eager forward over the generated
+    sequence (to 1e-4, the cache's order of float sums)."""
     length = inputs["input_ids"].shape[1]
     cache = _cache(model, kind)
     logits = [_call(model, cache, torch.arange(length), **inputs).logits[:, -1]]
@@ -126,13 +127,19 @@ def test_decoding_steps_compile_without_graph_breaks_and_equal_a_full_forward(ki
 
     compiled = _compiled(step)
     mask, tokens = inputs["attention_mask"], []
-    for i in range(3):
+    for i in range(steps):
         tokens.append(logits[-1].argmax(-1, keepdim=True))
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         logits.append(compiled(tokens[-1], _next_position(model, mask), mask, cache, torch.tensor([length + i])))
     sequences = torch.cat([inputs["input_ids"], *tokens], 1)
-    full = model(**full_forward_inputs(inputs, sequences, 3)).logits[:, length - 1 :]
+    full = model(**full_forward_inputs(inputs, sequences, steps)).logits[:, length - 1 :]
     torch.testing.assert_close(torch.stack(logits, 1), full, rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("kind", CACHES)
+def test_decoding_steps_compile_without_graph_breaks_and_equal_a_full_forward(kind):
+    assert_compiled_decoding_is_a_full_forward(*_age_model(), kind)
 
 
 @torch.no_grad()
