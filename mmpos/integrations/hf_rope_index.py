@@ -280,9 +280,10 @@ def _text_only(input_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor
     return ids, ids[0].max(-1, keepdim=True).values + 1 - length
 
 
-def _check_seconds(second_per_grid_ts: Any, videos: int) -> np.ndarray:
+def _check_seconds(second_per_grid_ts: Any, videos: int) -> np.ndarray | None:
+    """``(videos,)`` float32 host copy of ``second_per_grid_ts``, checked; ``None`` when not given (1 s each)."""
     if second_per_grid_ts is None:
-        return np.ones(videos, dtype=np.float32)
+        return None
     seconds = torch.as_tensor(second_per_grid_ts)
     if seconds.dtype == torch.bool or seconds.is_complex():
         raise ValueError(f"second_per_grid_ts must hold real numbers, got dtype {seconds.dtype}")
@@ -331,7 +332,7 @@ def token_layout(
         videos[:, 0] //= temporal_merge
     seconds = _check_seconds(second_per_grid_ts, videos.shape[0])
     if options.frames and videos.shape[0]:  # one block per frame
-        seconds = np.repeat(seconds, videos[:, 0])
+        seconds = None if seconds is None else np.repeat(seconds, videos[:, 0])
         grid = np.concatenate([grid[:k_img], np.repeat(videos, videos[:, 0], axis=0)])
         grid[k_img:, 0] = 1
     if merge != 1:
@@ -352,7 +353,7 @@ def token_layout(
                 block_first(is_video, tokens[k_img:], "video_grid_thw"),
             ]
         )  # (K,) as listed: pack sorts them (and refuses overlapping ones)
-        seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), seconds])
+        seconds = np.concatenate([np.zeros(k_img, dtype=np.float32), _seconds(seconds, grid.shape[0] - k_img)])
         blocks = VisionBlocks(grid, firsts, seconds, np.arange(grid.shape[0]) < k_img)
     else:
         start, end, value = marked_runs(code)  # (M,) the runs of image / video tokens, reading order
@@ -372,7 +373,7 @@ def token_layout(
                 )
                 for v, part, name in ((1, tokens[:k_img], "image_grid_thw"), (2, tokens[k_img:], "video_grid_thw"))
             )
-            blocks = _reading_order(grid, first_image, first_video, seconds)  # no sort left to pack
+            blocks = _reading_order(grid, first_image, first_video, _seconds(seconds, first_video.shape[0]))
     if real is None:
         real = np.ones(input_ids.shape, dtype=bool)
     return pack(real, blocks, options.scheme, options.resolved, generator=generator, device=input_ids.device)
@@ -448,7 +449,7 @@ def _blocks_as_runs(
     grid: np.ndarray,
     tokens: np.ndarray,
     k_img: int,
-    seconds: np.ndarray,
+    seconds: np.ndarray | None,
     start: np.ndarray,
     end: np.ndarray,
     value: np.ndarray,
@@ -461,15 +462,24 @@ def _blocks_as_runs(
     if start.shape[0] != k:
         return None
     is_image = value == 1  # (K,) the runs in reading order
-    before = np.cumsum(is_image)  # (K,) image runs up to each run
-    if k and before[-1] != k_img:
+    if np.count_nonzero(is_image) != k_img:
         return None
-    order = np.where(is_image, before - 1, np.arange(k_img, k_img + k) - before)  # (K,) the grid of each run
-    if ((end - start) != tokens[order]).any():
+    run = (~is_image).argsort(kind="stable")  # (K,) the run of each grid: image runs, then video runs, in order
+    if ((end - start)[run] != tokens).any():
         return None
-    all_seconds = np.zeros(k, dtype=np.float32)  # images: no time scaling
-    all_seconds[k_img:] = seconds
-    return VisionBlocks(grid[order], start, all_seconds[order], is_image)
+    run_grid = np.empty_like(grid)  # (K, 3) the grid of each run
+    run_grid[run] = grid
+    if seconds is None:  # images: no time scaling; videos: 1 s
+        run_seconds = np.subtract(1, is_image, dtype=np.float32)
+    else:
+        run_seconds = np.zeros(k, dtype=np.float32)
+        run_seconds[run[k_img:]] = seconds
+    return VisionBlocks(run_grid, start, run_seconds, is_image)
+
+
+def _seconds(seconds: np.ndarray | None, videos: int) -> np.ndarray:
+    """``(videos,)`` float32 seconds per temporal patch (:func:`_check_seconds`; ``None``: 1 s each)."""
+    return np.ones(videos, dtype=np.float32) if seconds is None else seconds
 
 
 def _reading_order(grid: np.ndarray, first_image: np.ndarray, first_video: np.ndarray, seconds: np.ndarray):
