@@ -380,6 +380,11 @@ def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptio
     return torch.from_numpy(np.full(k, 1.0 if value is None else float(value)))
 
 
+def _one(value: float | None) -> float:
+    """A per-block value without draws (:func:`_per_block`): ``value``, default 1."""
+    return 1.0 if value is None else float(value)
+
+
 def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
     """Host ``grid (K, 3)``, ``first (K,)``, ``seconds (K,)`` float32 and ``is_image (K,)`` of
     ``blocks``, in reading order (sorted by ``first``), ``is_vision``: a function making the ``(B, L)``
@@ -412,35 +417,45 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
         audio = audio.astype(np.int64, copy=False)
     if k and grid.min() < 1:
         raise ValueError("blocks.grid must hold sizes >= 1")
-    if k > 1 and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
+    counts = grid[:, 0] * grid[:, 1] * grid[:, 2]  # (K,) tokens per block (>= 1)
+    if audio is not None:
+        counts += audio
+    last = first + counts - 1
+    # each block starts after the last one's end: in reading order (first increases) and no overlap, one check
+    disjoint = k < 2 or bool((first[1:] > last[:-1]).all())
+    if not disjoint and not (first[1:] > first[:-1]).all():  # listed out of reading order: sort (stable)
         order = first.argsort(kind="stable")
-        grid, first = grid.take(order, axis=0), first.take(order)
+        grid, first, counts, last = grid.take(order, axis=0), first.take(order), counts.take(order), last.take(order)
         seconds = seconds if blocks.seconds is None else seconds.take(order)  # (the default zeros need no gather)
         is_image = is_image if blocks.is_image is None else is_image.take(order)
         audio = None if audio is None else audio.take(order)
     b, length = real.shape
-    counts = grid[:, 0] * grid[:, 1] * grid[:, 2]  # (K,) tokens per block
-    if audio is not None:
-        counts += audio
-    last = first + counts - 1
     if k and (first[0] < 0 or last[-1] >= b * length):
         raise ValueError(f"blocks.first: the blocks' tokens must lie in the (B, L) = {(b, length)} batch")
-    if k and ((first // length != last // length).any() or (first[1:] <= last[:-1]).any()):
+    if k and ((first // length != last // length).any() or not (disjoint or (first[1:] > last[:-1]).all())):
         raise ValueError(
             "blocks: every block's tokens must be consecutive tokens of one sample, and blocks must not overlap"
         )
     flat = real.reshape(-1)
     changes = _changes(flat)  # (E,) where real changes
     # a block lies on real tokens: its first one is real, and real does not change after it inside the block
-    if k and not (
-        flat[first].all() and not (changes.searchsorted(first, "right") != changes.searchsorted(last, "right")).any()
-    ):
+    if k and not (flat[first].all() and _same_side(changes, first, last)):
         raise ValueError("blocks: every vision token must be a real token (real is True there)")
     is_vision = partial(_vision_mask, b, length, first, counts)
     return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio, changes, counts
 
 
 _EIGHT = np.arange(8)
+
+
+def _same_side(changes: np.ndarray, first: np.ndarray, last: np.ndarray) -> bool:
+    """Whether no change (``changes`` ``(E,)``, increasing) lies in ``(first, last]`` of any block (``(K,)`` each):
+    both ends searched in one call."""
+    k = first.shape[0]
+    ends = np.empty(2 * k, dtype=np.int64)
+    ends[:k], ends[k:] = first, last
+    at = changes.searchsorted(ends, "right")
+    return bool((at[:k] == at[k:]).all())
 
 
 def _changes(flat: np.ndarray) -> np.ndarray:
@@ -796,11 +811,19 @@ def _pack(
     ``counts`` ``(K,)``: tokens per block)."""
     b, length = real.shape
     k = block_first.shape[0]
-    delta = _per_block(sch, "delta", options.delta, options, k, generator)
-    scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator)
-    geometry = BlockGeometry.of(
-        grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale, _audio_or_none(audio)
-    )
+    audio_t = _audio_or_none(audio)
+    if audio_t is None and not (options.training and ("delta" in sch.draws or "temporal_scale" in sch.draws)):
+        # no draws: the per-block tensors are built only if the rule reads them (same values as below)
+        geometry = BlockGeometry._deferred(
+            np.ascontiguousarray(grid, dtype=np.int64),
+            seconds,
+            is_image,
+            *map(_one, (options.delta, options.temporal_scale)),
+        )
+    else:
+        delta = _per_block(sch, "delta", options.delta, options, k, generator)
+        scale = _per_block(sch, "temporal_scale", options.temporal_scale, options, k, generator)
+        geometry = BlockGeometry.of(grid, torch.from_numpy(seconds), torch.from_numpy(is_image), delta, scale, audio_t)
     size_ok = partial(_exact_sum, sch, b * length)
     per_row = sch.rows is not None and not sch.reads_start and k > 0
     if per_row:  # integer ids written row by row of every block: no per-token offsets
@@ -808,7 +831,7 @@ def _pack(
         base = host(base)  # an integer base needs no integrality check
         base = base if base.dtype.kind in "iu" else base.astype(np.float64, copy=False)
         step, extent, use_start = (_float64(x) for x in (step, extent, use_start))
-        row_block = host(geometry.row_block)
+        row_block = np.arange(k).repeat(grid[:, 0] * grid[:, 1])  # (R,) each row's block (as geometry.row_block)
         if base.ndim != 2 or base.shape[1] != row_block.shape[0] or step.shape != (base.shape[0],):
             raise ValueError(
                 f"scheme {sch.name!r}: its row rule gave offsets {base.shape} and steps {step.shape}, the blocks hold "

@@ -198,6 +198,33 @@ class BlockGeometry:
         tokens = torch.from_numpy(grid.prod(-1))
         return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid, audio)
 
+    @classmethod
+    def _deferred(cls, grid: np.ndarray, seconds: np.ndarray, is_image: np.ndarray, delta: float, scale: float):
+        """:meth:`of` with its per-block tensors built on first read (``grid`` ``(K, 3)`` int64, ``seconds``
+        ``(K,)`` float32, ``is_image`` ``(K,)`` bool, ``delta`` and ``scale`` one value for every block; no
+        audio): a row rule reading only the grid's rows makes no tensor."""
+        self = cls.__new__(cls)
+        self.__dict__.update(_grid=grid, audio=None, start=None, _defer=(seconds, is_image, delta, scale))
+        return self
+
+    def __getattr__(self, name: str):
+        """The per-block tensors of a :meth:`_deferred` geometry, all built at the first read of one."""
+        defer = self.__dict__.get("_defer")
+        if defer is None or name not in _DEFERRED:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        seconds, is_image, delta, scale = defer
+        k = self._grid.shape[0]
+        built = BlockGeometry.of(
+            self._grid,
+            torch.from_numpy(seconds),
+            torch.from_numpy(is_image),
+            torch.from_numpy(np.full(k, delta)),
+            torch.from_numpy(np.full(k, scale)),
+        )
+        self.__dict__.update({f: built.__dict__[f] for f in _DEFERRED})
+        del self.__dict__["_defer"]
+        return self.__dict__[name]
+
     @cached_property
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per row ``(f, i)`` of every block (``R = sum t * h`` rows): block, ``f * H + i``,
@@ -269,6 +296,8 @@ class BlockGeometry:
         wi += np.arange(wi.shape[0], dtype=np.float64)  # ... plus the token's index
         return torch.from_numpy(wi)
 
+
+_DEFERRED = ("t", "h", "w", "tokens", "seconds", "is_image", "delta", "scale")  # BlockGeometry._deferred's
 
 #: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and
 #: which axes add the block start ``(A,)``, all float64

@@ -641,3 +641,23 @@ def test_circlerope_options_are_checked_on_every_path():
     assert (
         o.temporal_scale == 1.0 and resolve_options("circlerope", move_to_positive=0).extra["move_to_positive"] is False
     )
+
+
+def test_deferred_geometry_builds_the_same_tensors():
+    """The packer's geometry without draws (per-block tensors built on first read) equals ``BlockGeometry.of``."""
+    import numpy as np
+
+    grid = np.array([[1, 2, 3], [2, 4, 1], [3, 1, 2]])
+    seconds = np.array([0.0, 0.5, 2.0], dtype=np.float32)
+    is_image = np.array([True, False, False])
+    lazy = BlockGeometry._deferred(grid, seconds, is_image, 0.25, 3.0)
+    assert lazy.row_block.tolist() == [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2]  # rows need no tensor field
+    assert "_defer" in lazy.__dict__
+    full = torch.full((3,), 0.25, dtype=torch.float64), torch.full((3,), 3.0, dtype=torch.float64)
+    eager = BlockGeometry.of(grid, torch.from_numpy(seconds), torch.from_numpy(is_image), *full)
+    for name in ("scale", "t", "h", "w", "tokens", "seconds", "is_image", "delta", "ti", "hi", "wi", "local"):
+        a, b = getattr(lazy, name), getattr(eager, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert "_defer" not in lazy.__dict__ and lazy.audio is None and lazy.start is None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = lazy.nope
