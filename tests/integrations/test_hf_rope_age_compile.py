@@ -130,6 +130,7 @@ def assert_compiled_decoding_is_a_full_forward(model, inputs: dict, kind: str, s
     for i in range(steps):
         tokens.append(logits[-1].argmax(-1, keepdim=True))
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+        torch._dynamo.maybe_mark_dynamic(mask, 1)  # one trace for the steps where the model allows it
         logits.append(compiled(tokens[-1], _next_position(model, mask), mask, cache, torch.tensor([length + i])))
     sequences = torch.cat([inputs["input_ids"], *tokens], 1)
     full = model(**full_forward_inputs(inputs, sequences, steps)).logits[:, length - 1 :]
