@@ -207,6 +207,13 @@ class BlockGeometry:
         self.__dict__.update(_grid=grid, audio=None, start=None, _defer=(seconds, is_image, delta, scale))
         return self
 
+    def _host(self, name: str) -> np.ndarray:
+        """``seconds`` or ``is_image`` as a NumPy array, without building a :meth:`_deferred` geometry's tensors."""
+        defer = self.__dict__.get("_defer")
+        if defer is not None:
+            return defer[0] if name == "seconds" else defer[1]
+        return getattr(self, name).detach().cpu().numpy()
+
     def __getattr__(self, name: str):
         """The per-block tensors of a :meth:`_deferred` geometry, all built at the first read of one."""
         defer = self.__dict__.get("_defer")
@@ -631,7 +638,27 @@ def _qwen_rows(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: boo
 
 def _qwen25_rows(g: BlockGeometry, o: SchemeOptions):
     """Qwen2.5-VL: temporal index from seconds (see the ``seconds`` rules)."""
-    spg = g.seconds  # float32, 0 for images
+    spg = g._host("seconds")  # (K,) float32 from the packer, 0 for images
+    if spg.dtype != np.float32:  # a geometry built elsewhere: torch's arithmetic for its dtype
+        return _qwen25_rows_torch(g, o)
+    is_image = g._host("is_image")  # (K,) bool
+    with np.errstate(all="ignore"):  # huge seconds: inf and NaN, refused by the packer
+        tps = np.float32(o.tokens_per_second)  # float32 products, as the reference (and torch's float32 * scalar)
+        if o.rule.seconds == "truncate":
+            interval = np.trunc(spg) * tps
+        else:
+            interval = spg * tps
+            if o.rule.seconds == "interval":
+                interval = np.where(is_image, np.float32(1), interval)
+        interval = interval.astype(np.float32, copy=False)  # (K,) float32, as the reference multiplies
+        t_base = np.floor(g._frame_row[0].astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
+        t_max = np.floor((g._grid[:, 0] - 1).astype(np.float64).astype(np.float32) * interval).astype(np.float64)
+    return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
+
+
+def _qwen25_rows_torch(g: BlockGeometry, o: SchemeOptions):
+    """:func:`_qwen25_rows` for seconds that are not float32, in torch as the reference."""
+    spg = g.seconds
     if o.rule.seconds == "truncate":
         interval = spg.trunc() * o.tokens_per_second
     else:
