@@ -57,7 +57,7 @@ import math
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache, cached_property, partial
+from functools import cache, cached_property, lru_cache, partial
 
 import numpy as np
 import torch
@@ -279,9 +279,12 @@ class Layout:
             if shape == "text":
                 return text
         sch = get_scheme(self.scheme)
-        picks = [row.index(1) if sorted(row) == [0] * (len(row) - 1) + [1] else None for row in sch.hf_rows]
-        if None not in picks:  # every row reads one axis: position_ids holds it (same padding and dtype)
-            ids = self.position_ids if picks == list(range(len(self.position_ids))) else self.position_ids[picks]
+        try:
+            picks = _hf_row_axes(sch.hf_rows)
+        except TypeError:  # rows that are not hashable (lists): worked out at every call
+            picks = _hf_row_axes.__wrapped__(sch.hf_rows)
+        if picks is not None:  # every row reads one axis: position_ids holds it (same padding and dtype)
+            ids = self.position_ids if picks == tuple(range(len(self.position_ids))) else self.position_ids[list(picks)]
         else:
             pos = self.coords.pos.permute(2, 0, 1).to(torch.float64)  # (A, B, L)
             weights = torch.tensor(sch.hf_rows, dtype=torch.float64, device=pos.device)
@@ -313,6 +316,14 @@ class Layout:
         cu_seqlens = torch.zeros(real.shape[0] + 1, dtype=torch.int32, device=real.device)
         cu_seqlens[1:] = lengths.cumsum(0)
         return flat, cu_seqlens, int(lengths.max()) if lengths.numel() else 0
+
+
+@lru_cache(maxsize=64)
+def _hf_row_axes(hf_rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
+    """The axis each Hugging Face row reads where every row of ``hf_rows`` (``Scheme.hf_rows``) is a unit vector,
+    else ``None`` (rows mixing axes: VRoPE's)."""
+    picks = [row.index(1) if sorted(row) == [0] * (len(row) - 1) + [1] else None for row in hf_rows]
+    return None if None in picks else tuple(picks)
 
 
 def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_new: int = 1, rows: int = 3) -> Tensor:

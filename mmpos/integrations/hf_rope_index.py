@@ -543,27 +543,11 @@ def scheme_rope_index(
         mm_token_type_ids,
         generator,
     )
-    try:
-        picks = _unit_rows(get_scheme(lay.scheme).hf_rows)
-    except TypeError:  # rows not hashable: read by the Layout
-        picks = None
-    if picks is None:  # rows mixing axes (VRoPE)
-        ids = lay.hf_position_ids("3d")
-    else:  # as Layout.hf_position_ids("3d") reads one axis per row, without rereading the rows every call
-        ids = lay.position_ids if picks == tuple(range(len(lay.position_ids))) else lay.position_ids[list(picks)]
-    deltas = lay.rope_deltas
+    ids, deltas = lay.hf_position_ids("3d"), lay.rope_deltas
     fractional = ids.is_floating_point() and lay.num_vision_tokens > 0
     if not fractional:  # integer schemes, and fractional ones on prompts without vision blocks
         ids, deltas = ids_in_dtype(ids, deltas, input_ids.dtype)
     return ids, deltas
-
-
-@functools.lru_cache(maxsize=64)
-def _unit_rows(hf_rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
-    """The axis each Hugging Face row reads where every row of ``hf_rows`` (``Scheme.hf_rows``) is a unit vector,
-    else ``None`` (the rule of :meth:`~mmpos.layout.Layout.hf_position_ids`)."""
-    picks = [row.index(1) if sorted(row) == [0] * (len(row) - 1) + [1] else None for row in hf_rows]
-    return None if None in picks else tuple(picks)
 
 
 def packed_rope_index(
