@@ -1128,7 +1128,17 @@ def _use_rope_full_omni(model: nn.Module, scheme: str, arguments: dict[str, Any]
 
 def apply_config_rope(model: nn.Module) -> nn.Module:
     """Install the scheme recorded under :data:`CONFIG_KEY` in ``model.config`` (what
-    :func:`use_rope` wrote before ``save_pretrained``); a model without the entry is returned as is."""
+    :func:`use_rope` wrote before ``save_pretrained``); a model without the entry is returned as is.
+
+    A full Omni model: each part (thinker, talker) takes the entry of its own config, which records what it ran
+    (:func:`use_rope` on the full model writes the same entry into both parts' configs and the top-level one, on
+    one part into that part's only); the top-level entry goes on both parts where neither part's config has one."""
+    if _is_full_omni(model):
+        parts = [model.thinker] + ([model.talker] if isinstance(getattr(model, "talker", None), nn.Module) else [])
+        if any(hasattr(_parts(part)[0].config, CONFIG_KEY) for part in parts):
+            for part in parts:
+                apply_config_rope(part)
+            return model
     core = model if _is_full_omni(model) else _parts(model)[0]
     spec = getattr(core.config, CONFIG_KEY, None)
     if spec is None:

@@ -117,6 +117,25 @@ def test_swap_survives_save_pretrained_and_from_pretrained(model_type, scheme, o
     assert not hasattr(plain.config, CONFIG_KEY)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("model_type", list(omni_full.FULL))
+@pytest.mark.parametrize("swaps", [("thinker",), ("talker",), ("full", "thinker")], ids="+".join)
+def test_a_part_swapped_alone_survives_the_reload(model_type, swaps, tmp_path):
+    """``use_rope`` on one part (``model.thinker`` / ``model.talker``, after the full model's or not) records the
+    scheme in that part's config only: the reload gives each part the scheme it ran (not the top-level entry, or
+    none where there is no top-level entry), with the pre-save logits."""
+    model = _build(model_type)
+    schemes = {"thinker": "own", "talker": "own"}
+    for target, scheme in zip(swaps, ("vrope", "mrope-i")):
+        use_rope(model if target == "full" else getattr(model, target), scheme)
+        schemes.update(dict.fromkeys(("thinker", "talker") if target == "full" else (target,), scheme))
+    before = _outputs(model)
+    _saved(model, tmp_path)
+    loaded = from_pretrained(type(model), tmp_path).eval()
+    assert {"thinker": current_rope(loaded.thinker), "talker": current_rope(loaded.talker)} == schemes
+    _assert_same(_outputs(loaded), before, exact=False)
+
+
 def test_qwen2_5_omni_reload_needs_the_speaker_table(tmp_path):
     """What ``save_pretrained`` leaves out: Qwen2.5-Omni's ``from_pretrained`` refuses a directory without
     ``spk_dict.pt`` (naming it), also without the talker (``enable_audio_output=False``)."""
