@@ -136,6 +136,48 @@ def test_a_part_swapped_alone_survives_the_reload(model_type, swaps, tmp_path):
     _assert_same(_outputs(loaded), before, exact=False)
 
 
+def _speak(model, speaker: str):
+    """Qwen2.5-Omni's full ``generate`` with audio output (thinker, talker greedy, token2wav) on the first prompt
+    with its image (4.57.1 takes one sample): ``(text ids (1, L), waveform (S,))``. The pixels go to the thinker only
+    (the full model would pass them to the talker's ``generate`` too, which refuses them)."""
+    batch = fam._omni_batch()
+    prompt = {"input_ids": batch["input_ids"][:1], "attention_mask": batch["attention_mask"][:1]}
+    torch.manual_seed(0)  # token2wav's sampler starts from noise
+    text, wave = model.generate(
+        **prompt,
+        image_grid_thw=batch["image_grid_thw"][:1],
+        thinker_pixel_values=batch["pixel_values"][:24],
+        speaker=speaker,
+        thinker_max_new_tokens=3,
+        thinker_suppress_tokens=fam.SUPPRESS,
+        talker_max_new_tokens=4,
+        talker_do_sample=False,
+        talker_eos_token_id=[omni_full.CODEC["eos"]],
+        token2wav_num_steps=2,
+    )
+    return text, wave[0] if isinstance(wave, list) else wave.reshape(-1)
+
+
+@torch.no_grad()
+def test_reloaded_qwen2_5_omni_speaks_as_before(tmp_path):
+    """The reloaded swapped model's ``generate`` with audio output runs on the speaker table the fixture wrote (the
+    speaker's text start token, the vocoder's conditioning: another speaker moves the waveform) and gives the
+    pre-save model's text and waveform. (The tiny random talker's greedy codes do not move with its positions here:
+    that the swap reaches the talker is the logit checks' part.)"""
+    model = _build("qwen2_5_omni")
+    use_rope(model, "mrope-i")
+    _saved(model, tmp_path)
+    model.load_speakers(tmp_path / "spk_dict.pt")
+    loaded = from_pretrained(type(model), tmp_path).eval()
+    text, wave = _speak(model, "Ethan")
+    again, wave_again = _speak(loaded, "Ethan")
+    assert torch.equal(again, text) and again.shape[1] == fam._omni_batch()["input_ids"].shape[1] + 3
+    assert wave.numel() > 0 and torch.isfinite(wave).all() and wave.abs().max() > 0
+    torch.testing.assert_close(wave_again, wave, rtol=1e-5, atol=1e-7)
+    _, other = _speak(loaded, "Chelsie")
+    assert other.shape == wave.shape and not torch.allclose(other, wave, rtol=1e-3, atol=1e-6)
+
+
 def test_qwen2_5_omni_reload_needs_the_speaker_table(tmp_path):
     """What ``save_pretrained`` leaves out: Qwen2.5-Omni's ``from_pretrained`` refuses a directory without
     ``spk_dict.pt`` (naming it), also without the talker (``enable_audio_output=False``)."""
