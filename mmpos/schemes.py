@@ -278,13 +278,29 @@ class BlockGeometry:
         return torch.from_numpy(np.arange(nv, dtype=np.float64) - np.repeat((np.cumsum(tokens) - tokens), tokens))
 
     @cached_property
+    def _frames(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Per frame (``F = sum t`` frames, blocks in order) int64: its rows ``h``, its index ``f`` in its block and
+        its first row; and ``R``, the number of rows (a few operations on ``K`` and ``F`` values)."""
+        t, h = self._grid[:, 0], self._grid[:, 1]
+        frame_h = h.repeat(t)  # (F,) rows per frame
+        frame_f = np.arange(frame_h.shape[0])
+        frame_f -= (t.cumsum() - t).repeat(t)  # (F,) index in its block
+        row_end = frame_h.cumsum()  # (F,) one past each frame's last row
+        return frame_h, frame_f, row_end - frame_h, int(row_end[-1]) if row_end.size else 0
+
+    def _row_i(self, out: np.ndarray, frame_shift: np.ndarray | None = None) -> np.ndarray:
+        """Write each row's row ``i`` in its frame into ``out`` ``(R,)`` int64 (plus its frame's ``frame_shift``
+        ``(F,)``, if given): the row's index minus its frame's first row, repeated per frame (no division)."""
+        frame_h, _, frame_row, n = self._frames
+        if frame_shift is not None:
+            frame_row = frame_row - frame_shift
+        return np.subtract(np.arange(n), frame_row.repeat(frame_h), out=out)
+
+    @cached_property
     def _frame_row(self) -> tuple[np.ndarray, np.ndarray]:
         """Per row: its frame ``f`` and row ``i`` in the frame (two levels of runs, no division)."""
-        t, h = self._grid[:, 0], self._grid[:, 1]
-        frame_h = h.repeat(t)  # (F,) rows per frame, frames in order
-        frame_f = np.arange(frame_h.shape[0]) - (t.cumsum() - t).repeat(t)  # (F,) index in its block
-        ti = frame_f.repeat(frame_h)  # (R,)
-        return ti, np.arange(ti.shape[0]) - (frame_h.cumsum() - frame_h).repeat(frame_h)
+        frame_h, frame_f, _, n = self._frames
+        return frame_f.repeat(frame_h), self._row_i(np.empty(n, dtype=np.int64))  # (R,) each
 
     @cached_property
     def ti(self) -> Tensor:
@@ -593,12 +609,15 @@ def _check_circle(name: str, o: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- block rules
-def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: np.ndarray) -> np.ndarray:
-    """``(K,)`` float64 extents from the int64 grid (NumPy: a few ops on ``K`` values)."""
+def _qwen_extent(g: BlockGeometry, o: SchemeOptions, t_max: np.ndarray | None) -> np.ndarray:
+    """``(K,)`` float64 extents from the int64 grid (NumPy: a few ops on ``K`` values); ``t_max``: each block's
+    largest temporal offset (``None``: ``t - 1``, the integer grid's)."""
     h, w = g._grid[:, 1], g._grid[:, 2]
     if o.rule.advance == "max":
+        if t_max is None:  # max(t - 1, h - 1, w - 1) + 1 of integers: max(t, h, w)
+            return np.maximum(np.maximum(g._grid[:, 0], h), w, dtype=np.float64)
         return np.maximum(np.maximum(t_max, h - 1), w - 1) + 1.0
-    return np.maximum(h, w).astype(np.float64)
+    return np.maximum(h, w, dtype=np.float64)
 
 
 def _constant(values: list[float]) -> np.ndarray:
@@ -619,6 +638,17 @@ def _side(g: BlockGeometry) -> np.ndarray:
     return np.maximum(g._grid[:, 1], g._grid[:, 2]).astype(np.float64)
 
 
+def _frame_thw_rows(g: BlockGeometry, frame_t: np.ndarray | None) -> np.ndarray:
+    """``(3, R)`` int64 row offsets ``(t, i, 0)``, ``t`` from each row's frame: ``frame_t`` ``(F,)`` int64
+    (``None``: its index ``f`` in its block), written in place (each row one pass)."""
+    frame_h, frame_f, _, n = g._frames
+    base = np.empty((3, n), dtype=np.int64)
+    base[0] = (frame_f if frame_t is None else frame_t).repeat(frame_h)
+    g._row_i(base[1])
+    base[2] = 0
+    return base
+
+
 def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> np.ndarray:
     """``(3, R)`` row offsets ``(t_base, i, 0)``: int64 where ``t_base`` is (an int, or an integer array: the packer
     skips its check), else float64."""
@@ -632,7 +662,9 @@ def _thw_rows(t_base: np.ndarray | float, g: BlockGeometry) -> np.ndarray:
 def _qwen_rows(g: BlockGeometry, o: SchemeOptions, stride: float = 1, reset: bool = False):
     """Qwen2-VL M-RoPE: ``(start + stride * f, start + i, start + j)``; ``reset`` (MRoPE-I):
     h and w start at 0 in every block."""
-    t_base, t_max = (g._frame_row[0] if stride == 1 else g.row_t.numpy() * stride), (g._grid[:, 0] - 1) * stride
+    if stride == 1:  # int64 rows, t from each row's frame
+        return _frame_thw_rows(g, None), _STEP_W, _qwen_extent(g, o, None), _USE_START[reset]
+    t_base, t_max = g.row_t.numpy() * stride, (g._grid[:, 0] - 1) * stride
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[reset]
 
 
@@ -651,8 +683,15 @@ def _qwen25_rows(g: BlockGeometry, o: SchemeOptions):
             if o.rule.seconds == "interval":
                 interval = np.where(is_image, np.float32(1), interval)
         interval = interval.astype(np.float32, copy=False)  # (K,) float32, as the reference multiplies
-        t_base = np.floor(g._frame_row[0].astype(np.float32) * interval[g.row_block.numpy()]).astype(np.float64)
-        t_max = np.floor((g._grid[:, 0] - 1).astype(np.float64).astype(np.float32) * interval).astype(np.float64)
+        t = g._grid[:, 0]
+        _, frame_f, _, _ = g._frames
+        # (F,) each frame's temporal index: the product of every row of the frame, computed once per frame
+        frame_t = np.floor(frame_f.astype(np.float32) * interval.repeat(t))
+        t_max = np.floor((t - 1).astype(np.float64).astype(np.float32) * interval).astype(np.float64)
+        exact = not frame_t.size or float(np.abs(frame_t).max()) < 2**53  # finite (NaN fails), exact in int64
+    if exact:  # integer rows (the packer skips its integrality check)
+        return _frame_thw_rows(g, frame_t.astype(np.int64)), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
+    t_base = frame_t.astype(np.float64).repeat(g._frames[0])  # (R,) inf or NaN: float64 rows, as the packer checks
     return _thw_rows(t_base, g), _STEP_W, _qwen_extent(g, o, t_max), _USE_START[False]
 
 
@@ -786,13 +825,15 @@ def _hy_v4_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HY-V4-VL (XD-RoPE): a frame of ``H`` rows of ``W`` tokens (``w`` counts the newline token that
     ends every merged row) spans ``S = max(H, W)`` positions; token ``(f, i, j)`` at
     ``(start + f S, start + i + f S, start + j + f S)``, the text after the block at ``start + T S``."""
+    t = g._grid[:, 0]
     side = np.maximum(g._grid[:, 1], g._grid[:, 2])  # (K,) int64 S
-    frame_i, i = g._frame_row  # (R,) int64
-    frame = frame_i * side.take(g.row_block.numpy())  # (R,) f S
-    base = np.empty((3, frame.shape[0]), dtype=np.int64)  # int64: the packer skips its check
-    base[0], base[2] = frame, frame
-    np.add(i, frame, out=base[1])
-    return base, _STEP_W, (g._grid[:, 0] * side).astype(np.float64), _USE_START[False]
+    frame_h, frame_f, _, n = g._frames
+    frame = frame_f * side.repeat(t)  # (F,) f S of each frame
+    base = np.empty((3, n), dtype=np.int64)  # int64: the packer skips its check
+    base[0] = frame.repeat(frame_h)
+    base[2] = base[0]
+    g._row_i(base[1], frame)  # i + f S
+    return base, _STEP_W, (t * side).astype(np.float64), _USE_START[False]
 
 
 def _glm_image_rows(g: BlockGeometry, o: SchemeOptions):
@@ -816,9 +857,12 @@ def _hunyuan_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HunYuan-VL: token ``(i, j)`` of the ``k``-th image of the batch (reading order) at
     ``(w, h, image) = (j, i, k)``, absolute (no block start); the text runs on over the block
     (extent: its token count), so text tokens sit at their index among the real tokens."""
-    hi = g._frame_row[1]  # (R,) int64
-    base = np.empty((3, hi.shape[0]), dtype=np.int64)  # int64: the packer skips its check
-    base[0], base[1], base[2] = 0, hi, g.row_block.numpy()
+    t, h = g._grid[:, 0], g._grid[:, 1]
+    n = g._frames[3]
+    base = np.empty((3, n), dtype=np.int64)  # int64: the packer skips its check
+    base[0] = 0
+    g._row_i(base[1])
+    base[2] = np.arange(t.shape[0]).repeat(t * h)  # (R,) each row's block
     return base, _STEP_HUNYUAN, g._grid.prod(-1).astype(np.float64), _NO_START
 
 
