@@ -139,7 +139,7 @@ def test_a_part_swapped_alone_survives_the_reload(model_type, swaps, tmp_path):
 def _speak(model, speaker: str):
     """Qwen2.5-Omni's full ``generate`` with audio output (thinker, talker greedy, token2wav) on the first prompt
     with its image (4.57.1 takes one sample): ``(text ids (1, L), waveform (S,))``. The pixels go to the thinker only
-    (the full model would pass them to the talker's ``generate`` too, which refuses them)."""
+    (as ``pixel_values``, 5.24.0's full ``generate`` passes them to the talker's too, which refuses them, unpatched)."""
     batch = fam._omni_batch()
     prompt = {"input_ids": batch["input_ids"][:1], "attention_mask": batch["attention_mask"][:1]}
     torch.manual_seed(0)  # token2wav's sampler starts from noise
