@@ -34,12 +34,17 @@ apart (5.x only).
 
 ``torch.compile``: the forward without a cache and, with a static cache, every decode step are
 one graph each (no graph break; decode steps do not recompile). A static layer counts its tokens
-with a tensor; the layer never reads it on the host (eager or compiled: no sync) and attends over
-all ``S`` slots the cache returns with a ``(B, 1, n, S)`` mask built from tensors, so every step has
-the same shapes (``tpe_mask`` ``(B, S)``, as ``generate`` pads it; eagerly ``(B, T)`` is taken too,
-at the cost of one read of the count). On 4.57 a model called by hand under ``torch.compile`` needs
-``cache_position`` (it computes it from the cache's count otherwise; ``generate`` passes it).
-Dynamic caches (``DynamicCache``, :class:`PreallocatedCache`) return ``T`` slots, a new shape each step.
+with a tensor; the layer never reads it on the host (eager or compiled: no sync). Compiled, it
+attends over all ``S`` slots the cache returns with a ``(B, 1, n, S)`` mask built from tensors, so
+every step has the same shapes (``tpe_mask`` ``(B, S)``, as ``generate`` pads it). Eagerly, a
+``PreallocatedCache(static=True)`` layer also keeps its count on the host (a Python ``int`` its eager
+updates advance), and the layer attends over the ``T`` filled slots only, as with a dynamic cache
+(the same outputs; ``tpe_mask`` ``(B, T)`` or ``(B, S)``); after a compiled update that count is
+unknown until ``crop`` / ``reset``, and eager steps attend over all slots, as transformers'
+``StaticCache`` layers always do (eagerly a ``(B, T)`` mask then costs one read of the count).
+On 4.57 a model called by hand under ``torch.compile`` needs ``cache_position`` (it computes it
+from the cache's count otherwise; ``generate`` passes it). Dynamic caches (``DynamicCache``,
+:class:`PreallocatedCache`) return ``T`` slots, a new shape each step.
 
 ``model.generate(input_ids, tpe_positions=..., tpe_mask=..., max_new_tokens=...)``: on a
 ``*ForCausalLM``, :func:`install_tpe` also replaces the instance's ``prepare_inputs_for_generation``
@@ -50,7 +55,9 @@ argument); each step gets the positions of its own tokens -- the prompt's, then 
 token under that order plus one (the reference's ``tx[-1] + 1`` / ``ty[-1] + 1`` of
 ``src/inference.py``; for a :func:`mmpos.table.build` layout, ``next_position`` in every order)
 -- and the mask of every token so far (generated tokens real). Without ``tpe_mask``, the padding
-is read from the ``attention_mask`` that ``generate`` keeps. ``num_return_sequences`` and beams
+is read from the ``attention_mask`` that ``generate`` keeps. With a static cache, the decode steps
+take their positions and ``(B, S)`` mask from the cache's count tensor (no host read; only the
+prefill step reads the count, once per call). ``num_return_sequences`` and beams
 repeat ``tpe_positions`` along its batch axis (dim 1). A cache passed to ``generate`` that holds
 part of the prompt is accepted when the rest follows it in every order (a continuation after
 text), and refused when it ends inside a table (chunked prefill).
@@ -137,9 +144,12 @@ class _StaticLayer(CacheLayerMixin):
     ``K * D`` wide): the buffers are allocated at the first update and written in place at slots
     ``n_seen .. n_seen + n - 1`` (``index_copy_``, :func:`~mmpos.nn.multi_order.static_slots`),
     ``n_seen`` is a 0-d int64 tensor incremented in place (``get_seq_length()``; 0 before the first
-    update), and ``update`` returns every slot, so every step has the same shapes. It has the layer
-    methods of 4.57 and 5.x (``get_mask_sizes``, ``get_max_cache_shape`` / ``get_max_length``, ``crop``
-    with either release's argument, beams reordered in place).
+    update), and ``update`` returns every slot, so every step has the same shapes. Eager updates
+    (``torch.compiler.is_compiling()`` false) also keep the count on the host (``_seen``, an ``int``;
+    nothing is read from the device), which the 2D-TPE layer reads in eager mode to attend over the
+    ``T`` filled slots only; a compiled update leaves it unknown (``None``) until ``crop`` / ``reset``.
+    It has the layer methods of 4.57 and 5.x (``get_mask_sizes``, ``get_max_cache_shape`` /
+    ``get_max_length``, ``crop`` with either release's argument, beams reordered in place).
     """
 
     is_compileable = True
@@ -151,6 +161,7 @@ class _StaticLayer(CacheLayerMixin):
         super().__init__()
         self.capacity = self.max_cache_len = capacity
         self.n_seen = torch.zeros((), dtype=torch.long)
+        self._seen: int | None = 0  # the count on the host, kept by eager updates (None: unknown)
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor | None = None) -> None:
         value_states = key_states if value_states is None else value_states
@@ -182,10 +193,13 @@ class _StaticLayer(CacheLayerMixin):
                     f"(B, Hk, S, D) = {tuple(held.shape)}"
                 )
         name = f"PreallocatedCache(capacity={self.capacity}, static=True)"
-        slots = static_slots(self.n_seen, key_states.shape[-2], self.capacity, name)
+        n = key_states.shape[-2]
+        known = None if torch.compiler.is_compiling() else self._seen
+        slots = static_slots(self.n_seen, n, self.capacity, name, known)
         self.keys.index_copy_(2, slots, key_states.to(self.keys.dtype))
         self.values.index_copy_(2, slots, value_states.to(self.values.dtype))
-        self.n_seen.add_(key_states.shape[-2])
+        self.n_seen.add_(n)
+        self._seen = None if known is None else known + n  # a compiled update: unknown on the host until crop
         return self.keys, self.values
 
     def get_mask_sizes(self, *args: Any) -> tuple[int, int]:  # (cache_position) in 4.57, (query_length) in 5.x
@@ -205,6 +219,7 @@ class _StaticLayer(CacheLayerMixin):
             self.keys.zero_()
             self.values.zero_()
         self.n_seen.zero_()  # in place: compiled steps hold its address
+        self._seen = 0
 
     def crop(self, length: int) -> None:
         """Keep ``length`` tokens (4.57's ``max_length``), or drop ``-length`` (5.x's ``tokens_to_remove`` < 0).
@@ -213,7 +228,8 @@ class _StaticLayer(CacheLayerMixin):
         """
         if self.is_initialized:
             held = int(self.n_seen)
-            self.n_seen.fill_(max(0, held + length) if length < 0 else min(length, held))
+            self._seen = max(0, held + length) if length < 0 else min(length, held)
+            self.n_seen.fill_(self._seen)
 
     def reorder_cache(self, beam_idx: Tensor) -> None:
         if self.is_initialized:  # in place: the buffers keep their addresses
@@ -296,6 +312,16 @@ def _slot_count(cache: Any, layer_idx: int) -> int | None:
     return layer.keys.shape[-2]
 
 
+def _host_count(cache: Any, layer_idx: int) -> int | None:
+    """The tokens a :class:`PreallocatedCache` ``static=True`` layer holds, as its eager updates counted them
+    on the host (``None``: another cache, under ``torch.compile``, or unknown after a compiled update)."""
+    layers = getattr(cache, "layers", None)
+    if torch.compiler.is_compiling() or layers is None or layer_idx >= len(layers):
+        return None
+    layer = layers[layer_idx]
+    return layer._seen if isinstance(layer, _StaticLayer) else None
+
+
 def _order_ranks(pos: Tensor, real: Tensor, sequential: bool) -> Tensor:
     """Each token's rank ``(B, n)`` in its order's causal traversal: sequence order for a sequential
     order, else the stable sort of ``pos`` ``(B, n)`` with padding (``real`` False) last -- the
@@ -332,6 +358,12 @@ def _cached_attention(
     if isinstance(past, int) and key_mask is None and n == 1 and slots == past + 1:  # sees every key: SDPA fast path
         return torch.stack([F.scaled_dot_product_attention(qi, ki, v, enable_gqa=gqa) for qi, ki in zip(qs, ks)])
     rel = torch.arange(slots, device=dev) - past  # (S,): slot index relative to the first new token
+    if n == 1:  # one new token: the real cached ones and itself, in every order (no traversal to rank)
+        allowed = rel <= 0 if key_mask is None else ((rel < 0) & key_mask) | (rel == 0)  # (S,) / (B, S)
+        allowed = allowed.expand(b, slots)[:, None, None, :]  # (B, 1, 1, S), shared by the orders
+        return torch.stack(
+            [F.scaled_dot_product_attention(qi, ki, v, attn_mask=allowed, enable_gqa=gqa) for qi, ki in zip(qs, ks)]
+        )
     new_slot = (rel >= 0) & (rel < n)
     pick = rel.clamp(0, n - 1).expand(b, n, slots)  # (B, n, S): the new token each slot holds
     if key_mask is None:
@@ -356,7 +388,8 @@ def _step_mask(key_mask: Any, b: int, n: int, past: int | Tensor, slots: int | N
     Returns it as bool ``(B, S)`` for a static cache (padded with ``True``: the slots after the new
     tokens are never attended), else ``(B, T)``. Under ``torch.compile`` a static cache's count is a
     tensor and only ``(B, S)`` (fixed for every step, as ``generate`` passes it) can be checked;
-    eagerly a ``(B, T)`` mask is checked with one read of the count (``(B, S)`` needs none).
+    eagerly a ``(B, T)`` mask is checked from the host count (``past`` an ``int``: a
+    :class:`PreallocatedCache` static layer's), else with one read of the count (``(B, S)`` needs none).
     """
     if key_mask is None:
         return None
@@ -404,8 +437,10 @@ def _tpe_forward(
     b, n, _ = hidden_states.shape
     positions = _order_positions(positions, orders, b, n)
     past = 0 if cache is None else cache.get_seq_length(attn.layer_idx)  # an int, or a static layer's tensor
+    live = None  # eager, a PreallocatedCache static layer's count on the host: attend over its T filled slots
     if isinstance(past, Tensor):  # the layer's counter itself, which its update increments in place: a copy,
-        past = past.clone()  # never read on the host (eager or compiled: no sync; compiled: one graph every step)
+        live = _host_count(cache, attn.layer_idx)  # never read on the host (eager or compiled: no sync;
+        past = past.clone() if live is None else live  # compiled: one graph every step)
     slots = None if cache is None else _slot_count(cache, attn.layer_idx)
     key_mask = _step_mask(kwargs.get("tpe_mask"), b, n, past, slots)
     d = attn.head_dim
@@ -432,6 +467,9 @@ def _tpe_forward(
                 f"(B, Hk, T, {d}); a cache whose layers allocate values as wide as keys (transformers' StaticCache "
                 "before 5) cannot hold them: use mmpos.integrations.hf_tpe.PreallocatedCache(capacity=...)"
             ) from e
+        if live is not None:  # eager: the filled slots only (the others are never attended; same outputs)
+            keys, values = keys[:, :, : live + n], values[:, :, : live + n]
+            key_mask = None if key_mask is None else key_mask[:, : live + n]
         if not prefill:
             ks, v = list(keys.split(d, dim=-1)), values
     if prefill:  # the new tokens alone, in each order's traversal (also what a static cache's first update holds)
@@ -533,6 +571,44 @@ def _generation_positions(
     return torch.cat(pieces, dim=-1), mask
 
 
+def _static_step_positions(
+    positions: Any, mask: Any, attention_mask: Any, orders: int, batch: int, past: Tensor, tokens: int, slots: int
+) -> tuple[Tensor, Tensor | None]:
+    """``(tpe_positions, tpe_mask)`` of a ``generate`` decode step on a static cache, from tensors only.
+
+    As :func:`_generation_positions` for a step whose cached ``past`` tokens (a 0-d tensor, the
+    static layer's count: never read on the host) hold the whole prompt: the step's ``tokens``
+    generated tokens ``j = past - L0 + i`` sit at ``next_k + j``; returns their positions
+    ``(K, B | 1, tokens)`` and the mask ``(B, S)`` of the cache's ``slots`` (the prompt's padding,
+    then ``True``: generated tokens are real, the slots after the new tokens are never attended),
+    ``None`` without padding information. Without ``mask``, the prompt's padding is read from
+    ``generate``'s ``attention_mask`` ``(B, T)`` (its first ``L0`` columns) and always passed on:
+    whether it holds padding is not checked on the host.
+    """
+    positions = _as_positions(positions, orders)  # (K, B0, L0)
+    _, b0, l0 = positions.shape
+    if b0 not in (1, batch) or l0 > slots:
+        raise ValueError(
+            f"tpe_positions {tuple(positions.shape)} must be (K={orders}, B, L) for the prompt of generate, "
+            f"B = 1 or {batch}, L <= the {slots} slots of the static cache"
+        )
+    if mask is not None:
+        if not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, l0):
+            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(
+                f"tpe_mask must be ({batch}, {l0}) bool for the prompt of generate (as tpe_positions), got {shape}"
+            )
+        mask = mask.bool()
+    elif isinstance(attention_mask, Tensor) and attention_mask.dim() == 2 and attention_mask.shape[0] == batch:
+        mask = attention_mask[:, :l0].bool() if attention_mask.shape[1] >= l0 else None
+    real = positions if mask is None else positions.masked_fill(~mask, -1)  # padding never sets the next position
+    steps = (past - l0).to(positions.device) + torch.arange(tokens, device=positions.device)  # (tokens,): j
+    new = real.amax(-1, keepdim=True) + 1 + steps  # (K, B0, tokens)
+    if mask is not None:
+        mask = torch.cat([mask, mask.new_ones(batch, slots - l0)], dim=1)  # (B, S)
+    return new, mask
+
+
 def _check_follows(positions: Tensor, real: Tensor, past: int, stop: int) -> None:
     """Prompt tokens ``past:stop`` fed after ``past`` cached ones follow every cached real token in every order.
 
@@ -575,7 +651,11 @@ class _TPEPrepareInputs:
     calls the model's own ``prepare_inputs_for_generation`` and replaces them by the positions of
     the step's tokens and the mask of every token so far (:func:`_generation_positions`). The number
     of cached tokens is read from the cache the step uses (``cache`` in 5.x, ``past_key_values`` in
-    4.x), the step's tokens from ``input_ids`` or ``inputs_embeds``.
+    4.x), the step's tokens from ``input_ids`` or ``inputs_embeds``. A static cache (its count a
+    tensor) is not read on the host once the sequence ``generate`` holds is longer than the prompt
+    (every prompt token cached): the step's positions are computed from the count tensor
+    (:func:`_static_step_positions`), so a decode step syncs nothing; the prefill step still reads
+    the count once (a continuation of a cache that holds part of the prompt is checked on the host).
     """
 
     def __init__(self, model: nn.Module, orders: int) -> None:
@@ -596,13 +676,28 @@ class _TPEPrepareInputs:
         current = inputs.get("input_ids")
         current = inputs.get("inputs_embeds") if current is None else current
         cache = inputs.get("cache", inputs.get("past_key_values"))
-        past = int(cache.get_seq_length()) if isinstance(cache, Cache) else 0
         batch, tokens = current.shape[:2]
+        slots = _slot_count(cache, 0)  # None before a static cache's first update (the prefill: (B, L) mask)
+        room = cache.capacity if isinstance(cache, PreallocatedCache) and cache.static else slots
+        prompt = _as_positions(tpe_positions, self.orders).shape[-1] if tpe_positions is not None else None
+        if slots is not None and prompt is not None and input_ids.shape[1] > prompt:
+            # a decode step on a static cache: input_ids holds the whole sequence (the prompt's ids, if any, and
+            # every generated token), so every prompt token is cached; nothing is read from the device
+            if input_ids.shape[1] > room:  # on the host: generate's sequence length (a lower bound for embeds)
+                raise ValueError(
+                    f"the static cache holds {room} tokens: {input_ids.shape[1] - tokens} cached and {tokens} new do "
+                    "not fit (give it room for the prompt plus max_new_tokens)"
+                )
+            positions, mask = _static_step_positions(
+                tpe_positions, tpe_mask, kwargs.get("attention_mask"), self.orders, batch, cache.get_seq_length(),
+                tokens, slots,
+            )  # fmt: skip
+            inputs["tpe_positions"], inputs["tpe_mask"] = positions, mask
+            return inputs
+        past = int(cache.get_seq_length()) if isinstance(cache, Cache) else 0
         positions, mask = _generation_positions(
             tpe_positions, tpe_mask, kwargs.get("attention_mask"), self.orders, batch, past, tokens
         )
-        slots = _slot_count(cache, 0)  # None before a static cache's first update (the prefill: (B, L) mask)
-        room = cache.capacity if isinstance(cache, PreallocatedCache) and cache.static else slots
         if room is not None and past + tokens > room:  # on the host, before the forward (past is read above)
             raise ValueError(
                 f"the static cache holds {room} tokens: {past} cached and {tokens} new do not fit (give it room for "

@@ -160,20 +160,25 @@ def router_entropy_loss(model: nn.Module, token_mask: Tensor | None = None) -> T
     return torch.stack(values).mean()
 
 
-def static_slots(length: Tensor, n: int, capacity: int, cache: str) -> Tensor:
+def static_slots(length: Tensor, n: int, capacity: int, cache: str, known: int | None = None) -> Tensor:
     """The slots ``(n,)`` int64, ``length .. length + n - 1``, that ``n`` new tokens take in a static cache.
 
     ``length`` is the cache's 0-d int64 counter of filled slots (a tensor, so a compiled step does
-    not specialise on it), ``capacity`` its fixed number of slots, ``cache`` its name for the error.
-    ``n`` tokens that do not fit are refused before anything is written, with no host sync: a
-    ``ValueError`` in eager mode when the counter is in host memory (CPU), else
-    ``torch._assert_async`` (under ``torch.compile`` on CPU a ``RuntimeError`` with the same
-    message, or inductor's own "index out of bounds" when its kernel checks first; on a GPU a
-    device-side assert, reported at a later synchronisation). On overflow the returned slots all
-    lie past the end, so no kernel writes part of the update.
+    not specialise on it), ``capacity`` its fixed number of slots, ``cache`` its name for the error;
+    ``known``: the same count kept on the host by an eager caller (``None``: not known, e.g. after a
+    compiled update). ``n`` tokens that do not fit are refused before anything is written, with no
+    host sync: a ``ValueError`` when the count is known on the host (eager, any device) or the
+    counter lies in host memory (CPU, eager), else ``torch._assert_async`` (under ``torch.compile``
+    on CPU a ``RuntimeError`` with the same message, or inductor's own "index out of bounds" when its
+    kernel checks first; on a GPU a device-side assert, reported at a later synchronisation). On
+    overflow the returned slots all lie past the end, so no kernel writes part of the update.
     """
-    over = length + n > capacity  # 0-d bool on the counter's device
     msg = f"{cache} is full: {n} more token(s) do not fit in its {capacity} slots (crop it, or give it more capacity)"
+    if known is not None and not torch.compiler.is_compiling():  # the host's count: nothing read from the device
+        if known + n > capacity:
+            raise ValueError(msg)
+        return torch.arange(known, known + n, device=length.device)
+    over = length + n > capacity  # 0-d bool on the counter's device
     if over.device.type == "cpu" and not torch.compiler.is_compiling():
         if bool(over):  # host memory: reading it syncs nothing
             raise ValueError(msg)
@@ -204,10 +209,16 @@ class MultiOrderCache:
       the tensors are the whole buffers, ``mask`` ``False`` on the slots not filled. An update
       writes at slots ``length .. length + n - 1`` (``index_copy_``), and
       :class:`MultiOrderAttention` attends over all ``S`` slots with a mask built from tensors, so
-      every decode step has the same shapes and no host sync (one graph for every step). A first
+      every decode step has the same shapes and no host sync (one graph for every step). Eagerly
+      (``torch.compiler.is_compiling()`` false) the cache also keeps the count on the host, as a
+      Python ``int`` its eager updates advance (nothing is read from the device), and the layer
+      attends over the ``T`` filled slots only, as with the dynamic cache (same outputs, no mask
+      over unfilled slots); a compiled update leaves that host count unknown until :meth:`crop`,
+      so later eager steps attend over all slots, masked, as compiled ones do. A first
       update longer than ``capacity`` is a ``ValueError`` before allocating; an update that would
-      overflow is refused before it writes (:func:`static_slots`: a ``ValueError`` in eager mode on
-      CPU, else ``torch._assert_async``, no host sync). :meth:`crop` reads the counter once.
+      overflow is refused before it writes (:func:`static_slots`: a ``ValueError`` in eager mode
+      when the host count is known or on CPU, else ``torch._assert_async``, no host sync).
+      :meth:`crop` reads the counter once.
 
     Args:
         capacity: tokens to allocate room for at the first update (``None``: that update's
@@ -221,6 +232,7 @@ class MultiOrderCache:
         if self.static and self.capacity is None:
             raise ValueError("capacity must be a positive int with static=True (the cache's fixed size), got None")
         self.length: int | Tensor = torch.zeros((), dtype=torch.long) if self.static else 0
+        self._seen: int | None = 0  # static: the count on the host, kept by eager updates (None: unknown)
         self._empty = True  # no token held: known on the host in both modes (the layer's prefill test)
         self._keys: Tensor | None = None
         self._values: Tensor | None = None
@@ -248,6 +260,18 @@ class MultiOrderCache:
     @property
     def mask(self) -> Tensor | None:
         return self._held(self._mask, 1)
+
+    def _step_view(self) -> tuple[Tensor, Tensor, Tensor, Tensor, int | Tensor]:
+        """``(keys, values, pos, mask, length)`` a decode step attends over.
+
+        The held tensors and :attr:`length`, except for a static cache in eager mode whose count is
+        known on the host: then the views of its ``T`` filled slots and ``T`` (an ``int``), so an eager
+        step costs what a dynamic cache's does (the unfilled slots are masked anyway: same outputs).
+        """
+        if self.static and self._seen is not None and not torch.compiler.is_compiling():
+            t = self._seen
+            return self._keys[:, :, :, :t], self._values[:, :, :t], self._pos[:, :, :t], self._mask[:, :t], t
+        return self.keys, self.values, self.pos, self.mask, self.length
 
     def _grow(self, needed: int) -> None:
         have = self._values.shape[2]  # 0 before the first update: room for `capacity` tokens then
@@ -301,14 +325,16 @@ class MultiOrderCache:
         elif not self.static and self.length + n > self._values.shape[2]:
             self._grow(self.length + n)
         if self.static:  # slots length .. length + n - 1, the counter incremented in place
+            known = None if torch.compiler.is_compiling() else self._seen
             slots = static_slots(
-                self.length, n, self.capacity, f"MultiOrderCache(capacity={self.capacity}, static=True)"
+                self.length, n, self.capacity, f"MultiOrderCache(capacity={self.capacity}, static=True)", known
             )
             self._keys.index_copy_(3, slots, keys.to(self._keys.dtype))
             self._values.index_copy_(2, slots, values.to(self._values.dtype))
             self._pos.index_copy_(2, slots, pos.to(self._pos.dtype))
             self._mask.index_copy_(1, slots, mask.to(self._mask.dtype))
             self.length.add_(n)
+            self._seen = None if known is None else known + n  # a compiled update: unknown on the host until crop
         else:
             t = self.length
             self._keys[:, :, :, t : t + n] = keys
@@ -327,6 +353,7 @@ class MultiOrderCache:
         if self.static:
             length = check_int(length, "length", 0, int(self.length))
             self.length.fill_(length)
+            self._seen = length
             if self._mask is not None:
                 self._mask[:, length:] = False
         else:
@@ -361,9 +388,10 @@ class MultiOrderAttention(nn.Module):
     ``mask`` marks padding. With a :class:`MultiOrderCache` the new tokens are appended to it;
     a token may attend to every cached or new token whose position is not larger than its own,
     in each order (when the cache is empty the causal permuted path runs and fills it). With a
-    static cache (``MultiOrderCache(capacity, static=True)``) a step attends over all its slots
-    and reads nothing on the host: under ``torch.compile(fullgraph=True)`` every decode step runs
-    one graph.
+    static cache (``MultiOrderCache(capacity, static=True)``) a step reads nothing from the device:
+    under ``torch.compile(fullgraph=True)`` it attends over all the slots, masked, and every decode
+    step runs one graph; eagerly it attends over the filled slots, whose count the cache keeps on
+    the host (as a dynamic cache does).
     The router weights of the last forward are kept in :attr:`router_weights` (for
     :func:`router_entropy_loss`).
     """
@@ -510,15 +538,16 @@ class MultiOrderAttention(nn.Module):
         ``qs`` ``K x (B, H, n, D)``, ``key_mask`` ``(B, n)`` of the new tokens (``None``: all real),
         ``w`` ``(B, n, H, K)`` -> ``(B, H, n, D)``; equal to :meth:`_cached` followed by
         :func:`mix_orders` (the mix is linear). The cache (updated with the new tokens) gives ``S``
-        slots: ``T`` (dynamic) or all its ``capacity`` (static; the unfilled ones have ``mask`` False).
+        slots: ``T`` (dynamic, and static in eager mode while its host count is known) or all its
+        ``capacity`` (static; the unfilled ones have ``mask`` False).
         """
         b, h, n, d = qs[0].shape
-        keys, values = cache.keys, cache.values
+        keys, values, held_pos, held_mask, length = cache._step_view()
         hk, s = self.num_kv_heads, values.shape[2]
         g, k = h // hk, len(qs)
-        blocked = (cache.pos[:, :, None, :] > pos[:, :, :, None]) | ~cache.mask[:, None, :]  # (K, B, n, S)
+        blocked = (held_pos[:, :, None, :] > pos[:, :, :, None]) | ~held_mask[:, None, :]  # (K, B, n, S)
         if key_mask is not None:  # padding queries see themselves (no empty row)
-            blocked = blocked & ~(_new_slots(cache, n, s) & ~key_mask[:, :, None])
+            blocked = blocked & ~(_new_slots(length, n, s, values.device) & ~key_mask[:, :, None])
         q = torch.stack(qs).reshape(k, b, hk, g * n, d) * (d**-0.5)
         scores = (q @ keys.transpose(-1, -2)).view(k, b, h, n, s)  # (K, B, H, n, S)
         probs = scores.masked_fill_(blocked[:, :, None], float("-inf")).softmax(-1)
@@ -526,13 +555,13 @@ class MultiOrderAttention(nn.Module):
         return (mixed.view(b, hk, g * n, s) @ values).view(b, h, n, d)
 
     def _cached(self, qs: list[Tensor], cache: MultiOrderCache, pos: Tensor, real: Tensor, drop: float) -> Tensor:
-        keys, values = cache.keys, cache.values
+        keys, values, held_pos, held_mask, length = cache._step_view()
         n, s = pos.shape[-1], values.shape[2]
         gqa = self.num_heads != self.num_kv_heads
-        own = _new_slots(cache, n, s)  # padding queries see themselves
+        own = _new_slots(length, n, s, values.device)  # padding queries see themselves
         outs = []
         for i, qi in enumerate(qs):
-            mask = (cache.pos[i][:, None, :] <= pos[i][:, :, None]) & cache.mask[:, None, :]  # (B, n, S)
+            mask = (held_pos[i][:, None, :] <= pos[i][:, :, None]) & held_mask[:, None, :]  # (B, n, S)
             mask = mask | (own & ~real[:, :, None])
             outs.append(
                 F.scaled_dot_product_attention(
@@ -542,13 +571,11 @@ class MultiOrderAttention(nn.Module):
         return torch.stack(outs)
 
 
-def _new_slots(cache: MultiOrderCache, n: int, slots: int) -> Tensor:
+def _new_slots(length: int | Tensor, n: int, slots: int, device: torch.device) -> Tensor:
     """``(n, S)`` bool: the slot of each of the ``n`` tokens the last update wrote (``length - n + i``).
 
-    Built from ``cache.length`` as it is, an ``int`` or a static cache's counter tensor (no host sync).
+    Built from the cache's ``length`` as it is, an ``int`` or a static cache's counter tensor (no host sync).
     """
-    length = cache.length
-    device = length.device if isinstance(length, Tensor) else cache._values.device
     rel = torch.arange(slots, device=device) - (length - n)  # (S,): slot index relative to the first new token
     return rel == torch.arange(n, device=device)[:, None]
 

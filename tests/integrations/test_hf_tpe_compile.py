@@ -191,29 +191,49 @@ def test_static_cache_takes_the_mask_of_its_slots_or_of_the_tokens_so_far(cache)
             compiled(ids[:, -1:], **kw)
 
 
-@pytest.mark.parametrize("cache", STATIC)
+@pytest.mark.parametrize("cache", [*STATIC, "preallocated-unknown"])
 def test_eager_static_decode_step_reads_no_tensor_on_the_host(cache, monkeypatch):
     # the layer takes a static layer's count as a tensor in eager mode too (was: int() per layer and step, a host
-    # sync on a GPU): with int() / .item() / .tolist() / __index__ of every tensor refused, a decode step runs
+    # sync on a GPU): with int() / .item() / .tolist() / __index__ of every tensor refused, a decode step runs.
+    # PreallocatedCache(static=True) also counts on the host in eager mode, so the step attends over the T filled
+    # slots (as a dynamic cache); with that count unknown (as a compiled update leaves it) or with transformers'
+    # StaticCache, over all S slots, masked: the same logits
     model = tpe_causal_lm("qwen2")
     ids, full_pos, full_mask, n = _prompt(new=2)
-    made = _static_cache(model, cache, ids.shape[1])
+    slots = ids.shape[1] + 3
+    made = _static_cache(model, cache.split("-")[0], slots)
     with torch.no_grad():
         full = model(ids, tpe_positions=full_pos, tpe_mask=full_mask).logits[:, n:]
         model(ids[:, :n], tpe_positions=full_pos[..., :n], tpe_mask=full_mask[:, :n], **_cache_kw(model, made, 0, n))
+        if cache == "preallocated-unknown":
+            for layer in made.layers:
+                layer._seen = None
         kws = [
-            {"tpe_positions": full_pos[..., i : i + 1], "tpe_mask": full_mask, **_cache_kw(model, made, i)}
+            {"tpe_positions": full_pos[..., i : i + 1], "tpe_mask": full_mask[:, : i + 1], **_cache_kw(model, made, i)}
             for i in (n, n + 1)
         ]
+        if cache != "preallocated":  # the count is a tensor: the growing (B, T) mask would need a read; (B, S)
+            kws = [{**kw, "tpe_mask": torch.cat([full_mask, full_mask.new_ones(2, 3)], 1)} for kw in kws]
 
         def refuse(*args, **kwargs):
             raise AssertionError("a tensor was read on the host")
 
+        widths = []
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def spy(q, k, *args, **kwargs):  # the key slots each attention call reads
+            widths.append(k.shape[-2])
+            return sdpa(q, k, *args, **kwargs)
+
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
         for name in ("__int__", "__index__", "item", "tolist"):
             monkeypatch.setattr(torch.Tensor, name, refuse)
         steps = [model(ids[:, i : i + 1], **kw).logits for i, kw in zip((n, n + 1), kws)]
         monkeypatch.undo()
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
+    layers = len(made.layers)
+    want = [n + 1] * 2 * layers + [n + 2] * 2 * layers if cache == "preallocated" else [slots] * 4 * layers
+    assert widths == want  # two orders, every layer, two steps
 
 
 def test_static_preallocated_cache_refuses_what_does_not_fit():

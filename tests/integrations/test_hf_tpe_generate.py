@@ -264,3 +264,42 @@ def test_generate_continues_a_cache_that_holds_the_text_before_the_table():
             model(ids[:, :2], tpe_positions=pos[..., :2], use_cache=True, **{name: cache})
             outs.append(model.generate(ids, tpe_positions=pos, max_new_tokens=4, do_sample=False, **{name: cache}))
     assert all(torch.equal(out, ref) for out in outs)
+
+
+@pytest.mark.parametrize("padding", ["tpe_mask", "attention_mask"])
+@pytest.mark.parametrize("cache", ["preallocated-static", "static"])
+def test_static_generate_decode_steps_read_no_tensor_on_the_host(cache, padding, monkeypatch):
+    # the generate hook on a static cache: after the prefill (one read of the count), every step's positions and
+    # mask come from the count tensor -- with int() / .item() / .tolist() / __index__ refused during the hook
+    if cache == "static" and not _static_layers_size_values_apart():
+        pytest.skip("a StaticCache that holds 2D-TPE keys beside values needs transformers 5")
+    model = tpe_causal_lm("llama")
+    ids, pos, mask, nxt = _prompt(2)
+    n, new = ids.shape[1], 5
+    made = PreallocatedCache(n + new + 2, static=True) if cache != "static" else None
+    hook, guarded = model.prepare_inputs_for_generation, []
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tensor was read on the host")
+
+    def no_reads(input_ids, *args, tpe_positions=None, tpe_mask=None, **kwargs):  # named: generate checks them
+        kwargs.update(tpe_positions=tpe_positions, tpe_mask=tpe_mask)
+        if input_ids.shape[1] <= n:  # the prefill
+            return hook(input_ids, *args, **kwargs)
+        with monkeypatch.context() as patch:
+            for name in ("__int__", "__index__", "item", "tolist"):
+                patch.setattr(torch.Tensor, name, refuse)
+            inputs = hook(input_ids, *args, **kwargs)
+        guarded.append(inputs["tpe_mask"].shape)
+        return inputs
+
+    kw = {"max_new_tokens": new, "do_sample": False, "tpe_positions": pos}
+    kw.update({"tpe_mask": mask} if padding == "tpe_mask" else {"attention_mask": mask.long()})
+    kw.update({"cache_implementation": "static"} if made is None else {_cache_name(model): made})
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, new)
+        model.prepare_inputs_for_generation = no_reads
+        out = model.generate(ids, **kw)
+    assert torch.equal(out, ref) and len(guarded) == new - 1 and len(set(guarded)) == 1  # every decode step
+    slots = guarded[0][1]  # the (B, S) mask of the cache's slots, one shape for every step
+    assert slots == n + new + 2 if made is not None else slots >= n + new - 1

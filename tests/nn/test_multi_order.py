@@ -109,8 +109,9 @@ def test_batched_tables_of_different_shapes_equal_single_runs():
         assert torch.allclose(out[b, n - t.shape[1] :], alone[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("capacity", [None, 4, 64])
-def test_cached_decoding_equals_full_forward(capacity):
+def _decode_batch():
+    """A left-padded batch of two tables: the layer, its input, the order coordinates, the full forward's output
+    (the reference) and the layout (for ``layout.decode``)."""
     torch.manual_seed(3)
     layout = build(
         [[Text(2), Table(((1, 2), (2,), (1, 1, 1))), Text(5)], [Text(1), Table.grid(2, 2), Text(4)]], ORDERS, "left"
@@ -118,16 +119,23 @@ def test_cached_decoding_equals_full_forward(capacity):
     c = layout.order_coords
     m = TPEAttention(32, 4, orders=AXES, num_kv_heads=1).eval()
     x = torch.randn(2, c.num_tokens, 32)
-    full = m(x, c)
+    with torch.no_grad():
+        full = m(x, c)
+    return m, x, c, full, layout
+
+
+def _part(c, a, b):
+    return Coords(c.pos[:, a:b], c.axes, mask=c.mask[:, a:b])
+
+
+@pytest.mark.parametrize("capacity", [None, 4, 64])
+def test_cached_decoding_equals_full_forward(capacity):
+    m, x, c, full, layout = _decode_batch()
     cache, split = MultiOrderCache(capacity), c.num_tokens - 3
-
-    def part(a, b):
-        return Coords(c.pos[:, a:b], c.axes, mask=c.mask[:, a:b])
-
-    outs = [m(x[:, :split], part(0, split), cache=cache)]
+    outs = [m(x[:, :split], _part(c, 0, split), cache=cache)]
     buffers = [cache._values.data_ptr()]
     for i in range(split, c.num_tokens):
-        outs.append(m(x[:, i : i + 1], part(i, i + 1), cache=cache))
+        outs.append(m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache))
         buffers.append(cache._values.data_ptr())
     assert cache.keys.shape == (3, 2, 1, c.num_tokens, 8) and cache.values.shape == (2, 1, c.num_tokens, 8)
     assert torch.equal(cache.pos, c.pos.permute(2, 0, 1)) and torch.equal(cache.mask, c.mask)
@@ -139,7 +147,7 @@ def test_cached_decoding_equals_full_forward(capacity):
         and cache._values.shape[2] == {None: 2 * split, 4: 2 * split, 64: 64}[capacity]
     )
     cache.crop(split)  # decoding again from the prefix gives the same outputs
-    again = [m(x[:, i : i + 1], part(i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+    again = [m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
     torch.testing.assert_close(torch.cat(again, 1), torch.cat(outs[1:], 1), rtol=0, atol=0)
     assert c.mask[:, split:].all()  # the decoded tokens are real: coords without a mask give the same outputs
     cache.crop(split)
@@ -305,24 +313,6 @@ def test_base_class_needs_mix_weights():
         MultiOrderAttention(32, 4)
 
 
-def _decode_batch():
-    """A left-padded batch of two tables, the layer's input and the full forward's output (the reference)."""
-    torch.manual_seed(3)
-    layout = build(
-        [[Text(2), Table(((1, 2), (2,), (1, 1, 1))), Text(5)], [Text(1), Table.grid(2, 2), Text(4)]], ORDERS, "left"
-    )
-    c = layout.order_coords
-    m = TPEAttention(32, 4, orders=AXES, num_kv_heads=1).eval()
-    x = torch.randn(2, c.num_tokens, 32)
-    with torch.no_grad():
-        full = m(x, c)
-    return m, x, c, full
-
-
-def _part(c, a, b):
-    return Coords(c.pos[:, a:b], c.axes, mask=c.mask[:, a:b])
-
-
 def _steps(step, m, x, c, split, cache):
     """Eager prefill of ``split`` tokens into ``cache``, then one token a step through ``step``: ``(B, L, dim)``."""
     with torch.no_grad():
@@ -349,24 +339,34 @@ class _NoHostReads:
 
 
 def test_static_cache_decodes_as_the_dynamic_cache_without_host_reads(monkeypatch):
-    m, x, c, full = _decode_batch()
+    m, x, c, full, _ = _decode_batch()
     split, slots = c.num_tokens - 4, c.num_tokens + 3
     dynamic = _steps(m, m, x, c, split, MultiOrderCache())
-    cache = MultiOrderCache(slots, static=True)
+    cache, unknown = MultiOrderCache(slots, static=True), MultiOrderCache(slots, static=True)
     with torch.no_grad():
         m(x[:, :split], _part(c, 0, split), cache=cache)
+        m(x[:, :split], _part(c, 0, split), cache=unknown)
+        unknown._seen = None  # the host count as a compiled update leaves it: the step attends over every slot
         with _NoHostReads(monkeypatch):  # a decode step reads no counter (eager, as compiled)
-            outs = [m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
+            outs, alls, widths = [], [], []
+            for i in range(split, c.num_tokens):
+                outs.append(m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache))
+                alls.append(m(x[:, i : i + 1], _part(c, i, i + 1), cache=unknown))
+                widths.append((cache._step_view()[1].shape[2], unknown._step_view()[1].shape[2]))
     static = torch.cat([dynamic[:, :split], *outs], 1)
     torch.testing.assert_close(static, dynamic, rtol=0, atol=1e-6)
     torch.testing.assert_close(static[c.mask], full[c.mask], rtol=0, atol=1e-5)
+    # eager, the count kept on the host: the filled slots only; unknown: all slots, masked -- the same outputs
+    assert widths == [(i + 1, slots) for i in range(split, c.num_tokens)]
+    assert cache._seen == c.num_tokens and unknown._seen is None
+    torch.testing.assert_close(torch.cat(alls, 1), static[:, split:], rtol=0, atol=1e-6)
     # every slot is visible, the unfilled ones masked; the count is a tensor
     assert cache.keys.shape == (3, 2, 1, slots, 8) and cache.values.shape == (2, 1, slots, 8)
     assert isinstance(cache.length, torch.Tensor) and int(cache.length) == c.num_tokens
     assert torch.equal(cache.mask[:, : c.num_tokens], c.mask) and not cache.mask[:, c.num_tokens :].any()
     assert torch.equal(cache.pos[..., : c.num_tokens], c.pos.permute(2, 0, 1))
     cache.crop(split)  # decoding again from the prefix: the same outputs, the later slots masked
-    assert int(cache.length) == split and not cache.mask[:, split:].any()
+    assert int(cache.length) == split and cache._seen == split and not cache.mask[:, split:].any()
     with torch.no_grad():
         again = [m(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
     torch.testing.assert_close(torch.cat(again, 1), static[:, split:], rtol=0, atol=0)
@@ -376,7 +376,7 @@ def test_static_cache_decode_step_is_one_graph():
     # fullgraph=True: a graph break raises; error_on_recompile: the later steps run the first step's graph (the
     # dynamic cache's tensors grow by a token a step, a new shape and graph each step; the static cache's do not)
     dynamo = torch._dynamo
-    m, x, c, full = _decode_batch()
+    m, x, c, full, _ = _decode_batch()
     split = c.num_tokens - 5
     eager = _steps(m, m, x, c, split, MultiOrderCache(c.num_tokens, static=True))
     dynamo.reset()
@@ -391,6 +391,7 @@ def test_static_cache_decode_step_is_one_graph():
         graphs = dynamo.utils.counters["stats"]["unique_graphs"]
         with dynamo.config.patch(error_on_recompile=True):
             outs += [compiled(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split + 1, c.num_tokens)]
+            assert cache._seen is None  # compiled updates do not keep the count on the host
             cache.crop(split)  # a crop changes no shape: the same graph decodes again
             again = [compiled(x[:, i : i + 1], _part(c, i, i + 1), cache=cache) for i in range(split, c.num_tokens)]
     assert graphs == 1 and dynamo.utils.counters["stats"]["unique_graphs"] == 1
@@ -418,9 +419,11 @@ def test_static_cache_arguments_and_overflow():
     assert small._values is None  # refused before allocating
     cache = MultiOrderCache(4, static=True)
     cache.update(keys, values, pos, real)
-    with pytest.raises(ValueError, match=r"MultiOrderCache\(capacity=4, static=True\) is full: 3 more token"):
-        cache.update(keys, values, pos, real)
-    assert int(cache.length) == 3 and cache.mask[0].tolist() == [True, True, True, False]  # nothing written
+    for seen in (3, None):  # refused from the host count / from the CPU counter when the host count is unknown
+        cache._seen = seen
+        with pytest.raises(ValueError, match=r"MultiOrderCache\(capacity=4, static=True\) is full: 3 more token"):
+            cache.update(keys, values, pos, real)
+        assert int(cache.length) == 3 and cache.mask[0].tolist() == [True, True, True, False]  # nothing written
     with pytest.raises(ValueError, match=r"length must be an int in \[0, 3\], got 4"):
         cache.crop(4)
     cache.crop(1)
