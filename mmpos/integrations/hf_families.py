@@ -11,7 +11,9 @@ scheme registry (:mod:`mmpos.schemes`) through the one packer, :func:`mmpos.layo
   (``len(text_config.rope_parameters["mrope_section"])``); the leading ``N - 3`` hold the 1-D
   position of every real token, the last three ``(width, height, image index)`` on the image
   tokens. An image of grid ``(t, h, w)`` is a run of ``(h / m) * (w / m + 1)`` image tokens,
-  or of 2 more (its boundary tokens, at their 1-D position); ``t`` is not read.
+  or of 2 more (its boundary tokens, at their 1-D position); ``t`` is not read. The token-id path
+  writes these ids itself (one ``cumsum`` for the three vision axes; the ``hunyuan-vl`` scheme
+  packed over :func:`newline_blocks` gives the same last three rows).
 * ``glm_image`` (scheme ``glm-image``, ``GlmImageModel.get_rope_index``): the tokens between an
   image start and an image end token are the next grid of the sample (``images_per_sample``
   splits the grids; the grids after the sample's complete images are the images it generates,
@@ -159,14 +161,14 @@ def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
     return host(attention_mask) == 1
 
 
-def _real_index(real: np.ndarray, out: np.ndarray) -> None:
+def _real_index(real: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Write into ``out`` ``(B, L)`` (contiguous, a dtype that holds ``-L .. L``) every real token's index among its
-    row's real tokens, 0 on padding. Rows whose real tokens are one span (left or right padding): each row is a window
-    of ``max(arange(-L, L), 0)`` (one row copy each: ``index_select`` of the ramp's windows), 0 after a span; else a
-    ``cumsum`` of ``real``."""
+    row's real tokens, 0 on padding; return ``(B,)`` int64 real tokens per row. Rows whose real tokens are one span
+    (left or right padding): each row is a window of ``max(arange(-L, L), 0)`` (one row copy each: ``index_select``
+    of the ramp's windows), 0 after a span; else a ``cumsum`` of ``real``."""
     length = real.shape[1]
     if not length:
-        return
+        return np.zeros(real.shape[0], dtype=np.int64)
     n_real = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
     first = np.where(n_real > 0, real.argmax(1), length)  # (B,) first real token (L: none)
     end = first + n_real  # (B,) past the span, if the real tokens are one span
@@ -177,13 +179,14 @@ def _real_index(real: np.ndarray, out: np.ndarray) -> None:
             np.cumsum(real, axis=1, out=out)
             out -= 1
             out *= real
-            return
+            return n_real
     target = torch.from_numpy(out)
     ramp = torch.from_numpy(np.maximum(np.arange(-length, length, dtype=out.dtype), 0))  # (2L,)
     # row b: the window of the ramp from L - first[b], max(j - first[b], 0)
     torch.index_select(ramp.unfold(0, length, 1), 0, torch.from_numpy(length - first), out=target)
     if not left.all():
         out *= real  # 0 after a span
+    return n_real
 
 
 @functools.cache
@@ -282,13 +285,20 @@ def hy_v4_vl_rope_index(
 
 # --------------------------------------------------------------------------- HunYuan-VL
 def _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids):
+    real, blocks, _ = _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
+    return real, blocks
+
+
+def _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids):
+    """``(real, blocks, grid_tokens)``: :func:`newline_blocks` of a HunYuan-VL batch and ``(B, L)`` bool, ``True``
+    on the blocks' tokens (the image tokens but the boundary tokens; ``None`` without ``image_grid_thw``)."""
     _check_ids(input_ids)
     _check_like(attention_mask, "attention_mask", input_ids)
     _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
     m = _merge(config)
     real = _real(attention_mask, input_ids)
     if image_grid_thw is None:  # the reference then reads no image: every real token is 1-D
-        grid, first = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        grid, first, marks = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), None
     else:
         marks = (
             (host(input_ids) == config.image_token_id) if mm_token_type_ids is None else host(mm_token_type_ids) == 1
@@ -308,8 +318,14 @@ def _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_tok
                 f"image_grid_thw: image {k} holds {int(tokens[k])} tokens (a newline per row), or {int(tokens[k]) + 2} "
                 f"with its boundary tokens, but its run of image tokens holds {int(length[k])}"
             )
-        first = start + (length == tokens + 2)
-    return real, VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+        bounded = length == tokens + 2
+        first = start + bounded
+        if bounded.any():  # the boundary tokens are text
+            flat = marks.reshape(-1)
+            flat[start[bounded]] = False
+            flat[first[bounded] + tokens[bounded]] = False
+    blocks = VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
+    return real, blocks, marks
 
 
 def hunyuan_vl_rope_index(
@@ -342,8 +358,7 @@ def hunyuan_vl_rope_index(
             f"config.text_config.rope_parameters['mrope_section'] must hold >= 3 sections (HunYuan-VL's "
             f"M-RoPE axes), got {section!r}"
         )
-    real, blocks = _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
-    sch, options = _own_scheme("hunyuan-vl", "hf-5.3")
+    real, blocks, grid_tokens = _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
     b, length = real.shape
     dtype = input_ids.dtype
     # every id lies in [0, max(L, K) - 1] (an index among a row's tokens, a row or column of an image, the image's
@@ -352,20 +367,77 @@ def hunyuan_vl_rope_index(
     info = torch.iinfo(dtype)
     fits = max(length, blocks.grid.shape[0]) <= info.max and -length >= info.min
     out = torch.empty((axes, b, length), dtype=dtype if fits else torch.int64)  # (N, B, L)
-    out_np = out.numpy()
-    if out.dtype == torch.int64:  # the packer writes the last three axes in place
-        lay = pack(real, blocks, sch, options, device="cpu", out=out[axes - 3 :])
-    else:
-        lay = pack(real, blocks, sch, options, device="cpu")  # moved once, below
-        np.copyto(out_np[axes - 3 :], lay.position_ids.numpy(), casting="unsafe")  # (fits: as Tensor.to)
-    if axes > 3:  # the leading N - 3 axes: every real token's index among the real tokens, 0 on padding
-        _real_index(real, out_np[0])
-        out_np[1 : axes - 3] = out_np[0]
+    deltas = torch.from_numpy(_hunyuan_vl_ids(real, blocks.grid, blocks.first, grid_tokens, out.numpy())).view(b, 1)
     if fits:
-        ids, deltas = out, lay.rope_deltas.to(dtype)
+        ids, deltas = out, deltas.to(dtype)
     else:
-        ids, deltas = ids_in_dtype(out, lay.rope_deltas, dtype)
+        ids, deltas = ids_in_dtype(out, deltas, dtype)
     return ids.to(input_ids.device), deltas.to(input_ids.device)
+
+
+def _hunyuan_vl_ids(
+    real: np.ndarray, grid: np.ndarray, first: np.ndarray, grid_tokens: np.ndarray | None, out: np.ndarray
+) -> np.ndarray:
+    """Write HunYuan-VL's ids into ``out`` ``(N, B, L)`` (contiguous, a dtype that holds ``-L .. max(L, K)``) and
+    return ``rope_deltas`` ``(B,)`` int64: the ``hunyuan-vl`` scheme's positions (:func:`mmpos.layout.pack` of these
+    blocks gives the same last three rows), written directly.
+
+    Every axis holds the 1-D index ``d`` of every real token (its index among the row's real tokens, 0 on padding):
+    a text token advances every axis by 1 and an image by its token count, and no image reads its start. The last
+    three axes hold ``(j, i, k)`` on image ``k``'s tokens instead (column and row in its token grid ``grid[k]``
+    ``(1, h, w + 1)``; ``k``: its index among the batch's ``K``), i.e. ``d - c`` where ``c`` is 0 off the images and,
+    on image ``k`` with 1-D start ``s`` and token ``t = i (w + 1) + j`` of it, ``s + t - (j, i, k)``: ``c`` steps by
+    ``(0, 1, 1)`` from token to token of an image (``grid_tokens``), by ``(w + 1, 0, 1)`` at a row's start, and a
+    few values at each image's first token and after its last (the ``(R,)`` row starts, ``2 K`` image ends), so one
+    ``cumsum`` along the flat batch gives ``c`` on the three axes at once (no per-token index).
+    ``rope_deltas``: the row's largest id + 1 - its real tokens."""
+    axes, b, length = out.shape
+    k = grid.shape[0]
+    one_d = out[0] if axes > 3 or not k else np.empty((b, length), dtype=out.dtype)  # (B, L)
+    n_real = _real_index(real, one_d)  # (B,)
+    top = n_real - 1  # (B,) the largest 1-D index (-1: no real token)
+    if not k:
+        out[1:] = one_d  # (N - 1, B, L) the 1-D index on every axis
+        return top + 1 - n_real
+    if axes > 4:
+        out[1 : axes - 3] = one_d  # the leading N - 3 axes: the 1-D index
+    h, w = grid[:, 1], grid[:, 2]  # (K,) rows and columns of each image (a newline ends every row)
+    tokens = h * w  # (K,)
+    start = one_d.reshape(-1)[first]  # (K,) each image's 1-D start s
+    image = np.arange(k)
+    c = out[axes - 3 :]  # (3, B, L) c of (w, h, image), then the ids
+    c[0] = 0
+    np.copyto(c[1:], grid_tokens)  # steps of (h, image) inside an image: 1
+    flat = c.reshape(3, -1)  # (3, B * L) views
+    # row starts but each image's first: c of w steps by w + 1 there (j back to 0), of h by 0 (i steps too)
+    row_image = np.repeat(image, h - 1)  # (R - K,) the image of each row after an image's first
+    row = np.arange(row_image.shape[0]) - np.repeat(np.cumsum(h - 1) - (h - 1), h - 1) + 1  # (R - K,) its i >= 1
+    at = first[row_image] + row * w[row_image]  # (R - K,) flat index of the row's first token
+    flat[0, at] = w[row_image]
+    flat[1, at] = 0
+    # the token after an image (if any): c back to 0 from the last token's s + t - (w - 1, h - 1, k), t = h w - 1;
+    # an image's first token: c = (s, s, s - k), plus the step back of an image ending right before it (the
+    # previous row's last tokens)
+    end = first + tokens  # (K,) flat index past each image, increasing (B * L: none)
+    back = np.stack([w, h, image + 1]) - (start + tokens)  # (3, K)
+    at_first = np.stack([start, start, start - image])  # (3, K)
+    joined = np.flatnonzero(end[:-1] == first[1:])  # image k ends right before image k + 1
+    at_first[:, joined + 1] += back[:, joined]
+    ends = k - int(end[-1] == b * length)  # the images followed by a token
+    for axis in range(3):  # 1-D writes (a 2-D one is slower)
+        flat[axis, end[:ends]] = back[axis, :ends]
+        flat[axis, first] = at_first[axis]
+    torch.from_numpy(flat).cumsum_(1)  # (3, B * L) c
+    np.subtract(one_d, c, out=c)  # (3, B, L) d - c
+    if axes == 3:  # no 1-D axis: a row's largest text id is its last real text token's, not always n_real - 1
+        last = length - 1 - real[:, ::-1].argmax(1)  # (B,) each row's last real token (if any)
+        ends_in_image = np.flatnonzero(grid_tokens[np.arange(b), last] & (n_real > 0))  # (B',) rows
+        if ends_in_image.size:
+            text = real[ends_in_image] & ~grid_tokens[ends_in_image]  # (B', L)
+            top[ends_in_image] = np.where(text, one_d[ends_in_image], -1).max(1)
+    # each image's largest id: its last column, last row or its index
+    np.maximum.at(top, first // length, np.maximum(np.maximum(w - 1, h - 1), image))
+    return top + 1 - n_real
 
 
 # --------------------------------------------------------------------------- GLM-Image

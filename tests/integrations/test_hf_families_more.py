@@ -18,9 +18,14 @@ transformers = pytest.importorskip("transformers")
 from _hf_samples import MINICPM_IDS
 
 from mmpos import layout
-from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, glm_image_decode_position_ids, minicpmv4_7_rope_index
+from mmpos.integrations.hf_families import (
+    FAMILY_ROPE_INDEX,
+    glm_image_decode_position_ids,
+    minicpmv4_7_rope_index,
+    newline_blocks,
+)
 from mmpos.integrations.hf_rope_index import get_rope_index, scheme_for_config
-from mmpos.schemes import scheme_for_model_type
+from mmpos.schemes import resolve_options, scheme_for_model_type
 
 pytestmark = pytest.mark.hf
 CLASSES = {
@@ -196,6 +201,62 @@ def test_hunyuan_vl_hand_worked():
         get_rope_index(_hunyuan((32, 32))[0], ids, torch.tensor([[1, 2, 2], [1, 2, 2]]))
     with pytest.raises(ValueError, match="video_grid_thw must be None"):
         get_rope_index(config, ids, video_grid_thw=torch.tensor([[1, 2, 2]]))
+
+
+@pytest.mark.parametrize("sections", [(16, 16, 16, 16), (20, 22, 22), (8, 8, 16, 16, 16)])
+def test_hunyuan_vl_holes_and_images_across_rows(sections):
+    """Padding holes (text tokens masked inside a row) and images at the rows' ends and starts (no
+    padding: an image ending a row right before one starting the next, in flat order): the installed
+    ``get_rope_index`` (with 3 axes a row ending in an image has its largest id on a text token before it),
+    and the ``hunyuan-vl`` scheme packed over :func:`newline_blocks` gives the last three rows (the token-id
+    path writes its ids itself); int32 ids come back as int32."""
+    config, model_cls = _hunyuan(sections)
+    owner = _owner(model_cls, config)
+    options = resolve_options("hunyuan-vl", rule="hf-5.3")
+    rng = random.Random(f"hunyuan-holes-{sections}")
+    img, m = config.image_token_id, config.vision_config.spatial_merge_size
+    for trial in range(12):
+        if trial % 3 == 2:  # every row: an image first and last, text between them, no padding
+            parts, grids = [], []
+            for _ in range(rng.randint(2, 4)):
+                sizes = []
+                for _ in range(2):
+                    h, w = m * rng.randint(1, 3), m * rng.randint(1, 3)
+                    grids.append((1, h, w))
+                    sizes.append((h // m) * (w // m + 1) + rng.choice((0, 2)))
+                parts.append(sizes)
+            length = max(a + b for a, b in parts) + 3
+            rows = []
+            for a, b in parts:
+                text = length - a - b
+                rows.append(
+                    (
+                        [img] * a + [rng.randrange(10, 1000) for _ in range(text)] + [img] * b,
+                        [1] * a + [0] * text + [1] * b,
+                    )
+                )
+            input_ids, mm_types, mask = _pad(rows, "left")
+            images = _grid(grids)
+        else:
+            input_ids, mm_types, mask, images = _hunyuan_batch(
+                rng, config, rng.randint(1, 4), ("left", "right")[trial % 2]
+            )
+            holes = (torch.rand(input_ids.shape, generator=torch.Generator().manual_seed(trial)) < 0.2) & (
+                mm_types == 0
+            )
+            mask = mask.masked_fill(holes, 0)
+        ref_ids, ref_deltas = model_cls.get_rope_index(owner, input_ids, mm_types, images, mask)
+        for dtype in (torch.int64, torch.int32):
+            for extra in ({"mm_token_type_ids": mm_types}, {}):
+                ids, deltas = get_rope_index(config, input_ids.to(dtype), images, attention_mask=mask, **extra)
+                assert ids.dtype == deltas.dtype == dtype
+                assert torch.equal(ids.long(), ref_ids), (trial, dtype, extra.keys())
+                assert torch.equal(deltas.long(), ref_deltas), (trial, dtype)
+        real, blocks = newline_blocks(config, input_ids, images, attention_mask=mask, mm_token_type_ids=mm_types)
+        lay = layout.pack(real, blocks, "hunyuan-vl", options)
+        assert torch.equal(lay.position_ids, ref_ids[-3:]), trial
+        if len(sections) > 3:  # the 1-D axis holds each row's largest text id (pack's text top, its last real token's)
+            assert torch.equal(lay.rope_deltas, ref_deltas), trial
 
 
 # --------------------------------------------------------------------------- GLM-Image
