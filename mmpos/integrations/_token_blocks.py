@@ -65,17 +65,15 @@ def marked_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not n:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, flat[:0]
-    cut = np.flatnonzero(flat[1:] != flat[:-1])  # (E,) where the value changes, minus one
+    change = flat[1:] != flat[:-1]  # (N - 1,) whether token i + 1 starts a new run ...
+    change[length - 1 :: length] = True  # ... and every sample start does (a cut between unmarked tokens splits
+    # a run of zeros only: the marked runs are those cut at the sample starts)
+    cut = change.nonzero()[0]  # (E,) each run's first token, minus one (methods: no Python-level wrapper)
     cut += 1
-    if length < n:  # runs cut at every sample start inside one: a row's first token marked as the last before it
-        at = code[1:, 0]  # (B - 1,) views, no index
-        joined = (at != 0) & (at == code[:-1, -1])
-        if joined.any():
-            cut = np.sort(np.concatenate([cut, (np.flatnonzero(joined) + 1) * length]))
     bounds = np.concatenate([[0], cut, [n]])  # (R + 1,) every run, marked or not
-    value = flat[bounds[:-1]]
-    marked = np.flatnonzero(value)
-    return bounds[marked], bounds[marked + 1], value[marked]
+    value = flat.take(bounds[:-1])  # (R,)
+    keep = value != 0
+    return bounds[:-1][keep], bounds[1:][keep], value[keep]
 
 
 def fit_blocks(

@@ -337,7 +337,7 @@ def token_layout(
         grid[k_img:, 0] = 1
     if merge != 1:
         grid[:, 1:] //= merge  # (K, 3) in tokens
-    tokens = grid.prod(-1)  # (K,)
+    tokens = grid[:, 0] * grid[:, 1] * grid[:, 2]  # (K,) (the packer's own product: no reduction loop)
 
     real = None if attention_mask is None else host(attention_mask) == 1
     code = _vision_code(options, input_ids, types, real)  # (B, L) 1 image, 2 video, 0 else
@@ -396,17 +396,13 @@ def _vision_code(
             marks, image_mark, video_mark = host(input_ids), options.image_token_id, options.video_token_id
             if markers is None and image_mark == video_mark:
                 return None
-        image = marks == image_mark  # (B, L) bool; the ops below stay in one dtype (no casts: SIMD loops)
-        if real is not None:
-            image &= real
-        code = image.view(np.uint8)
+        code = (marks == image_mark).view(np.uint8)  # (B, L) 1 on the image tokens; the ops below stay in uint8
         if types is not None or markers is None:  # GLM-4V without types: its video tokens are not read
-            video = marks == video_mark
-            if real is not None:
-                video &= real
-            code = video.view(np.uint8)
-            code += code
-            code |= image.view(np.uint8)
+            video = (marks == video_mark).view(np.uint8)  # (no token is both: the ids differ, or types do)
+            code += video
+            code += video  # (two adds, one loop: no shift or or loop to warm up)
+        if real is not None:
+            code *= real.view(np.uint8)  # real tokens only
     if markers is not None and not _frames_by_runs(options, types):  # image tokens between video markers: frames
         framed = inside_markers(host(input_ids), *markers) & (code == 1)  # (transformers 4.57 types them 1)
         code += framed.view(np.uint8)
@@ -461,13 +457,14 @@ def _blocks_as_runs(
     k = tokens.shape[0]
     if start.shape[0] != k:
         return None
-    is_image = value == 1  # (K,) the runs in reading order
-    if np.count_nonzero(is_image) != k_img:
+    is_image = value == 1  # (K,) the runs in reading order (values 1 and 2)
+    image_runs = is_image.nonzero()[0]  # (methods, not NumPy's Python-level wrappers)
+    if image_runs.shape[0] != k_img:
         return None
-    run = (~is_image).argsort(kind="stable")  # (K,) the run of each grid: image runs, then video runs, in order
-    if ((end - start)[run] != tokens).any():
+    run = np.concatenate([image_runs, (value != 1).nonzero()[0]])  # (K,) the run of each grid: images, videos
+    if (end.take(run) - start.take(run) != tokens).any():
         return None
-    run_grid = np.empty_like(grid)  # (K, 3) the grid of each run
+    run_grid = np.empty((k, 3), dtype=np.int64)  # (K, 3) the grid of each run
     run_grid[run] = grid
     if seconds is None:  # images: no time scaling; videos: 1 s
         run_seconds = np.subtract(1, is_image, dtype=np.float32)
