@@ -303,3 +303,19 @@ def test_static_generate_decode_steps_read_no_tensor_on_the_host(cache, padding,
     assert torch.equal(out, ref) and len(guarded) == new - 1 and len(set(guarded)) == 1  # every decode step
     slots = guarded[0][1]  # the (B, S) mask of the cache's slots, one shape for every step
     assert slots == n + new + 2 if made is not None else slots >= n + new - 1
+
+
+def test_generate_from_inputs_embeds_into_a_static_cache_past_the_prompt_length():
+    # generate's input_ids then hold the generated tokens only: once they outnumber the prompt, the static decode
+    # steps take their positions from the count tensor (the earlier ones read the count): the same tokens throughout
+    model = tpe_causal_lm("qwen2")
+    ids, pos, mask, nxt = _prompt(2)
+    n = ids.shape[1]
+    new = n + 3
+    kw = {"tpe_positions": pos, "tpe_mask": mask, "max_new_tokens": new, "do_sample": False}
+    with torch.no_grad():
+        ref = _full_forwards(model, ids, pos, mask, nxt, new)
+        embeds = model.get_input_embeddings()(ids)
+        cache = PreallocatedCache(n + new, static=True)
+        out = model.generate(inputs_embeds=embeds, **kw, **{_cache_name(model): cache})
+    assert torch.equal(out, ref[:, n:]) and int(cache.get_seq_length()) == n + new - 1
