@@ -410,10 +410,11 @@ def _hunyuan_vl_ids(
     np.copyto(c[1:], grid_tokens)  # steps of (h, image) inside an image: 1
     flat = c.reshape(3, -1)  # (3, B * L) views
     # row starts but each image's first: c of w steps by w + 1 there (j back to 0), of h by 0 (i steps too)
-    row_image = np.repeat(image, h - 1)  # (R - K,) the image of each row after an image's first
-    row = np.arange(row_image.shape[0]) - np.repeat(np.cumsum(h - 1) - (h - 1), h - 1) + 1  # (R - K,) its i >= 1
-    at = first[row_image] + row * w[row_image]  # (R - K,) flat index of the row's first token
-    flat[0, at] = w[row_image]
+    row_w = np.repeat(w, h - 1)  # (R - K,) the columns of each row after an image's first, reading order
+    before = (h - 1) * w  # (K,) ... their sum per image, then before each image
+    before = np.cumsum(before) - before
+    at = np.cumsum(row_w) + np.repeat(first - before, h - 1)  # (R - K,) flat index of each of these rows' first token
+    flat[0, at] = row_w
     flat[1, at] = 0
     # the token after an image (if any): c back to 0 from the last token's s + t - (w - 1, h - 1, k), t = h w - 1;
     # an image's first token: c = (s, s, s - k), plus the step back of an image ending right before it (the
