@@ -153,3 +153,45 @@ def test_per_row_equals_per_token_on_masks_with_holes(scheme):
             assert torch.equal(a.position_ids, c.position_ids), (scheme, rule, seed)
             assert torch.equal(a.rope_deltas, c.rope_deltas), (scheme, rule, seed)
             assert a.position_ids.dtype == c.position_ids.dtype and a.rope_deltas.dtype == c.rope_deltas.dtype
+
+
+def _tops_scheme(lift: int, extent_of, use_start: tuple[float, ...]):
+    """A Qwen2-VL-shaped row rule ``lift`` above (or below) its rows on every axis (so a block's largest value may
+    pass the position after it) whose extents are ``extent_of(tokens)`` (they may go back)."""
+
+    def rows(g: BlockGeometry, o):
+        row_block = g.row_block.numpy()  # (R,)
+        first_row = np.flatnonzero(np.r_[True, row_block[1:] != row_block[:-1]])  # (K,)
+        i = np.arange(row_block.shape[0]) - first_row[row_block]  # (R,) row within its block
+        base = np.stack([np.zeros_like(i), i, np.zeros_like(i)]) + lift  # (3, R) int64
+        tokens = (g.t * g.h * g.w).numpy().astype(np.float64)
+        return base, np.array([0.0, 0.0, 1.0]), extent_of(tokens), np.array(use_start)
+
+    qwen = SCHEMES["qwen2-vl"]
+    return dataclasses.replace(qwen, name="tops-test", block=None, rows=rows, model_types=(), rotary_model_types=())
+
+
+@pytest.mark.parametrize(
+    "lift, extent_of, use_start",
+    [
+        (0, lambda n: n, (1.0, 1.0, 1.0)),  # every block's largest value below the position after it
+        (40, lambda n: n, (1.0, 1.0, 1.0)),  # blocks' values pass it: the "max-real" deltas read them
+        (40, lambda n: n - 30, (1.0, 1.0, 1.0)),  # extents that go back (negative ones too)
+        (-40, lambda n: n - 30, (1.0, 1.0, 1.0)),  # ... below the text before them: a text position is the largest
+        (40, lambda n: n, (0.0, 0.0, 0.0)),  # absolute rows (HunYuan-VL-like)
+        (3, lambda n: n, (1.0, 0.0, 1.0)),  # a use_start per axis
+    ],
+)
+def test_per_row_deltas_when_blocks_pass_the_next_position(lift, extent_of, use_start):
+    """The per-row writer's largest positions (``"max-real"`` deltas, ``rule="hf-5.3"``) whether the blocks' values
+    stay below the position after them or not, and with extents that go back: equal to the per-token path's."""
+    sch = _tops_scheme(lift, extent_of, use_start)
+    per_token = dataclasses.replace(sch, block=sch.block, rows=None)
+    for seed in range(8):
+        real, blocks = _holes_batch(seed)
+        for rule in RULES:
+            options = resolve_options(sch, rule=rule)
+            a, c = pack(real, blocks, sch, options), pack(real, blocks, per_token, options)
+            assert torch.equal(a.position_ids, c.position_ids), (rule, seed)
+            assert torch.equal(a.rope_deltas, c.rope_deltas), (rule, seed)
+            assert a.position_ids.dtype == c.position_ids.dtype and a.rope_deltas.dtype == c.rope_deltas.dtype
