@@ -387,10 +387,10 @@ def _hunyuan_vl_ids(
     three axes hold ``(j, i, k)`` on image ``k``'s tokens instead (column and row in its token grid ``grid[k]``
     ``(1, h, w + 1)``; ``k``: its index among the batch's ``K``), i.e. ``d - c`` where ``c`` is 0 off the images and,
     on image ``k`` with 1-D start ``s`` and token ``t = i (w + 1) + j`` of it, ``s + t - (j, i, k)``: ``c`` steps by
-    ``(0, 1, 1)`` from token to token of an image (``grid_tokens``), by ``(w + 1, 0, 1)`` at a row's start, and a
-    few values at each image's first token and after its last (the ``(R,)`` row starts, ``2 K`` image ends), so one
-    ``cumsum`` along the flat batch gives ``c`` on the three axes at once (no per-token index).
-    ``rope_deltas``: the row's largest id + 1 - its real tokens."""
+    ``(0, 1, 1)`` from token to token of an image (``grid_tokens``), by ``(w + 1, 0, 1)`` at the start of each of
+    its rows after the first, and is set at each image's first token and at the token after its last: ``R - K + 2 K``
+    steps written, then one ``cumsum`` along the flat batch gives ``c`` on the three axes at once (no per-token
+    index). ``rope_deltas``: the row's largest id + 1 - its real tokens."""
     axes, b, length = out.shape
     k = grid.shape[0]
     one_d = out[0] if axes > 3 or not k else np.empty((b, length), dtype=out.dtype)  # (B, L)
