@@ -161,14 +161,15 @@ def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
     return host(attention_mask) == 1
 
 
-def _real_index(real: np.ndarray, out: np.ndarray) -> np.ndarray:
+def _real_index(real: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     """Write into ``out`` ``(B, L)`` (contiguous, a dtype that holds ``-L .. L``) every real token's index among its
-    row's real tokens, 0 on padding; return ``(B,)`` int64 real tokens per row. Rows whose real tokens are one span
-    (left or right padding): each row is a window of ``max(arange(-L, L), 0)`` (one row copy each: ``index_select``
-    of the ramp's windows), 0 after a span; else a ``cumsum`` of ``real``."""
+    row's real tokens, 0 on padding; return ``(B,)`` int64 real tokens and first real token (``L``: none) per row,
+    and whether every row's real tokens are one span. Rows whose real tokens are one span (left or right
+    padding): each row is a window of ``max(arange(-L, L), 0)`` (one row copy each: ``index_select`` of the ramp's
+    windows), 0 after a span; else a ``cumsum`` of ``real``."""
     length = real.shape[1]
     if not length:
-        return np.zeros(real.shape[0], dtype=np.int64)
+        return np.zeros(real.shape[0], dtype=np.int64), np.zeros(real.shape[0], dtype=np.int64), True
     n_real = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
     first = np.where(n_real > 0, real.argmax(1), length)  # (B,) first real token (L: none)
     end = first + n_real  # (B,) past the span, if the real tokens are one span
@@ -179,14 +180,14 @@ def _real_index(real: np.ndarray, out: np.ndarray) -> np.ndarray:
             np.cumsum(real, axis=1, out=out)
             out -= 1
             out *= real
-            return n_real
+            return n_real, first, False
     target = torch.from_numpy(out)
     ramp = torch.from_numpy(np.maximum(np.arange(-length, length, dtype=out.dtype), 0))  # (2L,)
     # row b: the window of the ramp from L - first[b], max(j - first[b], 0)
     torch.index_select(ramp.unfold(0, length, 1), 0, torch.from_numpy(length - first), out=target)
     if not left.all():
         out *= real  # 0 after a span
-    return n_real
+    return n_real, first, True
 
 
 @functools.cache
@@ -375,45 +376,27 @@ def hunyuan_vl_rope_index(
     return ids.to(input_ids.device), deltas.to(input_ids.device)
 
 
-def _hunyuan_vl_ids(
-    real: np.ndarray, grid: np.ndarray, first: np.ndarray, grid_tokens: np.ndarray | None, out: np.ndarray
-) -> np.ndarray:
-    """Write HunYuan-VL's ids into ``out`` ``(N, B, L)`` (contiguous, a dtype that holds ``-L .. max(L, K)``) and
-    return ``rope_deltas`` ``(B,)`` int64: the ``hunyuan-vl`` scheme's positions (:func:`mmpos.layout.pack` of these
-    blocks gives the same last three rows), written directly.
+def _hunyuan_vl_row_starts(grid: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(R - K,)`` flat index of the first token of every image row after each image's first, and its columns."""
+    h, w = grid[:, 1], grid[:, 2]
+    row_w = np.repeat(w, h - 1)  # (R - K,) the columns of each row after an image's first, reading order
+    before = (h - 1) * w  # (K,) ... their sum per image, then before each image
+    before = np.cumsum(before) - before
+    return np.cumsum(row_w) + np.repeat(first - before, h - 1), row_w
 
-    Every axis holds the 1-D index ``d`` of every real token (its index among the row's real tokens, 0 on padding):
-    a text token advances every axis by 1 and an image by its token count, and no image reads its start. The last
-    three axes hold ``(j, i, k)`` on image ``k``'s tokens instead (column and row in its token grid ``grid[k]``
-    ``(1, h, w + 1)``; ``k``: its index among the batch's ``K``), i.e. ``d - c`` where ``c`` is 0 off the images and,
-    on image ``k`` with 1-D start ``s`` and token ``t = i (w + 1) + j`` of it, ``s + t - (j, i, k)``: ``c`` steps by
-    ``(0, 1, 1)`` from token to token of an image (``grid_tokens``), by ``(w + 1, 0, 1)`` at the start of each of
-    its rows after the first, and is set at each image's first token and at the token after its last: ``R - K + 2 K``
-    steps written, then one ``cumsum`` along the flat batch gives ``c`` on the three axes at once (no per-token
-    index). ``rope_deltas``: the row's largest id + 1 - its real tokens."""
-    axes, b, length = out.shape
+
+def _hunyuan_vl_corrections(grid, first, grid_tokens, c, start, one_d) -> None:
+    """The vision axes ``c`` ``(3, B, L)`` as ``d - c`` (any padding; :func:`_hunyuan_vl_ids`)."""
     k = grid.shape[0]
-    one_d = out[0] if axes > 3 or not k else np.empty((b, length), dtype=out.dtype)  # (B, L)
-    n_real = _real_index(real, one_d)  # (B,)
-    top = n_real - 1  # (B,) the largest 1-D index (-1: no real token)
-    if not k:
-        out[1:] = one_d  # (N - 1, B, L) the 1-D index on every axis
-        return top + 1 - n_real
-    if axes > 4:
-        out[1 : axes - 3] = one_d  # the leading N - 3 axes: the 1-D index
-    h, w = grid[:, 1], grid[:, 2]  # (K,) rows and columns of each image (a newline ends every row)
-    tokens = h * w  # (K,)
-    start = one_d.reshape(-1)[first]  # (K,) each image's 1-D start s
+    b, length = one_d.shape
+    h, w = grid[:, 1], grid[:, 2]
+    tokens = h * w
     image = np.arange(k)
-    c = out[axes - 3 :]  # (3, B, L) c of (w, h, image), then the ids
     c[0] = 0
     np.copyto(c[1:], grid_tokens)  # steps of (h, image) inside an image: 1
     flat = c.reshape(3, -1)  # (3, B * L) views
     # row starts but each image's first: c of w steps by w + 1 there (j back to 0), of h by 0 (i steps too)
-    row_w = np.repeat(w, h - 1)  # (R - K,) the columns of each row after an image's first, reading order
-    before = (h - 1) * w  # (K,) ... their sum per image, then before each image
-    before = np.cumsum(before) - before
-    at = np.cumsum(row_w) + np.repeat(first - before, h - 1)  # (R - K,) flat index of each of these rows' first token
+    at, row_w = _hunyuan_vl_row_starts(grid, first)
     flat[0, at] = row_w
     flat[1, at] = 0
     # the token after an image (if any): c back to 0 from the last token's s + t - (w - 1, h - 1, k), t = h w - 1;
@@ -430,6 +413,76 @@ def _hunyuan_vl_ids(
         flat[axis, first] = at_first[axis]
     torch.from_numpy(flat).cumsum_(1)  # (3, B * L) c
     np.subtract(one_d, c, out=c)  # (3, B, L) d - c
+
+
+def _hunyuan_vl_spans(real, grid, first, grid_tokens, v, start, n_real, first_real) -> None:
+    """The vision axes ``v`` ``(3, B, L)`` where every row's real tokens are one span: one ``cumsum`` along each
+    row of the ids' own steps. Base step 1 on the real tokens (``w``) or on the real text tokens (``h``, image);
+    set: 0 at a row's first real token, back to 0 after its span, ``(0, 0, k) - (s - 1 or 0)`` at image ``k``'s
+    first token, ``(1 - (w + 1), 1, 0)`` at each of its rows' starts after the first, and ``d - (w, h - 1, k)``
+    at the token after it in its row (``d``: that token's 1-D index, 0 on padding)."""
+    b, length = real.shape
+    h, w = grid[:, 1], grid[:, 2]
+    tokens = h * w
+    image = np.arange(first.shape[0])
+    np.copyto(v[0], real)
+    np.copyto(v[1:], real & ~grid_tokens)
+    flat = v.reshape(3, -1)  # (3, B * L) views
+    rows = np.flatnonzero(n_real)  # the rows with a real token
+    row_start = rows * length
+    flat[:, row_start + first_real[rows]] = 0  # the 1-D index starts at 0
+    span_end = first_real[rows] + n_real[rows]  # (B',) past each span, in its row
+    padded = span_end < length
+    flat[:, (row_start + span_end)[padded]] = -(n_real[rows] - 1)[padded]  # the padding after a span: 0
+    at, row_w = _hunyuan_vl_row_starts(grid, first)
+    flat[0, at] = 1 - row_w
+    flat[1, at] = 1
+    before = np.maximum(start - 1, 0)  # (K,) the id of the token before each image (0: none in the row)
+    end = first + tokens  # (K,) past each image
+    inside = end // length == first // length  # ... in its row
+    last_real = (first // length) * length + first_real[first // length] + n_real[first // length]  # (K,) span ends
+    after = np.where(end < last_real, start + tokens, 0)[inside]  # (K',) 1-D index of the token after (0: padding)
+    for axis, (at_first, last) in enumerate(((0, w - 1), (0, h - 1), (image, image))):
+        flat[axis, end[inside]] = after - last[inside]
+        flat[axis, first] = at_first - before
+    torch.from_numpy(v.reshape(3 * b, length)).cumsum_(1)  # (3 B, L) along each row
+
+
+def _hunyuan_vl_ids(
+    real: np.ndarray, grid: np.ndarray, first: np.ndarray, grid_tokens: np.ndarray | None, out: np.ndarray
+) -> np.ndarray:
+    """Write HunYuan-VL's ids into ``out`` ``(N, B, L)`` (contiguous, a dtype that holds ``-L .. max(L, K)``) and
+    return ``rope_deltas`` ``(B,)`` int64: the ``hunyuan-vl`` scheme's positions (:func:`mmpos.layout.pack` of these
+    blocks gives the same last three rows), written directly.
+
+    Every axis holds the 1-D index ``d`` of every real token (its index among the row's real tokens, 0 on padding):
+    a text token advances every axis by 1 and an image by its token count, and no image reads its start. The last
+    three axes hold ``(j, i, k)`` on image ``k``'s tokens instead (column and row in its token grid ``grid[k]``
+    ``(1, h, w + 1)``; ``k``: its index among the batch's ``K``), i.e. ``d - c`` where ``c`` is 0 off the images and,
+    on image ``k`` with 1-D start ``s`` and token ``t = i (w + 1) + j`` of it, ``s + t - (j, i, k)``: ``c`` steps by
+    ``(0, 1, 1)`` from token to token of an image (``grid_tokens``), by ``(w + 1, 0, 1)`` at the start of each of
+    its rows after the first, and is set at each image's first token and at the token after its last: ``R - K + 2 K``
+    steps written, then one ``cumsum`` along the flat batch gives ``c`` on the three axes at once (no per-token
+    index; :func:`_hunyuan_vl_corrections`). Where every row's real tokens are one span and there is a 1-D axis
+    (``N > 3``), the cumsum along each row of the ids' own steps gives them without the subtraction
+    (:func:`_hunyuan_vl_spans`). ``rope_deltas``: the row's largest id + 1 - its real tokens."""
+    axes, b, length = out.shape
+    k = grid.shape[0]
+    one_d = out[0] if axes > 3 or not k else np.empty((b, length), dtype=out.dtype)  # (B, L)
+    n_real, first_real, one_span = _real_index(real, one_d)  # (B,), (B,), every row's real tokens one span
+    top = n_real - 1  # (B,) the largest 1-D index (-1: no real token)
+    if not k:
+        out[1:] = one_d  # (N - 1, B, L) the 1-D index on every axis
+        return top + 1 - n_real
+    if axes > 4:
+        out[1 : axes - 3] = one_d  # the leading N - 3 axes: the 1-D index
+    h, w = grid[:, 1], grid[:, 2]  # (K,) rows and columns of each image (a newline ends every row)
+    start = one_d.reshape(-1)[first]  # (K,) each image's 1-D start s
+    image = np.arange(k)
+    if one_span and axes > 3:
+        _hunyuan_vl_spans(real, grid, first, grid_tokens, out[axes - 3 :], start, n_real, first_real)
+    else:
+        _hunyuan_vl_corrections(grid, first, grid_tokens, out[axes - 3 :], start, one_d)
     if axes == 3:  # no 1-D axis: a row's largest text id is its last real text token's, not always n_real - 1
         last = length - 1 - real[:, ::-1].argmax(1)  # (B,) each row's last real token (if any)
         ends_in_image = np.flatnonzero(grid_tokens[np.arange(b), last] & (n_real > 0))  # (B',) rows
