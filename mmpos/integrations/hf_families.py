@@ -286,13 +286,14 @@ def hy_v4_vl_rope_index(
 
 # --------------------------------------------------------------------------- HunYuan-VL
 def _hunyuan_vl_blocks(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids):
-    real, blocks, _ = _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
-    return real, blocks
+    real, grid, first, _ = _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
+    return real, VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
 
 
 def _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids):
-    """``(real, blocks, grid_tokens)``: :func:`newline_blocks` of a HunYuan-VL batch and ``(B, L)`` bool, ``True``
-    on the blocks' tokens (the image tokens but the boundary tokens; ``None`` without ``image_grid_thw``)."""
+    """``(real, grid, first, grid_tokens)``: :func:`newline_blocks` of a HunYuan-VL batch (``grid`` ``(K, 3)`` in
+    tokens, ``first`` ``(K,)``) and ``(B, L)`` bool, ``True`` on the blocks' tokens (the image tokens but the
+    boundary tokens; ``None`` without ``image_grid_thw``)."""
     _check_ids(input_ids)
     _check_like(attention_mask, "attention_mask", input_ids)
     _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
@@ -325,8 +326,7 @@ def _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_tok
             flat = marks.reshape(-1)
             flat[start[bounded]] = False
             flat[first[bounded] + tokens[bounded]] = False
-    blocks = VisionBlocks(grid, first, np.zeros(grid.shape[0], np.float32), np.ones(grid.shape[0], dtype=bool))
-    return real, blocks, marks
+    return real, grid, first, marks
 
 
 def hunyuan_vl_rope_index(
@@ -359,16 +359,18 @@ def hunyuan_vl_rope_index(
             f"config.text_config.rope_parameters['mrope_section'] must hold >= 3 sections (HunYuan-VL's "
             f"M-RoPE axes), got {section!r}"
         )
-    real, blocks, grid_tokens = _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids)
+    real, grid, first, grid_tokens = _hunyuan_vl_images(
+        config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids
+    )
     b, length = real.shape
     dtype = input_ids.dtype
     # every id lies in [0, max(L, K) - 1] (an index among a row's tokens, a row or column of an image, the image's
     # index among the batch's K) and rope_deltas in [1 - L, max(L, K)]: a dtype that holds [-L, max(L, K)] (and the
     # ramp of _real_index) is written straight into; else int64, then the checked cast (refuses what would wrap)
     info = torch.iinfo(dtype)
-    fits = max(length, blocks.grid.shape[0]) <= info.max and -length >= info.min
+    fits = max(length, grid.shape[0]) <= info.max and -length >= info.min
     out = torch.empty((axes, b, length), dtype=dtype if fits else torch.int64)  # (N, B, L)
-    deltas = torch.from_numpy(_hunyuan_vl_ids(real, blocks.grid, blocks.first, grid_tokens, out.numpy())).view(b, 1)
+    deltas = torch.from_numpy(_hunyuan_vl_ids(real, grid, first, grid_tokens, out.numpy())).view(b, 1)
     if fits:
         ids, deltas = out, deltas.to(dtype)
     else:
