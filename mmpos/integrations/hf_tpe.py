@@ -546,12 +546,7 @@ def _generation_positions(
             f"B = 1 or {batch}, L <= the {t} tokens so far"
         )
     if mask is not None:
-        if not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, l0):
-            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-            raise ValueError(
-                f"tpe_mask must be ({batch}, {l0}) bool for the prompt of generate (as tpe_positions), got {shape}"
-            )
-        mask = mask.bool()
+        mask = _prompt_mask(mask, batch, l0)
         real = positions.masked_fill(~mask, -1)  # (K, B, L0): padding never sets the next position
         mask = torch.cat([mask, mask.new_ones(batch, t - l0)], dim=1)  # generated tokens are real
     else:
@@ -569,6 +564,16 @@ def _generation_positions(
     if len(pieces) == 2 and pieces[0].shape[1] != pieces[1].shape[1]:
         pieces[0] = pieces[0].expand(-1, pieces[1].shape[1], -1)
     return torch.cat(pieces, dim=-1), mask
+
+
+def _prompt_mask(mask: Any, batch: int, l0: int) -> Tensor:
+    """``tpe_mask`` of the prompt of ``generate``, checked: ``(B, L0)`` bool."""
+    if not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, l0):
+        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(
+            f"tpe_mask must be ({batch}, {l0}) bool for the prompt of generate (as tpe_positions), got {shape}"
+        )
+    return mask.bool()
 
 
 def _static_step_positions(
@@ -593,12 +598,7 @@ def _static_step_positions(
             f"B = 1 or {batch}, L <= the {slots} slots of the static cache"
         )
     if mask is not None:
-        if not isinstance(mask, Tensor) or tuple(mask.shape) != (batch, l0):
-            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-            raise ValueError(
-                f"tpe_mask must be ({batch}, {l0}) bool for the prompt of generate (as tpe_positions), got {shape}"
-            )
-        mask = mask.bool()
+        mask = _prompt_mask(mask, batch, l0)
     elif isinstance(attention_mask, Tensor) and attention_mask.dim() == 2 and attention_mask.shape[0] == batch:
         mask = attention_mask[:, :l0].bool() if attention_mask.shape[1] >= l0 else None
     real = positions if mask is None else positions.masked_fill(~mask, -1)  # padding never sets the next position
