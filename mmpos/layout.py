@@ -388,7 +388,7 @@ def _per_block(sch: Scheme, name: str, value: float | None, options: SchemeOptio
     if options.training and name in sch.draws:
         choices = torch.tensor(sch.draws[name], dtype=torch.float64)
         return choices[torch.randint(len(choices), (k,), generator=generator)]
-    return torch.from_numpy(np.full(k, 1.0 if value is None else float(value)))
+    return torch.from_numpy(np.full(k, _one(value)))
 
 
 def _one(value: float | None) -> float:
@@ -825,7 +825,7 @@ def _pack(
     audio_t = _audio_or_none(audio)
     if audio_t is None and not (options.training and ("delta" in sch.draws or "temporal_scale" in sch.draws)):
         # no draws: the per-block tensors are built only if the rule reads them (same values as below)
-        geometry = BlockGeometry._deferred(
+        geometry = BlockGeometry.from_host(
             np.ascontiguousarray(grid, dtype=np.int64),
             seconds,
             is_image,

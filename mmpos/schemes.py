@@ -199,8 +199,8 @@ class BlockGeometry:
         return cls(t, h, w, tokens, seconds, is_image, delta, scale, grid, audio)
 
     @classmethod
-    def _deferred(cls, grid: np.ndarray, seconds: np.ndarray, is_image: np.ndarray, delta: float, scale: float):
-        """:meth:`of` with its per-block tensors built on first read (``grid`` ``(K, 3)`` int64, ``seconds``
+    def from_host(cls, grid: np.ndarray, seconds: np.ndarray, is_image: np.ndarray, delta: float, scale: float):
+        """:meth:`of` from host arrays, its per-block tensors built on first read (``grid`` ``(K, 3)`` int64, ``seconds``
         ``(K,)`` float32, ``is_image`` ``(K,)`` bool, ``delta`` and ``scale`` one value for every block; no
         audio): a row rule reading only the grid's rows makes no tensor."""
         self = cls.__new__(cls)
@@ -208,14 +208,14 @@ class BlockGeometry:
         return self
 
     def _host(self, name: str) -> np.ndarray:
-        """``seconds`` or ``is_image`` as a NumPy array, without building a :meth:`_deferred` geometry's tensors."""
+        """``seconds`` or ``is_image`` as a NumPy array, without building a :meth:`from_host` geometry's tensors."""
         defer = self.__dict__.get("_defer")
         if defer is not None:
             return defer[0] if name == "seconds" else defer[1]
         return getattr(self, name).detach().cpu().numpy()
 
     def __getattr__(self, name: str):
-        """The per-block tensors of a :meth:`_deferred` geometry, all built at the first read of one."""
+        """The per-block tensors of a :meth:`from_host` geometry, all built at the first read of one."""
         defer = self.__dict__.get("_defer")
         if defer is None or name not in _DEFERRED:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -320,7 +320,7 @@ class BlockGeometry:
         return torch.from_numpy(wi)
 
 
-_DEFERRED = ("t", "h", "w", "tokens", "seconds", "is_image", "delta", "scale")  # BlockGeometry._deferred's
+_DEFERRED = ("t", "h", "w", "tokens", "seconds", "is_image", "delta", "scale")  # BlockGeometry.from_host's
 
 #: what a block rule returns: offsets from the block start ``(A, Nv)``, extents ``(K,)`` and
 #: which axes add the block start ``(A,)``, all float64
@@ -857,12 +857,10 @@ def _hunyuan_vl_rows(g: BlockGeometry, o: SchemeOptions):
     """HunYuan-VL: token ``(i, j)`` of the ``k``-th image of the batch (reading order) at
     ``(w, h, image) = (j, i, k)``, absolute (no block start); the text runs on over the block
     (extent: its token count), so text tokens sit at their index among the real tokens."""
-    t, h = g._grid[:, 0], g._grid[:, 1]
-    n = g._frames[3]
-    base = np.empty((3, n), dtype=np.int64)  # int64: the packer skips its check
+    base = np.empty((3, g._frames[3]), dtype=np.int64)  # (3, R) int64: the packer skips its check
     base[0] = 0
     g._row_i(base[1])
-    base[2] = np.arange(t.shape[0]).repeat(t * h)  # (R,) each row's block
+    base[2] = g.row_block.numpy()  # (R,) each row's block
     return base, _STEP_HUNYUAN, g._grid.prod(-1).astype(np.float64), _NO_START
 
 

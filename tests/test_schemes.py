@@ -643,14 +643,14 @@ def test_circlerope_options_are_checked_on_every_path():
     )
 
 
-def test_deferred_geometry_builds_the_same_tensors():
+def test_from_host_geometry_builds_the_same_tensors():
     """The packer's geometry without draws (per-block tensors built on first read) equals ``BlockGeometry.of``."""
     import numpy as np
 
     grid = np.array([[1, 2, 3], [2, 4, 1], [3, 1, 2]])
     seconds = np.array([0.0, 0.5, 2.0], dtype=np.float32)
     is_image = np.array([True, False, False])
-    lazy = BlockGeometry._deferred(grid, seconds, is_image, 0.25, 3.0)
+    lazy = BlockGeometry.from_host(grid, seconds, is_image, 0.25, 3.0)
     assert lazy.row_block.tolist() == [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2]  # rows need no tensor field
     assert "_defer" in lazy.__dict__
     full = torch.full((3,), 0.25, dtype=torch.float64), torch.full((3,), 3.0, dtype=torch.float64)
