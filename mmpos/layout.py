@@ -456,9 +456,6 @@ def _check_blocks(blocks: VisionBlocks, real: np.ndarray) -> tuple:
     return grid, first, seconds.astype(np.float32, copy=False), is_image, is_vision, audio, changes, counts
 
 
-_EIGHT = np.arange(8)
-
-
 def _same_side(changes: np.ndarray, first: np.ndarray, last: np.ndarray) -> bool:
     """Whether no change (``changes`` ``(E,)``, increasing) lies in ``(first, last]`` of any block (``(K,)`` each):
     both ends searched in one call."""
@@ -471,17 +468,11 @@ def _same_side(changes: np.ndarray, first: np.ndarray, last: np.ndarray) -> bool
 
 def _changes(flat: np.ndarray) -> np.ndarray:
     """``(E,)`` int64 the indices ``i >= 1`` where ``flat[i] != flat[i - 1]`` (``flat`` ``(N,)`` bool), increasing:
-    the comparison's bytes read eight at a time (a word holding no change is skipped), then the few words that
-    hold one read byte by byte."""
-    m = flat.shape[0] - 1
-    if m <= 0:
-        return np.empty(0, dtype=np.int64)
-    ne = np.empty(m + (-m % 8), dtype=bool)  # (m rounded up to a multiple of 8,)
-    np.not_equal(flat[1:], flat[:-1], out=ne[:m])
-    ne[m:] = False
-    words = np.flatnonzero(ne.view(np.uint64))  # (W,) the words holding a change
-    near = (words[:, None] * 8 + _EIGHT).reshape(-1)  # (8 W,) their bytes
-    return near[ne.take(near)] + 1
+    one comparison and NumPy's bool ``nonzero`` (its SIMD count and scan; reading the comparison's bytes as
+    uint64 words first measured 2x slower, 40 against 20 us on a 91k-token batch)."""
+    at = np.not_equal(flat[1:], flat[:-1]).nonzero()[0]
+    at += 1
+    return at
 
 
 def _vision_mask(b: int, length: int, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -497,26 +488,31 @@ def _vision_mask(b: int, length: int, first: np.ndarray, counts: np.ndarray) -> 
     return np.repeat(run_is_block, runs).reshape(b, length)  # (B, L): a few long runs, memset-like
 
 
-def _settle_starts(sch, geometry, options, extent, text, block_first):
-    """``sch.block`` called with ``BlockGeometry.start`` = the running position at each block's first
-    token (text tokens before it in its sample + the extents of its sample's earlier blocks), again
-    until the extents settle: a block's start depends only on the blocks before it, so the ``i``-th
-    block of every sample is fixed after ``i + 1`` calls."""
+def _settle_starts(sch, geometry, options, text, block_first):
+    """``sch.block`` of ``geometry`` with ``BlockGeometry.start`` = the running position at each block's first
+    token (text tokens before it in its sample + the extents of its sample's earlier blocks). The extents are
+    asked for again with the starts they give until they settle: a block's start depends only on the blocks
+    before it, so the ``i``-th block of every sample is fixed after ``i + 1`` calls. A scheme with
+    ``Scheme.extent`` answers from its blocks alone, and ``block`` places the tokens once, at the settled starts;
+    otherwise every call is ``block``'s (its last one is kept)."""
     length = text.shape[1]
     text_before = np.cumsum(text, axis=1).reshape(-1) - text.reshape(-1)  # (B * L,) text tokens before each token
     sample = block_first // length  # (K,) blocks in reading order
     per_sample = np.bincount(sample, minlength=text.shape[0])
     sample_first = (np.cumsum(per_sample) - per_sample)[sample]  # (K,) the first block of each block's sample
-    extent = host(extent.to(torch.float64))
+    g = geometry
+    placed = None if sch.extent is not None else sch.block(g, options)  # (offset, extent, use_start) of g
+    extent = host(torch.as_tensor(sch.extent(g, options) if placed is None else placed[1]).to(torch.float64))
     for _ in range(int(per_sample.max()) + 1):
         done = np.cumsum(extent) - extent  # (K,) extents of the blocks before, over the whole batch ...
         done = done - done[sample_first]  # ... minus those of earlier samples
-        start = torch.from_numpy(text_before[block_first] + done)
-        offset, new, use_start = sch.block(dataclasses.replace(geometry, start=start), options)
-        new = host(new.to(torch.float64))
+        g = dataclasses.replace(geometry, start=torch.from_numpy(text_before[block_first] + done))
+        placed = None if sch.extent is not None else sch.block(g, options)
+        new = host(torch.as_tensor(sch.extent(g, options) if placed is None else placed[1]).to(torch.float64))
         if np.array_equal(new, extent):
             break
         extent = new
+    offset, _, use_start = sch.block(g, options) if placed is None else placed
     return offset, torch.from_numpy(extent), use_start
 
 
@@ -536,9 +532,9 @@ def _write_runs(
     Every token lies in a *run* whose values start at a known value and step by a fixed amount per
     axis: a run of text (step 1 on every axis), of padding (step 0, the padding value) or a row of a
     vision block (token ``j`` of row ``r`` of block ``k`` at ``block_start[k] * use_start + base[:, r]
-    + step * j``). Each axis is one ``cumsum`` along every sample of its per-token steps (1 on text,
+    + step * j``). Each axis is one ``cumsum`` over the flat batch of its per-token steps (1 on text,
     ``step`` on vision, 0 on padding) in which each run's first token holds its jump from the token
-    before: a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum`` per
+    before (a sample's first token: from the last token of the sample before): a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum`` per
     axis. The runs are found from the edges of ``real`` (``changes``, where it changes) and the blocks (no
     index per token); every value is computed per run, in int64 after the finiteness check (exact). Inside a block
     the jump from one row to the next is ``base``'s difference minus the row's span (the block start
@@ -645,9 +641,9 @@ def _write_runs(
     head[:, blk] = block_first_value
     tail = head + text * (run_len - 1)  # (A, C) its last value
     tail[:, blk] = block_last_value
-    jump = np.empty_like(head)  # (A, C); column 0 is a sample's first run (below)
-    np.subtract(head[:, 1:], tail[:, :-1], out=jump[:, 1:])
-    jump[:, first_run] = head[:, first_run]  # a sample's cumsum starts at 0
+    jump = np.empty_like(head)  # (A, C); column 0: the batch's first run (below)
+    np.subtract(head[:, 1:], tail[:, :-1], out=jump[:, 1:])  # (a sample's first run: from the last sample's end)
+    jump[:, 0] = head[:, 0]  # one cumsum over the flat batch starts at 0
     # each row's first token (flat): its row tokens before it plus its block's shift, summed from the differences
     shift = block_first - (counts.cumsum() - counts)  # (K,)
     at = np.empty(row_w.shape[0], dtype=np.int64)  # (R,)
@@ -670,11 +666,11 @@ def _write_runs(
         for a in group:  # every axis of a group jumps at the same tokens: each one's jumps overwrite the last's
             buf[row_at] = row_jump[a]  # a row after a row (a block's first: its run's jump below)
             buf[cuts] = jump[a]
-            src = torch.from_numpy(buf.reshape(b, length))
+            src = torch.from_numpy(buf)  # (B * L,) one flat cumsum: every partial sum is a token's value
             if a == group[-1]:
-                src.cumsum_(1)
+                src.cumsum_(0)
             else:
-                torch.cumsum(src, 1, out=torch.from_numpy(ids[a].reshape(b, length)))
+                torch.cumsum(src, 0, out=torch.from_numpy(ids[a]))
     return nxt, top, n_real
 
 
@@ -857,10 +853,10 @@ def _pack(
                 per_row = size_ok(extent)
         axes = base.shape[0]
     if not per_row:
-        offset, extent, use_start = sch.block(geometry, options)
-        if sch.reads_start and k:  # the rule reads its block starts: call it again with them until they settle
-            text = real & ~vision_mask()
-            offset, extent, use_start = _settle_starts(sch, geometry, options, extent, text, block_first)
+        if sch.reads_start and k:  # the rule reads its block starts: the starts settle on its extents first
+            offset, extent, use_start = _settle_starts(sch, geometry, options, real & ~vision_mask(), block_first)
+        else:
+            offset, extent, use_start = sch.block(geometry, options)
         if offset.shape[-1] != int(counts.sum()):
             raise ValueError(
                 f"scheme {sch.name!r}: its block rule placed {offset.shape[-1]} tokens, the blocks hold {counts.sum()}"

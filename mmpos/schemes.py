@@ -382,6 +382,10 @@ class Scheme:
     audio: bool = False
     #: whether ``block`` reads ``BlockGeometry.start`` (Qwen3-Omni: float32 sums that include the block start)
     reads_start: bool = False
+    #: with ``reads_start``: the ``(K,)`` extents alone that ``block`` gives for the geometry's ``start``, from the
+    #: blocks without a per-token value; the packer then settles the starts on it and calls ``block`` once (``None``:
+    #: ``block`` is called again until the starts settle)
+    extent: Callable[[BlockGeometry, SchemeOptions], Tensor | np.ndarray] | None = None
     #: arguments ``encoder`` needs to read this scheme's coordinates (HunYuan-VL: ``{"axes": ("w", "h", "image")}``)
     encoder_kwargs: dict[str, object] = field(default_factory=dict)
     #: the block rule per row (:data:`RowRule`), for rules whose positions move by a fixed step along a row
@@ -1242,22 +1246,12 @@ def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
     """
     grid = g._grid  # (K, 3) video grid in tokens
     k = grid.shape[0]
-    t = grid[:, 0]
-    frame_block = np.repeat(np.arange(k), t)  # (F,) per frame: its block and index f
-    f = (np.arange(frame_block.shape[0]) - np.repeat(np.cumsum(t) - t, t)).astype(np.float32)
-    seconds = np.where(g.is_image.numpy(), np.float32(1), g.seconds.numpy().astype(np.float32))  # (K,) float32
-    t_frame = (f * seconds[frame_block]).astype(np.float32) * np.float32(o.tokens_per_second)  # float32 products
-    if chunks:
-        t_frame = np.trunc(t_frame)  # .long()
-    t_frame = t_frame.astype(np.float64)
+    frame_block, t_frame, t_last, v_max = _omni_frames(g, o, chunks)
     hw = grid[:, 1] * grid[:, 2]
     t_off = np.repeat(t_frame, hw[frame_block])  # (Nvid,) per video token
-    t_last = t_frame[np.cumsum(t) - 1]  # (K,)
-    v_max = np.maximum(np.maximum(t_last, grid[:, 1] - 1), grid[:, 2] - 1).astype(np.float64)
     video = np.stack([t_off, g.hi.numpy(), g.wi.numpy()])  # (3, Nvid)
-    audio = np.zeros(k, dtype=np.int64) if g.audio is None else g.audio.numpy().astype(np.int64)
     markers = int(chunks)  # Qwen2.5-Omni: the audio start / end tokens belong to the block
-    n_audio = np.where(audio > 0, audio - 2 * markers, 0)  # (K,) audio tokens proper
+    audio, n_audio = _omni_audio(g, markers)
     if not (audio > 0).any():
         ones = torch.ones(3, dtype=torch.float64)
         return torch.from_numpy(video), torch.from_numpy(_f32_extent(g.start, v_max)), ones
@@ -1280,10 +1274,10 @@ def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
         np.maximum.at(video_chunks, v_block, v_key + 1)
         audio_last = np.zeros(k, dtype=bool)
         audio_last[audio > 0] = ((n_audio - 1) // per_chunk + 1 >= video_chunks)[audio > 0]
+        last_max = np.where((audio > 0) & audio_last, n_audio - 1, v_max)
     else:  # merged by position, video first on ties: compared as the float32 sums with the block start
         v_key, a_key = _f32_sum(g.start, v_block, t_off), _f32_sum(g.start, a_block, a_local)
-        audio_last = _f32_sum(g.start, None, t_last) <= _f32_sum(g.start, None, n_audio - 1)
-    last_max = np.where((audio > 0) & audio_last, n_audio - 1, v_max)
+        last_max = _run_last_max(g.start, t_last, v_max, audio, n_audio)
     extent = _f32_extent(g.start, last_max)  # the end token(s) / the text after the block
     a_pos = a_local.astype(np.float64)
     v_key, a_key = np.asarray(v_key, dtype=np.float64), np.asarray(a_key, dtype=np.float64)
@@ -1313,6 +1307,46 @@ def _omni_block(g: BlockGeometry, o: SchemeOptions, *, chunks: bool):
     return torch.from_numpy(out), torch.from_numpy(extent), ones
 
 
+def _omni_frames(g: BlockGeometry, o: SchemeOptions, chunks: bool):
+    """Per frame of the blocks (``F = sum t``): its block ``(F,)`` and time offset ``T_f`` ``(F,)`` float64 (float32
+    products, floored for Qwen2.5-Omni's ``chunks``); per block: its last frame's ``T_f`` and its largest video
+    offset on any axis ``(K,)`` float64."""
+    grid = g._grid
+    t = grid[:, 0]
+    frame_block = np.repeat(np.arange(grid.shape[0]), t)  # (F,) per frame: its block and index f
+    f = (np.arange(frame_block.shape[0]) - np.repeat(np.cumsum(t) - t, t)).astype(np.float32)
+    seconds = np.where(g.is_image.numpy(), np.float32(1), g.seconds.numpy().astype(np.float32))  # (K,) float32
+    t_frame = (f * seconds[frame_block]).astype(np.float32) * np.float32(o.tokens_per_second)  # float32 products
+    if chunks:
+        t_frame = np.trunc(t_frame)  # .long()
+    t_frame = t_frame.astype(np.float64)
+    t_last = t_frame[np.cumsum(t) - 1]  # (K,)
+    v_max = np.maximum(np.maximum(t_last, grid[:, 1] - 1), grid[:, 2] - 1).astype(np.float64)
+    return frame_block, t_frame, t_last, v_max
+
+
+def _omni_audio(g: BlockGeometry, markers: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(K,)`` int64 each block's tokens besides its video tokens (``g.audio``; 0: none) and its audio tokens proper
+    (without the ``2 * markers`` start / end tokens)."""
+    audio = np.zeros(g._grid.shape[0], dtype=np.int64) if g.audio is None else g.audio.numpy().astype(np.int64)
+    return audio, np.where(audio > 0, audio - 2 * markers, 0)
+
+
+def _run_last_max(start: Tensor | None, t_last, v_max, audio, n_audio) -> np.ndarray:
+    """``(K,)`` Qwen3-Omni: the largest offset of the run that comes last in each block (its audio's last token
+    where that comes after the last frame, compared as the float32 sums with the block ``start``), else the
+    video's."""
+    audio_last = _f32_sum(start, None, t_last) <= _f32_sum(start, None, n_audio - 1)
+    return np.where((audio > 0) & audio_last, n_audio - 1, v_max)
+
+
+def _qwen3_omni_extent(g: BlockGeometry, o: SchemeOptions) -> np.ndarray:
+    """``(K,)`` the extents :func:`_qwen3_omni_block` gives for ``g.start``, from the blocks and frames alone."""
+    _, _, t_last, v_max = _omni_frames(g, o, chunks=False)
+    audio, n_audio = _omni_audio(g, 0)
+    return _f32_extent(g.start, _run_last_max(g.start, t_last, v_max, audio, n_audio))
+
+
 def _merge_by_time(n_v, n_a, marks, v_key, a_key):
     """Where each token of the blocks goes when every block's video and audio tokens are merged by key
     (video first on ties; each kind's keys rise along its tokens), a marker token at both ends of the
@@ -1340,10 +1374,18 @@ def _merge_by_time(n_v, n_a, marks, v_key, a_key):
         return None  # a key rounded when moved: ties could change
     if (np.diff(v_moved) < 0).any() or (np.diff(a_moved) < 0).any():
         return None
-    v_local = np.arange(v_block.shape[0]) - v_start[v_block]
-    a_local = np.arange(a_block.shape[0]) - a_start[a_block]
-    v_at = out_start[v_block] + marks[v_block] + v_local + np.searchsorted(a_moved, v_moved, "left") - a_start[v_block]
-    a_at = out_start[a_block] + marks[a_block] + a_local + np.searchsorted(v_moved, a_moved, "right") - v_start[a_block]
+    # a token's output index: its block's first + its marker + the tokens of both kinds before it in the block
+    # (its own kind's by index, the other kind's by key); keys repeat along a video frame's tokens, so the video
+    # keys are searched once per run of equal keys (runs never cross blocks: the moved keys rise across them)
+    base = out_start + marks - v_start - a_start  # (K,)
+    first = np.flatnonzero(np.diff(v_moved, prepend=-np.inf))  # (U,) each run of equal video keys: first token
+    keys = v_moved.take(first)  # (U,) rising
+    run_len = np.diff(first, append=v_moved.shape[0])  # (U,)
+    v_at = np.repeat(base.take(v_block.take(first)) + np.searchsorted(a_moved, keys, "left"), run_len)
+    v_at += np.arange(v_at.shape[0])
+    video_before = np.concatenate([[0], np.cumsum(run_len)])  # (U + 1,) video tokens of the first j runs
+    a_at = video_before.take(np.searchsorted(keys, a_moved, "right")) + base.take(a_block)
+    a_at += np.arange(a_at.shape[0])
     with_marks = np.flatnonzero(marks > 0)
     return v_at, a_at, out_start[with_marks], (out_start + size - 1)[with_marks]
 
@@ -1381,6 +1423,7 @@ for _scheme in (
         _IDENTITY,
         audio=True,
         reads_start=True,
+        extent=_qwen3_omni_extent,
         id_dtype=torch.float32,
         delta_dtype=torch.float32,
         paper="Xu et al. 2025, Qwen3-Omni TMRoPE (arXiv:2509.17765)",

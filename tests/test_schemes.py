@@ -661,3 +661,50 @@ def test_from_host_geometry_builds_the_same_tensors():
     assert "_defer" not in lazy.__dict__ and lazy.audio is None and lazy.start is None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = lazy.nope
+
+
+def _merged_order(n_v, n_a, marks, v_key, a_key):
+    """Each token's output index by an explicit sort per block: the start marker, then video and audio tokens by key
+    (video first on ties, then in index order), then the end marker."""
+    v_at, a_at, starts, ends = [], [], [], []
+    at = v0 = a0 = 0
+    for k in range(len(n_v)):
+        tokens = [(float(v_key[v0 + i]), 0, i) for i in range(n_v[k])] + [
+            (float(a_key[a0 + i]), 1, i) for i in range(n_a[k])
+        ]
+        if marks[k]:
+            starts.append(at)
+            at += 1
+        place = {}
+        for key, kind, i in sorted(tokens):
+            place[kind, i] = at
+            at += 1
+        v_at += [place[0, i] for i in range(n_v[k])]
+        a_at += [place[1, i] for i in range(n_a[k])]
+        if marks[k]:
+            ends.append(at)
+            at += 1
+        v0, a0 = v0 + n_v[k], a0 + n_a[k]
+    return v_at, a_at, starts, ends
+
+
+def test_merge_by_time_equals_a_sort_per_block():
+    """TMRoPE's merge of a block's video and audio tokens by key (video keys repeating along a frame, ties between
+    the kinds, blocks without one kind, markers) equals an explicit sort of every block's tokens."""
+    import numpy as np
+
+    from mmpos import schemes
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        k = int(rng.integers(1, 5))
+        n_v, n_a = rng.integers(0, 12, k), rng.integers(0, 9, k)
+        marks = rng.integers(0, 2, k) * (n_a > 0)
+        frame = rng.integers(1, 4)  # video tokens per key
+        v_key = np.concatenate([np.sort(rng.integers(0, 6, n) // 1.0)[np.arange(n) // frame * frame] for n in n_v])
+        a_key = np.concatenate([np.sort(rng.integers(0, 6, n) / 2.0) for n in n_a])
+        got = schemes._merge_by_time(n_v, n_a, marks, v_key.astype(np.float64), a_key.astype(np.float64))
+        want = _merged_order(n_v, n_a, marks, v_key, a_key)
+        assert got is not None
+        for g, w in zip(got, want):
+            assert g.tolist() == w

@@ -48,7 +48,7 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Scheme, SchemeOptions, get_scheme, resolve_options
-from ._token_blocks import check_grid, packed_rows
+from ._token_blocks import check_grid, marked_runs, modality_code, packed_rows
 
 __all__ = [
     "FAMILY_ROPE_INDEX",
@@ -232,34 +232,30 @@ def _hy_v4_vl_blocks(config, input_ids, image_grid_thw, video_grid_thw, attentio
     m = _merge(config)
     real = _real(attention_mask, input_ids)
     if mm_token_type_ids is None:
-        ids = host(input_ids)
-        marks = {1: ids == config.image_token_id, 2: ids == config.video_token_id}
+        code = modality_code(host(input_ids), config.image_token_id, config.video_token_id, real)
     else:
-        types = host(mm_token_type_ids)
-        marks = {1: types == 1, 2: types == 2}
-    grids, firsts, is_image = [], [], []
-    for kind, grid, name in ((1, image_grid_thw, "image_grid_thw"), (2, video_grid_thw, "video_grid_thw")):
-        tokens_grid = _row_grid(check_grid(grid, name), m, name)
-        first, length = _runs(marks[kind] & real)
-        if first.shape[0] != tokens_grid.shape[0]:
+        code = modality_code(host(mm_token_type_ids), 1, 2, real)
+    start, end, value = marked_runs(code)  # (M,) every run of image or video tokens, reading order
+    is_image = value == 1
+    grid = np.empty((start.shape[0], 3), dtype=np.int64)  # (M, 3) each run's grid
+    for kind, grid_thw, name in ((1, image_grid_thw, "image_grid_thw"), (2, video_grid_thw, "video_grid_thw")):
+        tokens_grid = _row_grid(check_grid(grid_thw, name), m, name)
+        runs = is_image.nonzero()[0] if kind == 1 else (~is_image).nonzero()[0]  # (K,) this kind's runs
+        if runs.shape[0] != tokens_grid.shape[0]:
             raise ValueError(
-                f"{name} holds {tokens_grid.shape[0]} grids, but input_ids holds {first.shape[0]} runs of "
+                f"{name} holds {tokens_grid.shape[0]} grids, but input_ids holds {runs.shape[0]} runs of "
                 f"{'image' if kind == 1 else 'video'} tokens"
             )
-        bad = np.flatnonzero(length != tokens_grid.prod(-1))
+        length = end.take(runs) - start.take(runs)
+        bad = (length != tokens_grid.prod(-1)).nonzero()[0]
         if bad.size:
             k = int(bad[0])
             raise ValueError(
                 f"{name}: grid {k} {tokens_grid[k].tolist()} (tokens, a newline per row) holds "
                 f"{int(tokens_grid[k].prod())} tokens, but its run of placeholder tokens holds {int(length[k])}"
             )
-        grids.append(tokens_grid)
-        firsts.append(first)
-        is_image.append(np.full(first.shape[0], kind == 1))
-    grid = np.concatenate(grids)
-    return real, VisionBlocks(
-        grid, np.concatenate(firsts), np.zeros(grid.shape[0], np.float32), np.concatenate(is_image)
-    )
+        grid[runs] = tokens_grid
+    return real, VisionBlocks(grid, start, np.zeros(grid.shape[0], np.float32), is_image)
 
 
 def hy_v4_vl_rope_index(

@@ -52,7 +52,7 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grids, fit_blocks, marked_runs, packed_rows
+from ._token_blocks import block_first, check_grids, fit_blocks, marked_runs, modality_code, packed_rows
 from .hf_families import FAMILY_ROPE_INDEX, GLM_VIDEO_MARKER_FAMILIES, inside_markers, video_markers
 
 __all__ = [
@@ -396,13 +396,8 @@ def _vision_code(
             marks, image_mark, video_mark = host(input_ids), options.image_token_id, options.video_token_id
             if markers is None and image_mark == video_mark:
                 return None
-        code = (marks == image_mark).view(np.uint8)  # (B, L) 1 on the image tokens; the ops below stay in uint8
-        if types is not None or markers is None:  # GLM-4V without types: its video tokens are not read
-            video = (marks == video_mark).view(np.uint8)  # (no token is both: the ids differ, or types do)
-            code += video
-            code += video  # (two adds, one loop: no shift or or loop to warm up)
-        if real is not None:
-            code *= real.view(np.uint8)  # real tokens only
+        # GLM-4V without types: its video tokens are not read (else no token is both: the ids differ, or types do)
+        code = modality_code(marks, image_mark, video_mark if types is not None or markers is None else None, real)
     if markers is not None and not _frames_by_runs(options, types):  # image tokens between video markers: frames
         framed = inside_markers(host(input_ids), *markers) & (code == 1)  # (transformers 4.57 types them 1)
         code += framed.view(np.uint8)
