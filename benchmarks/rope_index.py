@@ -14,7 +14,8 @@ shuffled each round (seeded):
 * :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the token ids (``rule="installed"``,
   no ``mm_token_type_ids``).
 
-The outputs are checked equal before timing. Time: wall and process CPU time per call. Peak
+The outputs are checked equal before timing. Time: wall and process CPU time per call, and its
+minor page faults (median). Peak
 memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of ``VmHWM`` with
 glibc mapping blocks of 64 KiB or more, measured after all timings, as ``benchmarks/rotary.py``).
 MiniCPM-V 4.7: an image is a thumbnail and 2 x 2 slices, a video 2--6 thumbnail frames (its
@@ -30,6 +31,7 @@ import argparse
 import importlib
 import inspect
 import random
+import resource
 import statistics
 import time
 import types
@@ -332,26 +334,33 @@ def calls(model_type: str, config, model_cls, batch: dict, rule: str):
     return (lambda: model_cls.get_rope_index(owner, **ref_kwargs)), (lambda: get_rope_index(config, **ours, rule=rule))
 
 
-def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True) -> tuple[dict, dict]:
+def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True, faults: dict | None = None) -> tuple[dict, dict]:
     """Wall and process CPU seconds of ``repeats`` calls per function; the functions take turns
     in every round so that all of them see the same load (the CPU is shared), in an order
     shuffled each round (seeded): the call right after transformers' finds the caches cold and
     the memory transformers freed handed back to the system (page faults), so no function
-    always takes that place."""
+    always takes that place. ``faults``: filled with each call's minor page faults (a fresh page
+    the allocator maps costs microseconds on a VM: a call whose output lands on fresh pages can
+    take twice as long, depending on what the process allocated and freed before)."""
     for fn in fns.values():
         fn()  # warm-up
     wall, cpu = {name: [] for name in fns}, {name: [] for name in fns}
+    if faults is not None:
+        faults.update({name: [] for name in fns})
     names, rng = list(fns), random.Random(0)
     for _ in range(repeats):
         order = rng.sample(names, len(names)) if shuffle else names
         for name in order:
             fn = fns[name]
             sync()
+            minflt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             sync()
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
+            if faults is not None:
+                faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - minflt)
     return wall, cpu
 
 
@@ -373,18 +382,20 @@ def families_table(args) -> None:
         want, got = ref(), ours()
         assert torch.equal(want[0], got[0]), model_type
         assert torch.equal(want[1].view(got[1].shape).to(got[1].dtype), got[1]), model_type
-        wall, cpu = time_rounds({"ref": ref, "ours": ours}, args.repeats, lambda: None)
-        rows.append((model_type, config, batch, wall, cpu))
+        faults = {}
+        wall, cpu = time_rounds({"ref": ref, "ours": ours}, args.repeats, lambda: None, faults=faults)
+        rows.append((model_type, config, batch, wall, cpu, faults))
         peaks.append((ref, ours))
     map_large_blocks()  # after all timings: it slows allocations
     med = statistics.median
     print(header("cpu", transformers, note="peak memory (after the timings)"))
     print(
         "| `model_type` | scheme | batch (tokens) | images / videos | transformers median (ms) | mmpos median (ms) "
-        "| speed-up, median | speed-up, best | speed-up, CPU median | peak MiB (transformers / mmpos) |"
+        "| speed-up, median | speed-up, best | speed-up, CPU median | peak MiB (transformers / mmpos) "
+        "| page faults per call, median (transformers / mmpos) |"
     )
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
-    for (model_type, config, batch, wall, cpu), (ref, ours) in zip(rows, peaks):
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for (model_type, config, batch, wall, cpu, faults), (ref, ours) in zip(rows, peaks):
         ref(), ours()
         mib = peak_mib(ref, "cpu"), peak_mib(ours, "cpu")
         b, length = batch["input_ids"].shape
@@ -401,7 +412,7 @@ def families_table(args) -> None:
             f"| `{model_type}` | `{scheme}` | {b} x {length} | {n_img} / {n_vid} | {med(wall['ref']) * 1e3:.1f} | "
             f"{med(wall['ours']) * 1e3:.2f} | {med(wall['ref']) / med(wall['ours']):.1f}x | "
             f"{min(wall['ref']) / min(wall['ours']):.1f}x | {med(cpu['ref']) / med(cpu['ours']):.1f}x | "
-            f"{mib[0]:.1f} / {mib[1]:.1f} |"
+            f"{mib[0]:.1f} / {mib[1]:.1f} | {med(faults['ref']):.0f} / {med(faults['ours']):.0f} |"
         )
     for reason in skipped:
         print(f"skipped: {reason}")

@@ -500,15 +500,23 @@ def _settle_starts(sch, geometry, options, text, block_first):
     sample = block_first // length  # (K,) blocks in reading order
     per_sample = np.bincount(sample, minlength=text.shape[0])
     sample_first = (np.cumsum(per_sample) - per_sample)[sample]  # (K,) the first block of each block's sample
+
+    def ask(g):  # (K,) float64 extents at g's starts, and block's whole answer where it gave them
+        placed = sch.block(g, options) if sch.extent is None else None
+        got = host(torch.as_tensor(sch.extent(g, options) if placed is None else placed[1]).to(torch.float64))
+        if got.shape != block_first.shape:
+            raise ValueError(
+                f"scheme {sch.name!r}: its rule gave extents {got.shape}, the blocks are {block_first.shape}"
+            )
+        return got, placed
+
     g = geometry
-    placed = None if sch.extent is not None else sch.block(g, options)  # (offset, extent, use_start) of g
-    extent = host(torch.as_tensor(sch.extent(g, options) if placed is None else placed[1]).to(torch.float64))
+    extent, placed = ask(g)
     for _ in range(int(per_sample.max()) + 1):
         done = np.cumsum(extent) - extent  # (K,) extents of the blocks before, over the whole batch ...
         done = done - done[sample_first]  # ... minus those of earlier samples
         g = dataclasses.replace(geometry, start=torch.from_numpy(text_before[block_first] + done))
-        placed = None if sch.extent is not None else sch.block(g, options)
-        new = host(torch.as_tensor(sch.extent(g, options) if placed is None else placed[1]).to(torch.float64))
+        new, placed = ask(g)
         if np.array_equal(new, extent):
             break
         extent = new
@@ -534,10 +542,10 @@ def _write_runs(
     vision block (token ``j`` of row ``r`` of block ``k`` at ``block_start[k] * use_start + base[:, r]
     + step * j``). Each axis is one ``cumsum`` over the flat batch of its per-token steps (1 on text,
     ``step`` on vision, 0 on padding) in which each run's first token holds its jump from the token
-    before (a sample's first token: from the last token of the sample before): a mask copied once per distinct step, a scatter of a few thousand jumps and a ``cumsum`` per
-    axis. The runs are found from the edges of ``real`` (``changes``, where it changes) and the blocks (no
-    index per token); every value is computed per run, in int64 after the finiteness check (exact). Inside a block
-    the jump from one row to the next is ``base``'s difference minus the row's span (the block start
+    before (a sample's first token: from the last token of the sample before): a mask copied once per
+    distinct step, a scatter of a few thousand jumps and a ``cumsum`` per axis. The runs are found from the
+    edges of ``real`` (``changes``, where it changes) and the blocks (no index per token); every value is
+    computed per run, in int64 after the finiteness check (exact). Inside a block the jump from one row to the next is ``base``'s difference minus the row's span (the block start
     cancels), so only each block's first and last values add it. Small per-axis values (steps,
     ``use_start``) are read as Python numbers.
 

@@ -410,6 +410,8 @@ class Scheme:
             raise ValueError(f"scheme {self.name!r}: give exactly one of block (per token) and rows (per row)")
         if block is None:
             object.__setattr__(self, "block", partial(_tokens_of_rows, self.rows))  # the row rule's per-token form
+        if self.extent is not None and not (self.reads_start and callable(self.extent)):
+            raise ValueError(f"scheme {self.name!r}: extent must be a function, given with reads_start=True")
 
 
 #: every scheme by name (``register_scheme`` adds to it)

@@ -708,3 +708,14 @@ def test_merge_by_time_equals_a_sort_per_block():
         assert got is not None
         for g, w in zip(got, want):
             assert g.tolist() == w
+
+
+def test_extent_rule_needs_reads_start():
+    """``Scheme.extent`` serves a rule that reads its block starts: given without ``reads_start``, or not a function,
+    the scheme is refused when made."""
+    own = SCHEMES["qwen3-omni"]
+    with pytest.raises(ValueError, match="extent must be a function, given with reads_start=True"):
+        replace(own, reads_start=False)
+    with pytest.raises(ValueError, match="extent must be a function"):
+        replace(own, extent=3.0)
+    assert replace(own, extent=None).extent is None  # the block rule alone settles the starts

@@ -357,3 +357,34 @@ def test_audio_visual_order_by_merge_and_by_sort(model_type, merge, monkeypatch)
             continue
         _assert_equal(hf_omni.get_rope_index(config, **batch), _reference(model_type, config, **batch))
     assert used and all(u == merge for u in used)
+
+
+def test_starts_settle_on_the_extent_rule_as_on_the_block_rule(monkeypatch):
+    """Qwen3-Omni's block rule reads its block starts: the packer settles them on ``Scheme.extent`` (per block, no
+    token) and places the tokens with one call of the block rule; without ``extent`` every round calls the block rule.
+    Both give the same ids, and the block rule runs once per batch with ``extent``."""
+    import dataclasses
+
+    config, _, _ = _family("qwen3_omni_moe")
+    own = SCHEMES["qwen3-omni"]
+    assert own.reads_start and own.extent is not None
+    calls = []
+
+    def counted(g, o):
+        calls.append(g.start is None)
+        return own.block(g, o)
+
+    rng = random.Random(11)
+    for _ in range(8):
+        batch = _random_batch(rng, "qwen3_omni_moe", config, rng.randint(2, 4), rng.choice(["left", "right"]), True)
+        if batch["image_grid_thw"] is None and batch["video_grid_thw"] is None:
+            continue
+        calls.clear()
+        monkeypatch.setitem(SCHEMES, "qwen3-omni", dataclasses.replace(own, block=counted))
+        with_extent = hf_omni.get_rope_index(config, **batch)
+        assert calls == [False]  # one call, at the settled starts
+        monkeypatch.setitem(SCHEMES, "qwen3-omni", dataclasses.replace(own, block=counted, extent=None))
+        without = hf_omni.get_rope_index(config, **batch)
+        assert len(calls) > 2 and calls[1]  # the first round's call has no starts yet
+        _assert_equal(with_extent, without)
+        _assert_equal(with_extent, _reference("qwen3_omni_moe", config, **batch))
