@@ -545,9 +545,9 @@ def _write_runs(
     before (a sample's first token: from the last token of the sample before): a mask copied once per
     distinct step, a scatter of a few thousand jumps and a ``cumsum`` per axis. The runs are found from the
     edges of ``real`` (``changes``, where it changes) and the blocks (no index per token); every value is
-    computed per run, in int64 after the finiteness check (exact). Inside a block the jump from one row to the next is ``base``'s difference minus the row's span (the block start
-    cancels), so only each block's first and last values add it. Small per-axis values (steps,
-    ``use_start``) are read as Python numbers.
+    computed per run, in int64 after the finiteness check (exact). Inside a block the jump from one row to the
+    next is ``base``'s difference minus the row's span (the block start cancels), so only each block's first
+    and last values add it. Small per-axis values (steps, ``use_start``) are read as Python numbers.
 
     Returns ``(nxt (B,), top (B,) or None, n_real (B,))`` int64: the next position after each sample, the
     largest position of each sample (text or vision, any axis; when ``tops``, for the ``"max-real"``

@@ -701,7 +701,7 @@ def test_merge_by_time_equals_a_sort_per_block():
         n_v, n_a = rng.integers(0, 12, k), rng.integers(0, 9, k)
         marks = rng.integers(0, 2, k) * (n_a > 0)
         frame = rng.integers(1, 4)  # video tokens per key
-        v_key = np.concatenate([np.sort(rng.integers(0, 6, n) // 1.0)[np.arange(n) // frame * frame] for n in n_v])
+        v_key = np.concatenate([np.sort(rng.integers(0, 6, n))[np.arange(n) // frame * frame] for n in n_v])
         a_key = np.concatenate([np.sort(rng.integers(0, 6, n) / 2.0) for n in n_a])
         got = schemes._merge_by_time(n_v, n_a, marks, v_key.astype(np.float64), a_key.astype(np.float64))
         want = _merged_order(n_v, n_a, marks, v_key, a_key)
