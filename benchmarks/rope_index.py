@@ -6,13 +6,15 @@ family has videos; HunYuan-VL and GLM-Image read images only, 6 per sample) betw
 5--40 text tokens, left padded, tokenised as the family's processor does (Qwen3-VL-style
 families: a video as timestamped one-frame blocks; GLM-4V: frames as image tokens between the
 video start and end tokens; ERNIE: frames merged in time; HY-V4-VL / HunYuan-VL: a newline
-token per merged row; GLM-Image: a target grid per sample). Two calls take turns, in an order
+token per merged row; GLM-Image: a target grid per sample). Three calls take turns, in an order
 shuffled each round (seeded):
 
 * the family's own ``get_rope_index`` of the installed release (called as the model calls it:
   with ``mm_token_type_ids`` where it takes them);
 * :func:`mmpos.integrations.hf_rope_index.get_rope_index` on the token ids (``rule="installed"``,
-  no ``mm_token_type_ids``).
+  no ``mm_token_type_ids``);
+* the floor (:func:`copy_floor`): ``input_ids`` and ``attention_mask`` read and the ids' tensor
+  written once, nothing computed -- what any token-id path that returns new ids costs at least.
 
 The outputs are checked equal before timing. Time: wall and process CPU time per call, and its
 minor page faults (median). Peak
@@ -42,6 +44,7 @@ import torch
 import transformers
 from _env import header
 from _memory import map_large_blocks, peak_mib
+from torch import Tensor
 
 from mmpos.integrations.hf_families import FAMILY_ROPE_INDEX, minicpmv4_7_rope_index, video_markers
 from mmpos.integrations.hf_omni import audio_token_counts
@@ -364,6 +367,20 @@ def time_rounds(fns: dict, repeats: int, sync, shuffle: bool = True, faults: dic
     return wall, cpu
 
 
+def copy_floor(batch: dict, shape: tuple[int, ...]):
+    """The memory-bound floor of any token-id path: read ``input_ids`` and ``attention_mask`` and write new
+    ``shape`` ``(rows, B, L)`` ids (``input_ids * attention_mask`` on every row), nothing computed."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+
+    def floor() -> Tensor:
+        out = torch.empty(shape, dtype=ids.dtype)
+        for row in out:
+            torch.mul(ids, mask, out=row)
+        return out
+
+    return floor
+
+
 def families_table(args) -> None:
     rule = installed_rule()
     chosen = sorted(m for m in model_types() if not m.endswith("_thinker"))  # a thinker: its Omni model's rule
@@ -383,7 +400,8 @@ def families_table(args) -> None:
         assert torch.equal(want[0], got[0]), model_type
         assert torch.equal(want[1].view(got[1].shape).to(got[1].dtype), got[1]), model_type
         faults = {}
-        wall, cpu = time_rounds({"ref": ref, "ours": ours}, args.repeats, lambda: None, faults=faults)
+        fns = {"ref": ref, "ours": ours, "floor": copy_floor(batch, tuple(want[0].shape))}
+        wall, cpu = time_rounds(fns, args.repeats, lambda: None, faults=faults)
         rows.append((model_type, config, batch, wall, cpu, faults))
         peaks.append((ref, ours))
     map_large_blocks()  # after all timings: it slows allocations
@@ -392,9 +410,9 @@ def families_table(args) -> None:
     print(
         "| `model_type` | scheme | batch (tokens) | images / videos | transformers median (ms) | mmpos median (ms) "
         "| speed-up, median | speed-up, best | speed-up, CPU median | peak MiB (transformers / mmpos) "
-        "| page faults per call, median (transformers / mmpos) |"
+        "| page faults per call, median (transformers / mmpos) | floor median (ms) | mmpos / floor |"
     )
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (model_type, config, batch, wall, cpu, faults), (ref, ours) in zip(rows, peaks):
         ref(), ours()
         mib = peak_mib(ref, "cpu"), peak_mib(ours, "cpu")
@@ -412,7 +430,8 @@ def families_table(args) -> None:
             f"| `{model_type}` | `{scheme}` | {b} x {length} | {n_img} / {n_vid} | {med(wall['ref']) * 1e3:.1f} | "
             f"{med(wall['ours']) * 1e3:.2f} | {med(wall['ref']) / med(wall['ours']):.1f}x | "
             f"{min(wall['ref']) / min(wall['ours']):.1f}x | {med(cpu['ref']) / med(cpu['ours']):.1f}x | "
-            f"{mib[0]:.1f} / {mib[1]:.1f} | {med(faults['ref']):.0f} / {med(faults['ours']):.0f} |"
+            f"{mib[0]:.1f} / {mib[1]:.1f} | {med(faults['ref']):.0f} / {med(faults['ours']):.0f} | "
+            f"{med(wall['floor']) * 1e3:.2f} | {med(wall['ours']) / med(wall['floor']):.1f}x |"
         )
     for reason in skipped:
         print(f"skipped: {reason}")
