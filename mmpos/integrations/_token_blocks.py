@@ -55,6 +55,20 @@ def _grids_one_by_one(image_grid_thw: Any, video_grid_thw: Any, merge: int) -> t
     return np.concatenate([images, videos]), images.shape[0]
 
 
+def real_tokens(attention_mask: Tensor | None, shape: tuple[int, ...]) -> np.ndarray:
+    """``(B, L)`` bool host array: where ``attention_mask`` (checked to have ``shape`` by the caller) is 1; every
+    token where it is ``None``. The mask must hold 0 and 1 only: transformers 4.57 reads ``attention_mask == 1``,
+    5.x ``attention_mask.bool()``, which agree on these values alone."""
+    if attention_mask is None:
+        return np.ones(shape, dtype=bool)
+    mask = host(attention_mask)
+    real = mask == 1
+    if np.count_nonzero(mask) != np.count_nonzero(real):  # a value that is neither 0 nor 1 (NaN included)
+        bad = mask[(mask != 0) & ~real].flat[0]
+        raise ValueError(f"attention_mask must hold 0 (padding) and 1 (a real token) only, got {bad.item()!r}")
+    return real
+
+
 def modality_code(marks: np.ndarray, image_mark: Any, video_mark: Any, real: np.ndarray | None) -> np.ndarray:
     """``(B, L)`` uint8: 1 where ``marks`` (token ids or types) equals ``image_mark``, 2 where it equals
     ``video_mark`` (``None``: none), on the ``real`` tokens (``None``: all), 0 elsewhere; the marks must differ.

@@ -48,7 +48,7 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Scheme, SchemeOptions, get_scheme, resolve_options
-from ._token_blocks import check_grid, marked_runs, modality_code, packed_rows
+from ._token_blocks import check_grid, marked_runs, modality_code, packed_rows, real_tokens
 
 __all__ = [
     "FAMILY_ROPE_INDEX",
@@ -155,12 +155,6 @@ def _runs(marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return edges[0::2], edges[1::2] - edges[0::2]
 
 
-def _real(attention_mask: Tensor | None, input_ids: Tensor) -> np.ndarray:
-    if attention_mask is None:
-        return np.ones(input_ids.shape, dtype=bool)
-    return host(attention_mask) == 1
-
-
 def _real_index(real: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     """Write into ``out`` ``(B, L)`` (contiguous, a dtype that holds ``-L .. L``) every real token's index among its
     row's real tokens, 0 on padding; return ``(B,)`` int64 real tokens and first real token (``L``: none) per row,
@@ -230,7 +224,7 @@ def _hy_v4_vl_blocks(config, input_ids, image_grid_thw, video_grid_thw, attentio
     _check_like(attention_mask, "attention_mask", input_ids)
     _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
     m = _merge(config)
-    real = _real(attention_mask, input_ids)
+    real = real_tokens(attention_mask, input_ids.shape)
     if mm_token_type_ids is None:
         code = modality_code(host(input_ids), config.image_token_id, config.video_token_id, real)
     else:
@@ -294,7 +288,7 @@ def _hunyuan_vl_images(config, input_ids, image_grid_thw, attention_mask, mm_tok
     _check_like(attention_mask, "attention_mask", input_ids)
     _check_like(mm_token_type_ids, "mm_token_type_ids", input_ids)
     m = _merge(config)
-    real = _real(attention_mask, input_ids)
+    real = real_tokens(attention_mask, input_ids.shape)
     if image_grid_thw is None:  # the reference then reads no image: every real token is 1-D
         grid, first, marks = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), None
     else:
@@ -539,7 +533,7 @@ def glm_image_blocks(
         )
     # the reference ignores a mask of another length (assisted decoding)
     use_mask = attention_mask is not None and tuple(attention_mask.shape) == (b, length)
-    real = host(attention_mask) == 1 if use_mask else np.ones((b, length), dtype=bool)
+    real = real_tokens(attention_mask if use_mask else None, (b, length))
     grids, offset, count = _glm_image_grids(image_grid_thw, images_per_sample, b)
     ids = host(input_ids)
     flat_real = real.reshape(-1)
@@ -965,7 +959,7 @@ def _minicpm_inputs(config, input_ids, mm_token_type_ids, target_sizes, target_s
                 f"{name} must be an integer tensor of shape (num_crops, 2), got {getattr(sizes, 'shape', sizes)}"
             )
         tables[kind] = host(sizes).astype(np.int64) // merge  # (h, w) in tokens per crop
-    real = _real(mask, input_ids)
+    real = real_tokens(mask, input_ids.shape)
     length = real.shape[1]
     counts = real.view(np.uint8).sum(1, dtype=np.uint16 if length < 2**16 else np.int64).astype(np.int64)
     flat = real.reshape(-1)  # (B * L,) the real tokens, row by row: masked reads and writes (no index arrays)

@@ -39,7 +39,7 @@ from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, packed_rows
+from ._token_blocks import block_first, check_grid, packed_rows, real_tokens
 
 __all__ = ["TALKERS", "audio_token_counts", "get_rope_index", "omni_layout", "omni_model_type", "packed_rope_index"]
 
@@ -180,7 +180,7 @@ def omni_layout(
             )
     b, length = input_ids.shape
     ids = host(input_ids).reshape(-1)
-    real = np.ones(ids.shape, dtype=bool) if attention_mask is None else host(attention_mask).reshape(-1) == 1
+    real = real_tokens(attention_mask, input_ids.shape).reshape(-1)
     is_image = (ids == _token(thinker, "image_token_id")) & real
     is_video = (ids == _token(thinker, "video_token_id")) & real
     is_audio = (ids == _token(thinker, "audio_token_id")) & real

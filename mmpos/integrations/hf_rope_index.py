@@ -52,7 +52,7 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grids, fit_blocks, marked_runs, modality_code, packed_rows
+from ._token_blocks import block_first, check_grids, fit_blocks, marked_runs, modality_code, packed_rows, real_tokens
 from .hf_families import FAMILY_ROPE_INDEX, GLM_VIDEO_MARKER_FAMILIES, inside_markers, video_markers
 
 __all__ = [
@@ -339,7 +339,7 @@ def token_layout(
         grid[:, 1:] //= merge  # (K, 3) in tokens
     tokens = grid[:, 0] * grid[:, 1] * grid[:, 2]  # (K,) (the packer's own product: no reduction loop)
 
-    real = None if attention_mask is None else host(attention_mask) == 1
+    real = None if attention_mask is None else real_tokens(attention_mask, input_ids.shape)
     code = _vision_code(options, input_ids, types, real)  # (B, L) 1 image, 2 video, 0 else
     if code is None:  # image and video tokens share an id: two masks, as the reference reads them
         marks = host(input_ids)

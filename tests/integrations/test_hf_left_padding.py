@@ -498,6 +498,60 @@ def test_omni_left_padded_positions_equal_each_sample_alone(model_type):
     _check_against_alone(ids, deltas, mask, alone, False)
 
 
+def _left_padded_call(model_type):
+    """``(call, mask)``: mmpos's front end of ``model_type`` on a left-padded batch, taking the attention mask."""
+    rng = random.Random(f"mask-{model_type}")
+    if model_type in OMNI_CLASSES:
+        cm, _ = family_modules(model_type)
+        config = getattr(cm, OMNI_CLASSES[model_type][0])()
+        for key, value in (("vision_start_token_id", 151652), ("vision_end_token_id", 151653)):
+            if getattr(config, key, None) is None:
+                setattr(config, key, value)
+        m, img = config.vision_config.spatial_merge_size, config.image_token_id
+        vs, ve = config.vision_start_token_id, config.vision_end_token_id
+        rows = [[5, vs] + [img] * 6 + [ve, 7], [8, vs] + [img] * 2 + [ve]]
+        input_ids, mask = _left_pad([torch.tensor([r]) for r in rows])
+        grids = torch.tensor([[1, 2 * m, 3 * m], [1, m, 2 * m]])
+        return lambda mask: hf_omni.get_rope_index(config, input_ids, grids, attention_mask=mask), mask
+    if model_type in OWN_CLASSES:
+        config, _, _ = own_family(model_type)
+        parts = [own_sample(rng, model_type, config) for _ in range(2)]
+        input_ids, mask = _left_pad([p[0] for p in parts])
+        types, _ = _left_pad([p[1] for p in parts])
+        inputs = {}
+        for key in parts[0][2]:
+            got = [p[2][key] for p in parts if p[2][key] is not None]
+            inputs[key] = "16x" if key == "downsample_mode" else (torch.cat(got) if got else None)
+        if model_type == "minicpmv4_7":
+            return lambda mask: hf_families.minicpmv4_7_rope_index(config, input_ids, types, attention_mask=mask,
+                                                                   **inputs), mask  # fmt: skip
+        return lambda mask: get_rope_index(config, input_ids, attention_mask=mask, **inputs), mask
+    config, _ = qwen_family(model_type)
+    parts = [qwen_sample(rng, config, scheme_for_config(config)) for _ in range(2)]
+    input_ids, mask = _left_pad([p[0] for p in parts])
+    grids = [cat_grids(parts, i) for i in (2, 3, 4)]
+    return lambda mask: get_rope_index(config, input_ids, grids[0], grids[1], mask, grids[2], rule="installed"), mask
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", *sorted(OWN_CLASSES), *sorted(OMNI_CLASSES)])
+def test_attention_mask_holds_zeros_and_ones_only(model_type):
+    """transformers 4.57 reads ``attention_mask == 1``, 5.x ``attention_mask.bool()``: they agree on 0 and 1 alone,
+    so every front end refuses another value (a 2, a -1, NaN), naming it; a bool or float mask of 0 and 1 is read
+    as the integer one."""
+    call, mask = _left_padded_call(model_type)
+    want = call(mask)
+    for same in (mask.bool(), mask.double()):
+        got = call(same)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for bad, shown in ((2, "2"), (-1, "-1"), (float("nan"), "nan")):
+        other = mask.double() if isinstance(bad, float) else mask.clone()
+        other[0, -1] = bad
+        with pytest.raises(
+            ValueError, match=rf"attention_mask must hold 0 \(padding\) and 1 \(a real token\) only, got {shown}"
+        ):
+            call(other)
+
+
 # --------------------------------------------------------------------------- a packed forward of every tiny model
 #: the models whose text layers carry state across the row (linear attention: its recurrence and short convolution
 #: read no sample boundaries), so a packed row is not each sample alone in the model itself (run here: the later
