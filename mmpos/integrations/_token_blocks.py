@@ -69,6 +69,18 @@ def real_tokens(attention_mask: Tensor | None, shape: tuple[int, ...]) -> np.nda
     return real
 
 
+def modality_types(mm_token_type_ids: Tensor) -> np.ndarray:
+    """Host copy of ``mm_token_type_ids`` (shape checked by the caller): 0 (text), 1 (image) or 2 (video) only, as
+    the references read them (another value is no modality of theirs: a ``KeyError`` or a wrong grid there)."""
+    types = host(mm_token_type_ids)
+    bad = (types < 0) | (types > 2)
+    if bad.any():
+        raise ValueError(
+            f"mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video), got {types[bad].flat[0].item()!r}"
+        )
+    return types
+
+
 def modality_code(marks: np.ndarray, image_mark: Any, video_mark: Any, real: np.ndarray | None) -> np.ndarray:
     """``(B, L)`` uint8: 1 where ``marks`` (token ids or types) equals ``image_mark``, 2 where it equals
     ``video_mark`` (``None``: none), on the ``real`` tokens (``None``: all), 0 elsewhere; the marks must differ.

@@ -48,7 +48,7 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Scheme, SchemeOptions, get_scheme, resolve_options
-from ._token_blocks import check_grid, marked_runs, modality_code, packed_rows, real_tokens
+from ._token_blocks import check_grid, marked_runs, modality_code, modality_types, packed_rows, real_tokens
 
 __all__ = [
     "FAMILY_ROPE_INDEX",
@@ -228,7 +228,7 @@ def _hy_v4_vl_blocks(config, input_ids, image_grid_thw, video_grid_thw, attentio
     if mm_token_type_ids is None:
         code = modality_code(host(input_ids), config.image_token_id, config.video_token_id, real)
     else:
-        code = modality_code(host(mm_token_type_ids), 1, 2, real)
+        code = modality_code(modality_types(mm_token_type_ids), 1, 2, real)
     start, end, value = marked_runs(code)  # (M,) every run of image or video tokens, reading order
     is_image = value == 1
     grid = np.empty((start.shape[0], 3), dtype=np.int64)  # (M, 3) each run's grid
@@ -974,7 +974,7 @@ def _minicpm_inputs(config, input_ids, mm_token_type_ids, target_sizes, target_s
         else:
             types += (ids == image).view(np.int8)  # (no masked write)
     else:
-        types = host(mm_token_type_ids).reshape(-1)
+        types = modality_types(mm_token_type_ids).reshape(-1)
         types = types[flat] if padded else types
     return real, counts, flat, padded, (ids, types, counts, tables, merge, markers)
 

@@ -52,7 +52,16 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_float, check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Rule, SchemeOptions, get_scheme, model_types, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grids, fit_blocks, marked_runs, modality_code, packed_rows, real_tokens
+from ._token_blocks import (
+    block_first,
+    check_grids,
+    fit_blocks,
+    marked_runs,
+    modality_code,
+    modality_types,
+    packed_rows,
+    real_tokens,
+)
 from .hf_families import FAMILY_ROPE_INDEX, GLM_VIDEO_MARKER_FAMILIES, inside_markers, video_markers
 
 __all__ = [
@@ -320,9 +329,7 @@ def token_layout(
                 f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got "
                 f"{tuple(getattr(t, 'shape', ()))}"
             )
-    types = None if mm_token_type_ids is None else host(mm_token_type_ids)
-    if types is not None and types.size and not ((types >= 0) & (types <= 2)).all():
-        raise ValueError("mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video)")
+    types = None if mm_token_type_ids is None else modality_types(mm_token_type_ids)
     merge, temporal_merge = options.merge, options.temporal_merge
     grid, k_img = check_grids(image_grid_thw, video_grid_thw, merge)  # (K, 3) images then videos, a fresh array
     videos = grid[k_img:]

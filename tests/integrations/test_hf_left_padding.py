@@ -499,7 +499,9 @@ def test_omni_left_padded_positions_equal_each_sample_alone(model_type):
 
 
 def _left_padded_call(model_type):
-    """``(call, mask)``: mmpos's front end of ``model_type`` on a left-padded batch, taking the attention mask."""
+    """``(call, mask, types)``: mmpos's front end of ``model_type`` on a left-padded batch, ``call(mask, types=None)``
+    (``types``: the batch's ``mm_token_type_ids``; ``None``: the token ids say; the Omni models and GLM-Image read
+    no types, MiniCPM-V reads them always)."""
     rng = random.Random(f"mask-{model_type}")
     if model_type in OMNI_CLASSES:
         cm, _ = family_modules(model_type)
@@ -512,25 +514,42 @@ def _left_padded_call(model_type):
         rows = [[5, vs] + [img] * 6 + [ve, 7], [8, vs] + [img] * 2 + [ve]]
         input_ids, mask = _left_pad([torch.tensor([r]) for r in rows])
         grids = torch.tensor([[1, 2 * m, 3 * m], [1, m, 2 * m]])
-        return lambda mask: hf_omni.get_rope_index(config, input_ids, grids, attention_mask=mask), mask
+
+        def call(mask, types=None):
+            return hf_omni.get_rope_index(config, input_ids, grids, attention_mask=mask)
+
+        return call, mask, None
     if model_type in OWN_CLASSES:
         config, _, _ = own_family(model_type)
         parts = [own_sample(rng, model_type, config) for _ in range(2)]
-        input_ids, mask = _left_pad([p[0] for p in parts])
-        types, _ = _left_pad([p[1] for p in parts])
         inputs = {}
         for key in parts[0][2]:
             got = [p[2][key] for p in parts if p[2][key] is not None]
             inputs[key] = "16x" if key == "downsample_mode" else (torch.cat(got) if got else None)
-        if model_type == "minicpmv4_7":
-            return lambda mask: hf_families.minicpmv4_7_rope_index(config, input_ids, types, attention_mask=mask,
-                                                                   **inputs), mask  # fmt: skip
-        return lambda mask: get_rope_index(config, input_ids, attention_mask=mask, **inputs), mask
-    config, _ = qwen_family(model_type)
-    parts = [qwen_sample(rng, config, scheme_for_config(config)) for _ in range(2)]
+    else:
+        config, _ = qwen_family(model_type)
+        parts = [qwen_sample(rng, config, scheme_for_config(config)) for _ in range(2)]
+        grids = [cat_grids(parts, i) for i in (2, 3, 4)]
+        inputs = {"image_grid_thw": grids[0], "video_grid_thw": grids[1], "second_per_grid_ts": grids[2]}
+        inputs["rule"] = "installed"
     input_ids, mask = _left_pad([p[0] for p in parts])
-    grids = [cat_grids(parts, i) for i in (2, 3, 4)]
-    return lambda mask: get_rope_index(config, input_ids, grids[0], grids[1], mask, grids[2], rule="installed"), mask
+    all_types, _ = _left_pad([p[1] for p in parts])
+    if model_type == "minicpmv4_7":
+
+        def call(mask, types=all_types):
+            return hf_families.minicpmv4_7_rope_index(config, input_ids, types, attention_mask=mask, **inputs)
+
+    elif model_type == "glm_image":
+
+        def call(mask, types=None):
+            return get_rope_index(config, input_ids, attention_mask=mask, **inputs)
+
+    else:
+
+        def call(mask, types=None):
+            return get_rope_index(config, input_ids, attention_mask=mask, mm_token_type_ids=types, **inputs)
+
+    return call, mask, all_types
 
 
 @pytest.mark.parametrize("model_type", ["qwen2_vl", *sorted(OWN_CLASSES), *sorted(OMNI_CLASSES)])
@@ -538,7 +557,7 @@ def test_attention_mask_holds_zeros_and_ones_only(model_type):
     """transformers 4.57 reads ``attention_mask == 1``, 5.x ``attention_mask.bool()``: they agree on 0 and 1 alone,
     so every front end refuses another value (a 2, a -1, NaN), naming it; a bool or float mask of 0 and 1 is read
     as the integer one."""
-    call, mask = _left_padded_call(model_type)
+    call, mask, _ = _left_padded_call(model_type)
     want = call(mask)
     for same in (mask.bool(), mask.double()):
         got = call(same)
@@ -550,6 +569,24 @@ def test_attention_mask_holds_zeros_and_ones_only(model_type):
             ValueError, match=rf"attention_mask must hold 0 \(padding\) and 1 \(a real token\) only, got {shown}"
         ):
             call(other)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "hy_v4_vl", "minicpmv4_7"])
+def test_mm_token_type_ids_hold_text_image_video_only(model_type):
+    """The references read 0 (text), 1 (image) and 2 (video): another value is no modality of theirs (HY-V4-VL's
+    and MiniCPM-V's: a ``KeyError``), so the front ends that read ``mm_token_type_ids`` refuse it, naming it; the
+    processor's types give the ids the token ids give."""
+    call, mask, types = _left_padded_call(model_type)
+    want = call(mask)
+    got = call(mask, types)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for bad in (3, -1):
+        other = types.clone()
+        other[0, -1] = bad
+        with pytest.raises(
+            ValueError, match=rf"mm_token_type_ids must hold 0 \(text\), 1 \(image\) or 2 \(video\), got {bad}"
+        ):
+            call(mask, other)
 
 
 # --------------------------------------------------------------------------- a packed forward of every tiny model
