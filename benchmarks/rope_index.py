@@ -22,7 +22,7 @@ memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of 
 glibc mapping blocks of 64 KiB or more, measured after all timings, as ``benchmarks/rotary.py``).
 MiniCPM-V 4.7: an image is a thumbnail and 2 x 2 slices, a video 2--6 thumbnail frames (its
 "images / videos" column counts crops and frames). ``--table qwen2-vl-images`` gives the earlier table instead (Qwen2-VL, 64 samples x 8 images,
-with ``layout.build``). Usage::
+with ``layout.build`` and the floor). Usage::
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/rope_index.py [--families qwen2_vl,glm4v] [--repeats 20]
 """
@@ -481,7 +481,9 @@ def qwen2_vl_images_table(args) -> None:
         "mmpos `layout.build` (segments)": lambda: build(segments, "qwen2-vl", padding_side="left", rule=rule),
     }
     ref = next(iter(fns.values()))()
-    for fn in fns.values():
+    checked = list(fns.values())
+    fns["floor: the inputs read, the ids written once (`copy_floor`)"] = copy_floor(hf_kwargs, tuple(ref[0].shape))
+    for fn in checked:
         out = fn()
         ids, deltas = (out.position_ids, out.rope_deltas) if hasattr(out, "position_ids") else out
         assert torch.equal(ids, ref[0]) and torch.equal(deltas, ref[1])
