@@ -9,15 +9,19 @@ from torch import Tensor
 
 
 def host(t: Tensor | np.ndarray) -> np.ndarray:
-    """A NumPy view of ``t`` on the host (no copy for a CPU tensor or an array; one transfer otherwise)."""
+    """A C-contiguous NumPy array of ``t`` on the host: a view of a contiguous CPU tensor or array (no copy), else
+    one copy or transfer. Callers flatten it (``reshape(-1)``, a view only of a C-contiguous array) and write into
+    the flat view, so a transposed or sliced ``input_ids`` must not reach them as a strided view."""
     if not isinstance(t, Tensor):
-        return np.asarray(t)
-    if t.is_cpu and not t.requires_grad:
+        out = np.asarray(t)
+    elif t.is_cpu and not t.requires_grad:
         try:
-            return t.numpy()  # one call where it can (a CPU tensor without grad)
+            out = t.numpy()  # one call where it can (a CPU tensor without grad)
         except (RuntimeError, TypeError):  # e.g. a conjugate or negative view
-            pass
-    return t.detach().cpu().numpy()
+            out = t.detach().cpu().numpy()
+    else:
+        out = t.detach().cpu().numpy()
+    return out if out.flags.c_contiguous else np.ascontiguousarray(out)  # (0-d arrays are contiguous)
 
 
 def ids_in_dtype(ids: Tensor, deltas: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

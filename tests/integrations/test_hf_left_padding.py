@@ -499,9 +499,9 @@ def test_omni_left_padded_positions_equal_each_sample_alone(model_type):
 
 
 def _left_padded_call(model_type):
-    """``(call, mask, types)``: mmpos's front end of ``model_type`` on a left-padded batch, ``call(mask, types=None)``
-    (``types``: the batch's ``mm_token_type_ids``; ``None``: the token ids say; the Omni models and GLM-Image read
-    no types, MiniCPM-V reads them always)."""
+    """``(call, input_ids, mask, types)``: mmpos's front end of ``model_type`` on a left-padded batch,
+    ``call(input_ids, mask, types=None)`` (``types``: the batch's ``mm_token_type_ids``; ``None``: the token ids say;
+    the Omni models and GLM-Image read no types, MiniCPM-V reads them always)."""
     rng = random.Random(f"mask-{model_type}")
     if model_type in OMNI_CLASSES:
         cm, _ = family_modules(model_type)
@@ -515,10 +515,10 @@ def _left_padded_call(model_type):
         input_ids, mask = _left_pad([torch.tensor([r]) for r in rows])
         grids = torch.tensor([[1, 2 * m, 3 * m], [1, m, 2 * m]])
 
-        def call(mask, types=None):
+        def call(input_ids, mask, types=None):
             return hf_omni.get_rope_index(config, input_ids, grids, attention_mask=mask)
 
-        return call, mask, None
+        return call, input_ids, mask, None
     if model_type in OWN_CLASSES:
         config, _, _ = own_family(model_type)
         parts = [own_sample(rng, model_type, config) for _ in range(2)]
@@ -536,20 +536,20 @@ def _left_padded_call(model_type):
     all_types, _ = _left_pad([p[1] for p in parts])
     if model_type == "minicpmv4_7":
 
-        def call(mask, types=all_types):
+        def call(input_ids, mask, types=all_types):
             return hf_families.minicpmv4_7_rope_index(config, input_ids, types, attention_mask=mask, **inputs)
 
     elif model_type == "glm_image":
 
-        def call(mask, types=None):
+        def call(input_ids, mask, types=None):
             return get_rope_index(config, input_ids, attention_mask=mask, **inputs)
 
     else:
 
-        def call(mask, types=None):
+        def call(input_ids, mask, types=None):
             return get_rope_index(config, input_ids, attention_mask=mask, mm_token_type_ids=types, **inputs)
 
-    return call, mask, all_types
+    return call, input_ids, mask, all_types
 
 
 @pytest.mark.parametrize("model_type", ["qwen2_vl", *sorted(OWN_CLASSES), *sorted(OMNI_CLASSES)])
@@ -557,10 +557,10 @@ def test_attention_mask_holds_zeros_and_ones_only(model_type):
     """transformers 4.57 reads ``attention_mask == 1``, 5.x ``attention_mask.bool()``: they agree on 0 and 1 alone,
     so every front end refuses another value (a 2, a -1, NaN), naming it; a bool or float mask of 0 and 1 is read
     as the integer one."""
-    call, mask, _ = _left_padded_call(model_type)
-    want = call(mask)
+    call, input_ids, mask, _ = _left_padded_call(model_type)
+    want = call(input_ids, mask)
     for same in (mask.bool(), mask.double()):
-        got = call(same)
+        got = call(input_ids, same)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     for bad, shown in ((2, "2"), (-1, "-1"), (float("nan"), "nan")):
         other = mask.double() if isinstance(bad, float) else mask.clone()
@@ -568,7 +568,7 @@ def test_attention_mask_holds_zeros_and_ones_only(model_type):
         with pytest.raises(
             ValueError, match=rf"attention_mask must hold 0 \(padding\) and 1 \(a real token\) only, got {shown}"
         ):
-            call(other)
+            call(input_ids, other)
 
 
 @pytest.mark.parametrize("model_type", ["qwen2_vl", "hy_v4_vl", "minicpmv4_7"])
@@ -576,9 +576,9 @@ def test_mm_token_type_ids_hold_text_image_video_only(model_type):
     """The references read 0 (text), 1 (image) and 2 (video): another value is no modality of theirs (HY-V4-VL's
     and MiniCPM-V's: a ``KeyError``), so the front ends that read ``mm_token_type_ids`` refuse it, naming it; the
     processor's types give the ids the token ids give."""
-    call, mask, types = _left_padded_call(model_type)
-    want = call(mask)
-    got = call(mask, types)
+    call, input_ids, mask, types = _left_padded_call(model_type)
+    want = call(input_ids, mask)
+    got = call(input_ids, mask, types)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     for bad in (3, -1):
         other = types.clone()
@@ -586,7 +586,26 @@ def test_mm_token_type_ids_hold_text_image_video_only(model_type):
         with pytest.raises(
             ValueError, match=rf"mm_token_type_ids must hold 0 \(text\), 1 \(image\) or 2 \(video\), got {bad}"
         ):
-            call(mask, other)
+            call(input_ids, mask, other)
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """``t`` ``(B, L)`` as the transpose of a transposed copy: the same values, not contiguous."""
+    out = torch.empty(t.shape[::-1], dtype=t.dtype)
+    out.copy_(t.t())
+    return out.t()
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", *sorted(OWN_CLASSES), *sorted(OMNI_CLASSES)])
+def test_strided_inputs_give_the_ids_of_contiguous_ones(model_type):
+    """``input_ids``, ``attention_mask`` and ``mm_token_type_ids`` that are not contiguous (a transpose, a slice)
+    give the ids of their contiguous copies. (HunYuan-VL's front end unmarked an image's boundary tokens in a
+    flattened copy of a strided mask, so they stayed image tokens.)"""
+    call, input_ids, mask, types = _left_padded_call(model_type)
+    for given in (None, types) if types is not None else (None,):
+        want = call(input_ids, mask, given)
+        got = call(_strided(input_ids), _strided(mask), None if given is None else _strided(given))
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 # --------------------------------------------------------------------------- a packed forward of every tiny model
