@@ -339,8 +339,13 @@ def decode_position_ids(rope_deltas: Tensor, cache_position: Tensor | int, num_n
         raise ValueError(f"rope_deltas must be a tensor of shape (B, 1), got {got}")
     _check_int(num_new, "num_new", 1)
     _check_int(rows, "rows", 1)
-    if isinstance(cache_position, Tensor):
-        start = cache_position.reshape(-1)[:1].to(rope_deltas.device)  # (1,)
+    if isinstance(cache_position, Tensor):  # its dtype and size only: a value check would sync the device
+        c = cache_position
+        if not c.numel() or c.is_floating_point() or c.is_complex() or c.dtype == torch.bool:
+            raise ValueError(
+                f"cache_position must be an int >= 0 or a non-empty integer tensor, got {c.dtype} {tuple(c.shape)}"
+            )
+        start = c.reshape(-1)[:1].to(rope_deltas.device)  # (1,)
     else:
         start = torch.tensor([_check_int(cache_position, "cache_position", 0)], device=rope_deltas.device)
     steps = torch.arange(num_new, device=rope_deltas.device)

@@ -252,6 +252,10 @@ def test_decode_errors():
         decode_position_ids(torch.zeros(3, 1), 5, 0)
     with pytest.raises(ValueError, match="cache_position"):
         decode_position_ids(torch.zeros(3, 1), -1)
+    # a tensor: its dtype and size (a float would be truncated, an empty one give no position)
+    for bad in (torch.tensor([5.5]), torch.zeros(0, dtype=torch.long), torch.tensor([True])):
+        with pytest.raises(ValueError, match="cache_position must be an int >= 0 or a non-empty integer tensor"):
+            decode_position_ids(torch.zeros(3, 1), bad)
 
 
 # ----------------------------------------------------------------------------- errors
