@@ -22,9 +22,12 @@ memory: extra MiB one call adds (CUDA ``max_memory_allocated``; CPU the rise of 
 glibc mapping blocks of 64 KiB or more, measured after all timings, as ``benchmarks/rotary.py``).
 MiniCPM-V 4.7: an image is a thumbnail and 2 x 2 slices, a video 2--6 thumbnail frames (its
 "images / videos" column counts crops and frames). ``--table qwen2-vl-images`` gives the earlier table instead (Qwen2-VL, 64 samples x 8 images,
-with ``layout.build`` and the floor). Usage::
+with ``layout.build`` and the floor). ``--processes N`` times each family in N fresh processes instead, one after
+the other, and reports the speed-up of each: one process's ratio moves with the reference's own time and with
+page-fault storms, so a family near 30x is decided differently from one process to the next. Usage::
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/rope_index.py [--families qwen2_vl,glm4v] [--repeats 20]
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/rope_index.py --families hy_v4_vl,qwen2_vl --processes 8
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import random
 import resource
 import statistics
+import subprocess
+import sys
 import time
 import types
 from types import SimpleNamespace
@@ -381,6 +387,85 @@ def copy_floor(batch: dict, shape: tuple[int, ...]):
     return floor
 
 
+def timed_family(model_type: str, args, rule: str) -> dict | str:
+    """One family's batch and its three calls timed in ``args.repeats`` shuffled rounds (outputs checked equal
+    first): wall and CPU seconds and minor page faults per call, per function; or why the release lacks it."""
+    found = family(model_type)
+    if isinstance(found, str):
+        return found
+    config, model_cls = found
+    batch = make_batch(model_type, config, args.samples, args.images, args.videos)
+    ref, ours = calls(model_type, config, model_cls, batch, rule)
+    want, got = ref(), ours()
+    assert torch.equal(want[0], got[0]), model_type
+    assert torch.equal(want[1].view(got[1].shape).to(got[1].dtype), got[1]), model_type
+    faults = {}
+    fns = {"ref": ref, "ours": ours, "floor": copy_floor(batch, tuple(want[0].shape))}
+    wall, cpu = time_rounds(fns, args.repeats, lambda: None, faults=faults)
+    return {"config": config, "batch": batch, "calls": (ref, ours), "wall": wall, "cpu": cpu, "faults": faults}
+
+
+def processes_table(args) -> None:
+    """``--processes N``: each family timed in N fresh processes, one after the other (the ratio of one process
+    moves with the reference's own time and with page-fault storms, docs/benchmarks/multimodal.md): the speed-up
+    of each (medians of its rounds), how many reach 30x, the ranges of the medians, and the processes whose mmpos
+    calls ran in a fault storm (a median of more than 100 minor faults per call: the output on fresh pages)."""
+    chosen = [m for m in args.families.split(",") if m] or sorted(
+        m for m in model_types() if not m.endswith("_thinker")
+    )
+    print(header("cpu", transformers, note=f"{args.processes} fresh processes per family, {args.repeats} rounds each"))
+    print(
+        "| `model_type` | speed-up of each process, sorted | processes at 30x or more | transformers median (ms), "
+        "range | mmpos median (ms), range | floor median (ms), range | processes in a fault storm (mmpos) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    skipped = []
+    for model_type in chosen:
+        runs = []
+        for _ in range(args.processes):
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one-process-json",
+                "--families",
+                model_type,
+                "--repeats",
+                str(args.repeats),
+            ]
+            cmd += ["--samples", str(args.samples), "--images", str(args.images), "--videos", str(args.videos)]
+            line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            if line == "null":  # not in this release
+                break
+            runs.append(json.loads(line))
+        if not runs:
+            skipped.append(model_type)
+            continue
+        speed = sorted(r["ref"] / r["ours"] for r in runs)
+
+        def span(key: str, runs=runs) -> str:
+            return f"{min(r[key] for r in runs) * 1e3:.2f}-{max(r[key] for r in runs) * 1e3:.2f}"
+
+        print(
+            f"| `{model_type}` | {', '.join(f'{x:.1f}' for x in speed)} | {sum(x >= 30 for x in speed)} / {len(runs)} "
+            f"| {span('ref')} | {span('ours')} | {span('floor')} | {sum(r['faults'] > 100 for r in runs)} |"
+        )
+    for model_type in skipped:
+        print(f"skipped: transformers {transformers.__version__} has no {model_type}")
+    print(header("cpu", transformers, note="end"))
+
+
+def one_process_json(args) -> None:
+    """``--one-process-json``: one family (``--families``) timed in this process, printed as one JSON line (wall
+    medians in seconds; mmpos's median minor faults per call) for :func:`processes_table`; ``null`` if the
+    installed release lacks it."""
+    timed = timed_family(args.families, args, installed_rule())
+    if isinstance(timed, str):
+        print("null")
+        return
+    wall, med = timed["wall"], statistics.median
+    print(json.dumps({**{k: med(wall[k]) for k in ("ref", "ours", "floor")}, "faults": med(timed["faults"]["ours"])}))
+
+
 def families_table(args) -> None:
     rule = installed_rule()
     chosen = sorted(m for m in model_types() if not m.endswith("_thinker"))  # a thinker: its Omni model's rule
@@ -389,21 +474,12 @@ def families_table(args) -> None:
     print(header("cpu", transformers, note=f"timings; rule {rule}; {args.repeats} shuffled rounds per family"))
     rows, skipped, peaks = [], [], []
     for model_type in chosen:
-        found = family(model_type)
-        if isinstance(found, str):
-            skipped.append(found)
+        timed = timed_family(model_type, args, rule)
+        if isinstance(timed, str):
+            skipped.append(timed)
             continue
-        config, model_cls = found
-        batch = make_batch(model_type, config, args.samples, args.images, args.videos)
-        ref, ours = calls(model_type, config, model_cls, batch, rule)
-        want, got = ref(), ours()
-        assert torch.equal(want[0], got[0]), model_type
-        assert torch.equal(want[1].view(got[1].shape).to(got[1].dtype), got[1]), model_type
-        faults = {}
-        fns = {"ref": ref, "ours": ours, "floor": copy_floor(batch, tuple(want[0].shape))}
-        wall, cpu = time_rounds(fns, args.repeats, lambda: None, faults=faults)
-        rows.append((model_type, config, batch, wall, cpu, faults))
-        peaks.append((ref, ours))
+        rows.append((model_type, timed["config"], timed["batch"], timed["wall"], timed["cpu"], timed["faults"]))
+        peaks.append(timed["calls"])
     map_large_blocks()  # after all timings: it slows allocations
     med = statistics.median
     print(header("cpu", transformers, note="peak memory (after the timings)"))
@@ -514,8 +590,17 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=4)
     parser.add_argument("--videos", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="time each family in this many fresh processes (families table)"
+    )
+    parser.add_argument("--one-process-json", action="store_true", help=argparse.SUPPRESS)  # --processes' children
     args = parser.parse_args()
-    (families_table if args.table == "families" else qwen2_vl_images_table)(args)
+    if args.one_process_json:
+        one_process_json(args)
+    elif args.table == "families" and args.processes > 1:
+        processes_table(args)
+    else:
+        (families_table if args.table == "families" else qwen2_vl_images_table)(args)
 
 
 if __name__ == "__main__":
