@@ -11,7 +11,10 @@ from torch import Tensor
 def host(t: Tensor | np.ndarray) -> np.ndarray:
     """A C-contiguous NumPy array of ``t`` on the host: a view of a contiguous CPU tensor or array (no copy), else
     one copy or transfer. Callers flatten it (``reshape(-1)``, a view only of a C-contiguous array) and write into
-    the flat view, so a transposed or sliced ``input_ids`` must not reach them as a strided view."""
+    the flat view, so a transposed or sliced ``input_ids`` must not reach them as a strided view. bfloat16, which
+    NumPy lacks, comes back as float32 (exactly)."""
+    if isinstance(t, Tensor) and t.dtype == torch.bfloat16:
+        t = t.float()
     if not isinstance(t, Tensor):
         out = np.asarray(t)
     elif t.is_cpu and not t.requires_grad:

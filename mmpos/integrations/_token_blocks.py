@@ -73,6 +73,8 @@ def modality_types(mm_token_type_ids: Tensor) -> np.ndarray:
     """Host copy of ``mm_token_type_ids`` (shape checked by the caller): 0 (text), 1 (image) or 2 (video) only, as
     the references read them (another value is no modality of theirs: a ``KeyError`` or a wrong grid there)."""
     types = host(mm_token_type_ids)
+    if types.dtype.kind not in "iu":
+        raise ValueError(f"mm_token_type_ids must be an integer tensor (0 text, 1 image, 2 video), got {types.dtype}")
     bad = (types < 0) | (types > 2)
     if bad.any():
         raise ValueError(

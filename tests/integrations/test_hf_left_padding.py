@@ -555,11 +555,11 @@ def _left_padded_call(model_type):
 @pytest.mark.parametrize("model_type", ["qwen2_vl", *sorted(OWN_CLASSES), *sorted(OMNI_CLASSES)])
 def test_attention_mask_holds_zeros_and_ones_only(model_type):
     """transformers 4.57 reads ``attention_mask == 1``, 5.x ``attention_mask.bool()``: they agree on 0 and 1 alone,
-    so every front end refuses another value (a 2, a -1, NaN), naming it; a bool or float mask of 0 and 1 is read
-    as the integer one."""
+    so every front end refuses another value (a 2, a -1, NaN), naming it; a bool, float64 or bfloat16 mask of 0 and 1
+    is read as the integer one."""
     call, input_ids, mask, _ = _left_padded_call(model_type)
     want = call(input_ids, mask)
-    for same in (mask.bool(), mask.double()):
+    for same in (mask.bool(), mask.double(), mask.bfloat16()):
         got = call(input_ids, same)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     for bad, shown in ((2, "2"), (-1, "-1"), (float("nan"), "nan")):
@@ -587,6 +587,8 @@ def test_mm_token_type_ids_hold_text_image_video_only(model_type):
             ValueError, match=rf"mm_token_type_ids must hold 0 \(text\), 1 \(image\) or 2 \(video\), got {bad}"
         ):
             call(input_ids, mask, other)
+    with pytest.raises(ValueError, match="mm_token_type_ids must be an integer tensor .* got float32"):
+        call(input_ids, mask, types.float())  # (a 1.5 would read as text)
 
 
 def _strided(t: torch.Tensor) -> torch.Tensor:
