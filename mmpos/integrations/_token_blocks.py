@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from .._arrays import host
+from ..schemes import Scheme
 
 
 def check_grid(grid: Any, name: str, merge: int | None = None) -> np.ndarray:
@@ -53,6 +54,19 @@ def _grids_one_by_one(image_grid_thw: Any, video_grid_thw: Any, merge: int) -> t
     images = check_grid(image_grid_thw, "image_grid_thw", merge)
     videos = check_grid(video_grid_thw, "video_grid_thw", merge)
     return np.concatenate([images, videos]), images.shape[0]
+
+
+def new_ids(input_ids: Any, scheme: Scheme) -> Tensor | None:
+    """A new ``(rows, B, L)`` ids tensor of ``scheme`` (its ``id_dtype``; ``rows``: 3, or its axes when it has more)
+    for a CPU ``(B, L)`` ``input_ids`` (``None`` otherwise: the packer allocates), for ``pack(..., out=)``. A front
+    end allocates it *before* its per-token temporaries: the ids then take the memory the caller just freed (its
+    last call's ids), where allocated after them they can land on the heap's top, which glibc hands back to the
+    system when they are freed, so that every call faults its ids in again, page by page (about 600 faults and twice
+    the time of a call on the benchmark batch; docs/benchmarks/multimodal.md)."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.device.type != "cpu":
+        return None
+    rows = 3 if len(scheme.axes) == 1 else len(scheme.axes)
+    return torch.empty((rows, *input_ids.shape), dtype=scheme.id_dtype)
 
 
 def real_tokens(attention_mask: Tensor | None, shape: tuple[int, ...]) -> np.ndarray:

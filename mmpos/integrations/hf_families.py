@@ -48,7 +48,15 @@ from .._arrays import host, ids_in_dtype
 from .._validate import check_int
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, Scheme, SchemeOptions, get_scheme, resolve_options
-from ._token_blocks import check_grid, marked_runs, modality_code, modality_types, packed_rows, real_tokens
+from ._token_blocks import (
+    check_grid,
+    marked_runs,
+    modality_code,
+    modality_types,
+    new_ids,
+    packed_rows,
+    real_tokens,
+)
 
 __all__ = [
     "FAMILY_ROPE_INDEX",
@@ -268,9 +276,11 @@ def hy_v4_vl_rope_index(
     ``t * (h / m) * (w / m + 1)`` tokens; 0 on padding; ``rope_deltas`` = largest position + 1 -
     real length (as transformers' ``HYV4VLModel.get_rope_index``)."""
     _check_rule(rule, "hy_v4_vl")
+    scheme, options = _own_scheme("hy-v4-vl", "hf-5.3")
+    out = new_ids(input_ids, scheme)  # (3, B, L) before any temporary (new_ids)
     args = (image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids)
     real, blocks = _hy_v4_vl_blocks(config, input_ids, *args)
-    lay = pack(real, blocks, *_own_scheme("hy-v4-vl", "hf-5.3"), device=input_ids.device)
+    lay = pack(real, blocks, scheme, options, device=input_ids.device, out=out)
     return _returned(lay, input_ids)
 
 
@@ -349,17 +359,21 @@ def hunyuan_vl_rope_index(
             f"config.text_config.rope_parameters['mrope_section'] must hold >= 3 sections (HunYuan-VL's "
             f"M-RoPE axes), got {section!r}"
         )
-    real, grid, first, grid_tokens = _hunyuan_vl_images(
-        config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids
-    )
-    b, length = real.shape
+    b, length = input_ids.shape
     dtype = input_ids.dtype
+    grids_ok = isinstance(image_grid_thw, Tensor) and image_grid_thw.dim() == 2  # (checked below)
+    k = image_grid_thw.shape[0] if grids_ok else 0
     # every id lies in [0, max(L, K) - 1] (an index among a row's tokens, a row or column of an image, the image's
     # index among the batch's K) and rope_deltas in [1 - L, max(L, K)]: a dtype that holds [-L, max(L, K)] (and the
     # ramp of _real_index) is written straight into; else int64, then the checked cast (refuses what would wrap)
     info = torch.iinfo(dtype)
-    fits = max(length, grid.shape[0]) <= info.max and -length >= info.min
-    out = torch.empty((axes, b, length), dtype=dtype if fits else torch.int64)  # (N, B, L)
+    fits = max(length, k) <= info.max and -length >= info.min
+    out = torch.empty(
+        (axes, b, length), dtype=dtype if fits else torch.int64
+    )  # (N, B, L) before any temporary (new_ids)
+    real, grid, first, grid_tokens = _hunyuan_vl_images(
+        config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids
+    )
     deltas = torch.from_numpy(_hunyuan_vl_ids(real, grid, first, grid_tokens, out.numpy())).view(b, 1)
     if fits:
         ids, deltas = out, deltas.to(dtype)
@@ -567,10 +581,12 @@ def glm_image_blocks(
 
 
 def _glm_image_prompt(config, input_ids, image_grid_thw, images_per_sample, attention_mask):
+    scheme, options = _own_scheme("glm-image", "original")
+    out = new_ids(input_ids, scheme)  # (3, B, L) before any temporary (new_ids)
     real, blocks, generated, sample = glm_image_blocks(
         config, input_ids, image_grid_thw, images_per_sample, attention_mask
     )
-    lay = pack(real, blocks, *_own_scheme("glm-image", "original"), device=input_ids.device)
+    lay = pack(real, blocks, scheme, options, device=input_ids.device, out=out)
     return lay, generated, sample
 
 

@@ -59,6 +59,7 @@ from ._token_blocks import (
     marked_runs,
     modality_code,
     modality_types,
+    new_ids,
     packed_rows,
     real_tokens,
 )
@@ -329,6 +330,7 @@ def token_layout(
                 f"{name} must have the shape of input_ids {tuple(input_ids.shape)}, got "
                 f"{tuple(getattr(t, 'shape', ()))}"
             )
+    out = new_ids(input_ids, get_scheme(options.scheme))  # (rows, B, L) before any temporary (new_ids)
     types = None if mm_token_type_ids is None else modality_types(mm_token_type_ids)
     merge, temporal_merge = options.merge, options.temporal_merge
     grid, k_img = check_grids(image_grid_thw, video_grid_thw, merge)  # (K, 3) images then videos, a fresh array
@@ -383,7 +385,7 @@ def token_layout(
             blocks = _reading_order(grid, first_image, first_video, _seconds(seconds, first_video.shape[0]))
     if real is None:
         real = np.ones(input_ids.shape, dtype=bool)
-    return pack(real, blocks, options.scheme, options.resolved, generator=generator, device=input_ids.device)
+    return pack(real, blocks, options.scheme, options.resolved, generator=generator, device=input_ids.device, out=out)
 
 
 def _vision_code(
