@@ -108,6 +108,7 @@ from ..schemes import (
 )
 from . import hf_omni
 from ._hf_age import AGE_DECODINGS, AgeIndex, AgeRotary, caller_ids_hook, own_layer_hook, past_length_hook
+from ._token_blocks import new_ids
 from .hf_families import (
     glm_image_blocks,
     glm_image_decode_position_ids,
@@ -364,8 +365,10 @@ class _FamilyIndex(_BoundIndex):
             call = (arguments.get(n) for n in names)
             return get_rope_index(self.config, input_ids, *call, mm_token_type_ids=arguments.get("mm_token_type_ids"))
         names = ("image_grid_thw", "video_grid_thw", "attention_mask", "mm_token_type_ids")
+        out = new_ids(input_ids, get_scheme(self.scheme))  # before any temporary (new_ids)
         real, blocks = newline_blocks(self.config, input_ids, *(arguments.get(n) for n in names))
-        ids, deltas = _in_ids_dtype(pack(real, blocks, self.scheme, self.options, device=input_ids.device), input_ids)
+        lay = pack(real, blocks, self.scheme, self.options, device=input_ids.device, out=out)
+        ids, deltas = _in_ids_dtype(lay, input_ids)
         return torch.cat([ids[:1].expand(self.rows - 3, -1, -1), ids]), deltas  # (rows, B, L)
 
 
@@ -449,8 +452,9 @@ class _MiniCPMIndex(_BoundIndex):
         input_ids = arguments["input_ids"]
         if self.options is None:
             return minicpmv4_7_rope_index(self.config, input_ids, *(arguments.get(n) for n in names))
+        out = new_ids(input_ids, get_scheme(self.scheme))  # before any temporary (new_ids)
         real, blocks = minicpmv4_7_blocks(self.config, input_ids, *(arguments.get(n) for n in names))
-        return _in_ids_dtype(pack(real, blocks, self.scheme, self.options, device=input_ids.device), input_ids)
+        return _in_ids_dtype(pack(real, blocks, self.scheme, self.options, device=input_ids.device, out=out), input_ids)
 
 
 #: the families whose prompts hf_families lays out its own way besides the newline ones (another scheme: their
