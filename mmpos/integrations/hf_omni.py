@@ -39,7 +39,7 @@ from .._validate import check_bool, is_int
 from ..coords import Modality
 from ..layout import Layout, VisionBlocks, pack
 from ..schemes import RULES, get_scheme, resolve_options, scheme_for_model_type
-from ._token_blocks import block_first, check_grid, new_ids, packed_rows, real_tokens
+from ._token_blocks import block_first, check_grid, packed_rows, real_tokens
 
 __all__ = ["TALKERS", "audio_token_counts", "get_rope_index", "omni_layout", "omni_model_type", "packed_rope_index"]
 
@@ -166,7 +166,6 @@ def omni_layout(
         not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(input_ids.shape)
     ):
         raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}")
-    out = new_ids(input_ids, sch)  # (rows, B, L) before any temporary (new_ids)
     vision = getattr(thinker, "vision_config", None)  # a talker config holds its own spatial_merge_size
     merge = thinker.spatial_merge_size if vision is None else vision.spatial_merge_size
     images = check_grid(image_grid_thw, "image_grid_thw", merge)
@@ -270,7 +269,7 @@ def omni_layout(
         **({"seconds_per_chunk": thinker.seconds_per_chunk} if markers and scheme == own else {}),
         **scheme_options,
     )
-    return pack(real.reshape(b, length), blocks, scheme, options, modality=modality, device=input_ids.device, out=out)
+    return pack(real.reshape(b, length), blocks, scheme, options, modality=modality, device=input_ids.device)
 
 
 def get_rope_index(
