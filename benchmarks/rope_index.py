@@ -406,6 +406,13 @@ def timed_family(model_type: str, args, rule: str) -> dict | str:
     return {"config": config, "batch": batch, "calls": (ref, ours), "wall": wall, "cpu": cpu, "faults": faults}
 
 
+def table_end(skipped: list[str]) -> None:
+    """Why each family left out was left out, and the closing header."""
+    for reason in skipped:
+        print(f"skipped: {reason}")
+    print(header("cpu", transformers, note="end"))
+
+
 def processes_table(args) -> None:
     """``--processes N``: each family timed in N fresh processes, one after the other (the ratio of one process
     moves with the reference's own time and with page-fault storms, docs/benchmarks/multimodal.md): the speed-up
@@ -427,12 +434,12 @@ def processes_table(args) -> None:
         for _ in range(args.processes):
             cmd = [sys.executable, __file__, "--one-process-json", f"--families={model_type}"]
             cmd += [f"--{k}={getattr(args, k)}" for k in ("repeats", "samples", "images", "videos")]
-            line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            if line == "null":  # not in this release
+            run = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            if "skipped" in run:  # not in this release
+                skipped.append(run["skipped"])
                 break
-            runs.append(json.loads(line))
+            runs.append(run)
         if not runs:
-            skipped.append(model_type)
             continue
         speed = sorted(r["ref"] / r["ours"] for r in runs)
         ceiling = [r["ref"] / r["floor"] for r in runs]  # the most any code returning new ids reaches there
@@ -445,18 +452,16 @@ def processes_table(args) -> None:
             f"| {span('ref')} | {span('ours')} | {span('floor')} | {min(ceiling):.0f}-{max(ceiling):.0f}x "
             f"| {sum(r['faults'] > 100 for r in runs)} |"
         )
-    for model_type in skipped:
-        print(f"skipped: transformers {transformers.__version__} has no {model_type}")
-    print(header("cpu", transformers, note="end"))
+    table_end(skipped)
 
 
 def one_process_json(args) -> None:
     """``--one-process-json``: one family (``--families``) timed in this process, printed as one JSON line (wall
-    medians in seconds; mmpos's median minor faults per call) for :func:`processes_table`; ``null`` if the
-    installed release lacks it."""
+    medians in seconds; mmpos's median minor faults per call) for :func:`processes_table`, or why the installed
+    release lacks it (``{"skipped": reason}``)."""
     timed = timed_family(args.families, args, installed_rule())
     if isinstance(timed, str):
-        print("null")
+        print(json.dumps({"skipped": timed}))
         return
     wall, med = timed["wall"], statistics.median
     print(json.dumps({**{k: med(wall[k]) for k in ("ref", "ours", "floor")}, "faults": med(timed["faults"]["ours"])}))
@@ -507,9 +512,7 @@ def families_table(args) -> None:
             f"{med(wall['floor']) * 1e3:.2f} | {med(wall['ours']) / med(wall['floor']):.1f}x | "
             f"{med(wall['ref']) / med(wall['floor']):.0f}x |"
         )
-    for reason in skipped:
-        print(f"skipped: {reason}")
-    print(header("cpu", transformers, note="end"))
+    table_end(skipped)
 
 
 def qwen2_vl_images_table(args) -> None:
