@@ -403,7 +403,12 @@ def timed_family(model_type: str, args, rule: str) -> dict | str:
     faults = {}
     fns = {"ref": ref, "ours": ours, "floor": copy_floor(batch, tuple(want[0].shape))}
     wall, cpu = time_rounds(fns, args.repeats, lambda: None, faults=faults)
-    return {"config": config, "batch": batch, "calls": (ref, ours), "wall": wall, "cpu": cpu, "faults": faults}
+    return {"batch": batch, "calls": (ref, ours), "wall": wall, "cpu": cpu, "faults": faults}
+
+
+def chosen_families(args) -> list[str]:
+    """``--families``, else every model type of the registry (a thinker: its Omni model's rule)."""
+    return [m for m in args.families.split(",") if m] or sorted(m for m in model_types() if not m.endswith("_thinker"))
 
 
 def table_end(skipped: list[str]) -> None:
@@ -418,9 +423,6 @@ def processes_table(args) -> None:
     moves with the reference's own time and with page-fault storms, docs/benchmarks/multimodal.md): the speed-up
     of each (medians of its rounds), how many reach 30x, the ranges of the medians, and the processes whose mmpos
     calls ran in a fault storm (a median of more than 100 minor faults per call: the output on fresh pages)."""
-    chosen = [m for m in args.families.split(",") if m] or sorted(
-        m for m in model_types() if not m.endswith("_thinker")
-    )
     print(header("cpu", transformers, note=f"{args.processes} fresh processes per family, {args.repeats} rounds each"))
     print(
         "| `model_type` | speed-up of each process, sorted | processes at 30x or more | transformers median (ms), "
@@ -429,7 +431,7 @@ def processes_table(args) -> None:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     skipped = []
-    for model_type in chosen:
+    for model_type in chosen_families(args):
         runs = []
         for _ in range(args.processes):
             cmd = [sys.executable, __file__, "--one-process-json", f"--families={model_type}"]
@@ -469,18 +471,14 @@ def one_process_json(args) -> None:
 
 def families_table(args) -> None:
     rule = installed_rule()
-    chosen = sorted(m for m in model_types() if not m.endswith("_thinker"))  # a thinker: its Omni model's rule
-    if args.families:
-        chosen = [m for m in args.families.split(",") if m]
     print(header("cpu", transformers, note=f"timings; rule {rule}; {args.repeats} shuffled rounds per family"))
-    rows, skipped, peaks = [], [], []
-    for model_type in chosen:
+    rows, skipped = [], []
+    for model_type in chosen_families(args):
         timed = timed_family(model_type, args, rule)
         if isinstance(timed, str):
             skipped.append(timed)
-            continue
-        rows.append((model_type, timed["config"], timed["batch"], timed["wall"], timed["cpu"], timed["faults"]))
-        peaks.append(timed["calls"])
+        else:
+            rows.append((model_type, timed))
     map_large_blocks()  # after all timings: it slows allocations
     med = statistics.median
     print(header("cpu", transformers, note="peak memory (after the timings)"))
@@ -491,7 +489,8 @@ def families_table(args) -> None:
         "| ceiling (transformers / floor) |"
     )
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (model_type, config, batch, wall, cpu, faults), (ref, ours) in zip(rows, peaks):
+    for model_type, timed in rows:
+        batch, wall, cpu, faults, (ref, ours) = (timed[k] for k in ("batch", "wall", "cpu", "faults", "calls"))
         ref(), ours()
         mib = peak_mib(ref, "cpu"), peak_mib(ours, "cpu")
         b, length = batch["input_ids"].shape

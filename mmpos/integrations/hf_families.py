@@ -368,9 +368,8 @@ def hunyuan_vl_rope_index(
     # ramp of _real_index) is written straight into; else int64, then the checked cast (refuses what would wrap)
     info = torch.iinfo(dtype)
     fits = max(length, k) <= info.max and -length >= info.min
-    out = torch.empty(
-        (axes, b, length), dtype=dtype if fits else torch.int64
-    )  # (N, B, L) before any temporary (new_ids)
+    # (N, B, L), allocated before any per-token temporary (as _token_blocks.new_ids says why)
+    out = torch.empty((axes, b, length), dtype=dtype if fits else torch.int64)
     real, grid, first, grid_tokens = _hunyuan_vl_images(
         config, input_ids, image_grid_thw, attention_mask, mm_token_type_ids
     )
